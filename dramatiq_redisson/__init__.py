@@ -1,0 +1,10 @@
+"""dramatiq-redisson: a drop-in Dramatiq Redis broker whose delayed messages run on
+Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws fixed."""
+
+from ._broker import MAX_DELAY, RedissonBroker, validate_delay
+from ._delayed_queue import DelayedQueue
+from ._keys import QueueKeys
+
+__version__ = "0.1.0"
+
+__all__ = ["DelayedQueue", "MAX_DELAY", "QueueKeys", "RedissonBroker", "validate_delay", "__version__"]

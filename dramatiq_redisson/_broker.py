@@ -1,0 +1,262 @@
+"""RedissonBroker: Dramatiq's Redis broker with delays on Redisson's delayed-queue scheme."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any, Iterable, Optional
+from uuid import uuid4
+
+import redis
+from dramatiq.broker import Consumer
+from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT, RedisBroker
+from dramatiq.common import q_name
+from dramatiq.errors import QueueJoinTimeout
+from dramatiq.message import Message
+from dramatiq.middleware import Middleware
+
+from ._delayed_queue import DelayedQueue
+from ._ids import next_sort_key
+from ._keys import QueueKeys
+from ._scripts import Scripts
+
+#: Most scheduled messages one transfer call moves to the ready queue.
+DEFAULT_TRANSFER_BATCH_SIZE = 100
+
+#: Longest time (ms) between two transfers of a consumer, announcements or not.
+DEFAULT_SAFETY_INTERVAL = 5000
+
+#: Time (ms) between two maintenance runs of a consumer (dead workers, old dead letters).
+DEFAULT_MAINTENANCE_INTERVAL = 30000
+
+#: Longest delay (ms) accepted: ten years. Anything longer is taken for a unit mistake.
+MAX_DELAY = 10 * 366 * 86_400_000
+
+#: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries.
+BULK_CHUNK_SIZE = 500
+
+
+
+def validate_delay(delay: Any) -> int | None:
+    """Return ``delay`` as whole milliseconds, or ``None`` for no delay.
+
+    Raises:
+      TypeError: If ``delay`` is not a number of milliseconds or a timedelta.
+      ValueError: If ``delay`` is negative, NaN, infinite, fractional or longer than :data:`MAX_DELAY`.
+    """
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds() * 1000
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise TypeError(f"delay must be an int number of milliseconds, not {type(delay).__name__}")
+    if isinstance(delay, float):
+        if not math.isfinite(delay):
+            raise ValueError(f"delay must be finite, got {delay!r}")
+        if not delay.is_integer():
+            raise ValueError(f"delay must be a whole number of milliseconds, got {delay!r}")
+        delay = int(delay)
+    if delay < 0:
+        raise ValueError(f"delay must not be negative, got {delay!r}")
+    if delay > MAX_DELAY:
+        raise ValueError(f"delay must be at most {MAX_DELAY} ms (ten years), got {delay!r}")
+    return delay
+
+
+class RedissonBroker(RedisBroker):
+    """A Redis broker whose delayed messages live in Redisson's delayed-queue structures.
+
+    Accepts everything :class:`dramatiq.brokers.redis.RedisBroker` accepts. Immediate
+    messages use the built-in ready-queue layout, so both brokers can share a Redis
+    during a migration; delayed messages (``send_with_options(delay=…)``, retries,
+    delayed pipelines) go to a ZSET scored by due time on the *server's* clock and are
+    moved to the ready queue by a timer that runs inside each worker's consumer.
+
+    Parameters:
+      url: An optional connection URL; wins over connection parameters.
+      middleware: The middleware to add to this broker.
+      namespace: The prefix of every Dramatiq key.
+      maintenance_chance: Accepted for compatibility; maintenance runs every
+        ``maintenance_interval`` ms instead of by chance.
+      heartbeat_timeout: Time (ms) without a heartbeat after which a worker is dead
+        and its unacked messages are requeued.
+      dead_message_ttl: Time (ms) dead-lettered messages are kept.
+      client: A redis client to use.
+      transfer_batch_size: Most scheduled messages one transfer call moves.
+      safety_interval: Longest time (ms) between two transfers of a consumer.
+      maintenance_interval: Time (ms) between two maintenance runs of a consumer.
+      **parameters: Connection parameters passed to :class:`redis.Redis`.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: Optional[str] = None,
+        middleware: Optional[list[Middleware]] = None,
+        namespace: str = "dramatiq",
+        maintenance_chance: int = 1000,
+        heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+        dead_message_ttl: int = DEFAULT_DEAD_MESSAGE_TTL,
+        client: Optional[redis.Redis] = None,
+        transfer_batch_size: int = DEFAULT_TRANSFER_BATCH_SIZE,
+        safety_interval: int = DEFAULT_SAFETY_INTERVAL,
+        maintenance_interval: int = DEFAULT_MAINTENANCE_INTERVAL,
+        **parameters: Any,
+    ) -> None:
+        super().__init__(
+            url=url,
+            middleware=middleware,
+            namespace=namespace,
+            maintenance_chance=maintenance_chance,
+            heartbeat_timeout=heartbeat_timeout,
+            dead_message_ttl=dead_message_ttl,
+            client=client,
+            **parameters,
+        )
+        if transfer_batch_size < 1:
+            raise ValueError("transfer_batch_size must be at least 1")
+        if safety_interval < 1 or maintenance_interval < 1:
+            raise ValueError("safety_interval and maintenance_interval must be positive")
+        self.transfer_batch_size = transfer_batch_size
+        self.safety_interval = safety_interval
+        self.maintenance_interval = maintenance_interval
+        self.redisson_scripts = Scripts(self.client)
+
+    @property
+    def consumer_class(self) -> type[Consumer]:
+        from ._consumer import RedissonConsumer
+
+        return RedissonConsumer
+
+    def keys(self, queue_name: str) -> QueueKeys:
+        """The Redis key names of a queue (see :mod:`dramatiq_redisson._keys`)."""
+        return QueueKeys(self.namespace, q_name(queue_name))
+
+    def declare_queue(self, queue_name: str) -> None:
+        """Declare a queue. Unlike the built-in broker, no ``.DQ`` delay queue is declared:
+        the timer in each queue's consumer moves delayed messages."""
+        if queue_name not in self.queues:
+            self.emit_before("declare_queue", queue_name)
+            self.queues.add(queue_name)
+            self.emit_after("declare_queue", queue_name)
+
+    def _prepare(self, message: Message, delay_ms: int | None) -> tuple[Message, str]:
+        """Give ``message`` its redis id and canonical queue; drop any ``eta``. Returns the
+        message and its sort key ("" if it is not delayed)."""
+        queue_name = q_name(message.queue_name)
+        sort_key = next_sort_key() if delay_ms else ""
+        redis_message_id = sort_key + message.message_id if delay_ms else str(uuid4())
+        message = message.copy(queue_name=queue_name, options={"redis_message_id": redis_message_id})
+        message.options.pop("eta", None)
+        return message, sort_key
+
+    def enqueue(self, message: Message, *, delay: Optional[int] = None) -> Message:
+        """Enqueue a message, now or after ``delay`` milliseconds.
+
+        A delayed message is offered to the queue's delayed queue (one atomic script);
+        its due time is the server's clock plus ``delay``. ``delay=0`` is immediate.
+
+        Parameters:
+          message: The message to enqueue.
+          delay: The minimum time, in milliseconds, to delay the message by.
+
+        Raises:
+          TypeError: If ``delay`` is not an int (or integral float, or timedelta).
+          ValueError: If ``delay`` is negative, NaN, fractional or over ten years.
+        """
+        delay_ms = validate_delay(delay)
+        message, sort_key = self._prepare(message, delay_ms)
+        keys = self.keys(message.queue_name)
+        self.logger.debug("Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms)
+        self.emit_before("enqueue", message, delay)
+        data = message.encode()
+        if delay_ms:
+            self.redisson_scripts.offer(keys, [(delay_ms, sort_key, message.message_id, data, "")])
+        else:
+            self.redisson_scripts.enqueue(keys, [(message.options["redis_message_id"], data)])
+        self.emit_after("enqueue", message, delay)
+        return message
+
+    def enqueue_many(self, messages: Iterable[Message], *, delay: Optional[int] = None) -> list[Message]:
+        """Enqueue many messages with one delay, pipelined in chunks of :data:`BULK_CHUNK_SIZE`.
+
+        Each chunk is one atomic script call per queue; the ``enqueue`` middleware
+        hooks run for every message as with :meth:`enqueue`.
+
+        Raises:
+          TypeError, ValueError: As :meth:`enqueue`, before anything is written.
+        """
+        delay_ms = validate_delay(delay)
+        prepared = [self._prepare(message, delay_ms) for message in messages]
+        for message, _ in prepared:
+            self.emit_before("enqueue", message, delay)
+        by_queue: dict[str, list[tuple[Message, str]]] = defaultdict(list)
+        for item in prepared:
+            by_queue[item[0].queue_name].append(item)
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue_name, items in by_queue.items():
+                keys = self.keys(queue_name)
+                for start in range(0, len(items), BULK_CHUNK_SIZE):
+                    chunk = items[start : start + BULK_CHUNK_SIZE]
+                    if delay_ms:
+                        entries = [(delay_ms, key, m.message_id, m.encode(), "") for m, key in chunk]
+                        self.redisson_scripts.offer(keys, entries, client=pipe)
+                    else:
+                        pairs = [(m.options["redis_message_id"], m.encode()) for m, _ in chunk]
+                        self.redisson_scripts.enqueue(keys, pairs, client=pipe)
+            pipe.execute()
+        for message, _ in prepared:
+            self.emit_after("enqueue", message, delay)
+        return [message for message, _ in prepared]
+
+    def delayed_queue(self, queue_name: str) -> DelayedQueue:
+        """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``)."""
+        return DelayedQueue(self, self.keys(queue_name))
+
+    def flush(self, queue_name: str) -> None:
+        """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``."""
+        keys = self.keys(queue_name)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.unlink(
+                keys.ready,
+                keys.ready_msgs,
+                keys.acks(self.broker_id),
+                keys.xq,
+                keys.xq_msgs,
+                keys.legacy_dq,
+                keys.legacy_dq_msgs,
+                keys.legacy_dq_acks(self.broker_id),
+                *keys.scheduled_keys,
+            )
+            pipe.execute()
+
+    def flush_all(self) -> None:
+        """Drop all messages from all declared queues."""
+        for queue_name in self.queues:
+            self.flush(queue_name)
+
+    def pending(self, queue_name: str) -> int:
+        """Messages of a queue not yet processed: scheduled, ready, in flight, legacy ``.DQ``."""
+        keys = self.keys(queue_name)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.zcard(keys.timeout_zset)
+            pipe.hlen(keys.ready_msgs)
+            pipe.hlen(keys.legacy_dq_msgs)
+            return sum(pipe.execute())
+
+    def join(self, queue_name: str, *, interval: int = 100, timeout: Optional[int] = None) -> None:
+        """Wait until every message of a queue, scheduled ones included, has been processed.
+
+        Meant for tests, like the built-in broker's ``join``.
+
+        Raises:
+          QueueJoinTimeout: When ``timeout`` (ms) elapses.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout / 1000
+        while self.pending(queue_name):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise QueueJoinTimeout(queue_name)
+            time.sleep(interval / 1000)
+

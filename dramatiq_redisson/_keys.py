@@ -1,0 +1,111 @@
+"""Every Redis key and channel name the broker uses, in one place.
+
+For a queue ``Q`` in namespace ``ns`` the queue key is ``N = "ns:Q"``.
+
+Ready-queue layout, shared with :class:`dramatiq.brokers.redis.RedisBroker`:
+
+=====================================  ======  ==========================================
+``ns:Q``                               LIST    redis message ids ready to run
+``ns:Q.msgs``                          HASH    redis message id -> encoded message
+``ns:__acks__.<worker id>.Q``          SET     fetched by a worker, not yet acked
+``ns:__heartbeats__``                  ZSET    worker id -> last seen (epoch ms)
+``ns:Q.XQ`` / ``ns:Q.XQ.msgs``         ZSET    dead letters (scored by time of death) / data
+``ns:Q.DQ`` / ``ns:Q.DQ.msgs``         LIST    the built-in broker's delay queue (migrated)
+=====================================  ======  ==========================================
+
+Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster slot):
+
+=========================================  =======  =====================================
+``redisson_delay_queue_timeout:{N}``       ZSET     member -> due time (epoch ms)
+``redisson_delay_queue:{N}``               LIST     members in offer order (backup list)
+``redisson_delay_queue_channel:{N}``       channel  due time (decimal ms) of a new head
+``redisson_delay_queue_msgs:{N}``          HASH     message id -> sort key + encoded message
+``redisson_delay_queue_compact:{N}``       LIST     backup list being rebuilt (compaction)
+``redisson_delay_queue_cursor:{N}``        STRING   read position of a compaction pass
+=========================================  =======  =====================================
+
+A member is a 16-character sort key (offer time and a per-process counter, so that
+equal due times keep offer order) followed by the message id. It doubles as the
+``redis_message_id`` of the message once it moves to the ready queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The names of every key that belongs to one queue."""
+
+    namespace: str
+    queue_name: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.namespace}:{self.queue_name}"
+
+    # Ready queue (built-in layout).
+    @property
+    def ready(self) -> str:
+        return self.name
+
+    @property
+    def ready_msgs(self) -> str:
+        return f"{self.name}.msgs"
+
+    @property
+    def xq(self) -> str:
+        return f"{self.name}.XQ"
+
+    @property
+    def xq_msgs(self) -> str:
+        return f"{self.name}.XQ.msgs"
+
+    @property
+    def legacy_dq(self) -> str:
+        return f"{self.name}.DQ"
+
+    @property
+    def legacy_dq_msgs(self) -> str:
+        return f"{self.name}.DQ.msgs"
+
+    def acks(self, worker_id: str) -> str:
+        return f"{self.namespace}:__acks__.{worker_id}.{self.queue_name}"
+
+    def legacy_dq_acks(self, worker_id: str) -> str:
+        return f"{self.namespace}:__acks__.{worker_id}.{self.queue_name}.DQ"
+
+    @property
+    def heartbeats(self) -> str:
+        return f"{self.namespace}:__heartbeats__"
+
+    # Redisson delayed queue.
+    @property
+    def timeout_zset(self) -> str:
+        return f"redisson_delay_queue_timeout:{{{self.name}}}"
+
+    @property
+    def backup_list(self) -> str:
+        return f"redisson_delay_queue:{{{self.name}}}"
+
+    @property
+    def channel(self) -> str:
+        return f"redisson_delay_queue_channel:{{{self.name}}}"
+
+    @property
+    def payloads(self) -> str:
+        return f"redisson_delay_queue_msgs:{{{self.name}}}"
+
+    @property
+    def compact_list(self) -> str:
+        return f"redisson_delay_queue_compact:{{{self.name}}}"
+
+    @property
+    def compact_cursor(self) -> str:
+        return f"redisson_delay_queue_cursor:{{{self.name}}}"
+
+    @property
+    def scheduled_keys(self) -> tuple[str, str, str, str, str]:
+        """The keys that hold scheduled messages, in the order clear.lua takes them."""
+        return (self.timeout_zset, self.backup_list, self.payloads, self.compact_list, self.compact_cursor)

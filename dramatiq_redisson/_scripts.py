@@ -1,0 +1,158 @@
+"""The Lua scripts, registered once per client, each behind one typed wrapper.
+
+Every script's contract (KEYS, ARGV, return value) is the header of its file in
+``lua/``. Scripts run through :class:`redis.commands.core.Script` (EVALSHA with a
+reload on NOSCRIPT).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any, Sequence
+
+import redis
+from redis.commands.core import Script
+
+from ._keys import QueueKeys
+
+_NAMES = (
+    "offer",
+    "transfer",
+    "cancel",
+    "clear",
+    "enqueue",
+    "fetch",
+    "ack",
+    "nack",
+    "requeue",
+    "maintenance",
+    "bury",
+)
+
+
+def _source(name: str) -> bytes:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+
+
+_SOURCES = {name: _source(name) for name in _NAMES}
+
+
+class TransferResult:
+    """What one run of the transfer script did."""
+
+    __slots__ = ("moved", "next_due_ms", "server_now_ms", "dead")
+
+    def __init__(self, moved: int, next_due_ms: int | None, server_now_ms: int, dead: int) -> None:
+        self.moved = moved
+        self.next_due_ms = next_due_ms
+        self.server_now_ms = server_now_ms
+        self.dead = dead
+
+    def __repr__(self) -> str:
+        return (
+            f"TransferResult(moved={self.moved}, next_due_ms={self.next_due_ms}, "
+            f"server_now_ms={self.server_now_ms}, dead={self.dead})"
+        )
+
+
+class Scripts:
+    """One client's registered scripts."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._s: dict[str, Script] = {name: client.register_script(src) for name, src in _SOURCES.items()}
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
+        return self._s[name](keys=list(keys), args=list(args), client=client or self.client)
+
+    def offer(
+        self,
+        keys: QueueKeys,
+        entries: Sequence[tuple[int, str, str, bytes, str]],
+        *,
+        absolute: bool = False,
+        client: Any = None,
+    ) -> list[int]:
+        """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries; returns due times."""
+        args: list[Any] = ["abs" if absolute else "rel"]
+        for entry in entries:
+            args.extend(entry)
+        return self._run(
+            "offer",
+            (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.legacy_dq, keys.legacy_dq_msgs),
+            args,
+            client,
+        )
+
+    def transfer(
+        self, keys: QueueKeys, *, limit: int, trim_budget: int, compact_step: int, compact_slack: int
+    ) -> TransferResult:
+        moved, next_due, now_ms, dead = self._run(
+            "transfer",
+            (
+                keys.timeout_zset,
+                keys.backup_list,
+                keys.payloads,
+                keys.compact_list,
+                keys.compact_cursor,
+                keys.ready,
+                keys.ready_msgs,
+                keys.xq,
+                keys.xq_msgs,
+            ),
+            (limit, trim_budget, compact_step, compact_slack),
+        )
+        return TransferResult(int(moved), None if int(next_due) < 0 else int(next_due), int(now_ms), int(dead))
+
+    def cancel(self, keys: QueueKeys, message_ids: Sequence[str]) -> int:
+        return int(self._run("cancel", (keys.timeout_zset, keys.payloads), message_ids))
+
+    def clear(self, keys: QueueKeys, client: Any = None) -> int:
+        return self._run("clear", keys.scheduled_keys, (), client)
+
+    def enqueue(self, keys: QueueKeys, entries: Sequence[tuple[str, bytes]], client: Any = None) -> int:
+        args: list[Any] = []
+        for entry in entries:
+            args.extend(entry)
+        return self._run("enqueue", (keys.ready, keys.ready_msgs, keys.channel), args, client)
+
+    def fetch(self, keys: QueueKeys, worker_id: str, count: int) -> list[tuple[str, bytes | None]]:
+        flat = self._run("fetch", (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats), (count, worker_id))
+        return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+    def ack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
+        return self._run(
+            "ack", (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats), (redis_message_id, worker_id)
+        )
+
+    def nack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
+        return self._run(
+            "nack",
+            (keys.acks(worker_id), keys.ready_msgs, keys.xq, keys.xq_msgs, keys.heartbeats),
+            (redis_message_id, worker_id),
+        )
+
+    def requeue(self, keys: QueueKeys, worker_id: str, redis_message_ids: Sequence[str]) -> int:
+        return self._run("requeue", (keys.acks(worker_id), keys.ready_msgs, keys.ready), redis_message_ids)
+
+    def maintenance(
+        self, keys: QueueKeys, dead_workers: Sequence[str], *, dead_message_ttl_ms: int, expire_limit: int
+    ) -> tuple[int, int]:
+        requeued, expired = self._run(
+            "maintenance",
+            (
+                keys.ready,
+                keys.ready_msgs,
+                keys.xq,
+                keys.xq_msgs,
+                keys.legacy_dq,
+                keys.legacy_dq_msgs,
+                *(k for w in dead_workers for k in (keys.acks(w), keys.legacy_dq_acks(w))),
+            ),
+            (dead_message_ttl_ms, expire_limit),
+        )
+        return int(requeued), int(expired)
+
+    def bury_legacy(self, keys: QueueKeys, ids: Sequence[str]) -> int:
+        """Move undecodable entries of the built-in ``.DQ`` queue to the dead letters."""
+        return int(self._run("bury", (keys.legacy_dq, keys.legacy_dq_msgs, keys.xq, keys.xq_msgs), ids))

@@ -1,0 +1,74 @@
+"""The transfer timer's bookkeeping, free of I/O so tests can drive it tick by tick."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ._scripts import TransferResult
+
+
+class TransferTimer:
+    """Decides when a consumer runs the transfer script next.
+
+    Server times (epoch ms on the Redis server's clock) are turned into local
+    deadlines through the monotonic clock, using the server time each transfer
+    returns; the local wall clock is never read, so its skew moves nothing.
+
+    Parameters:
+      safety_interval_ms: Longest time between two transfers, whatever was
+        announced: covers a missed announcement or a lost subscription.
+      clock: Monotonic clock in seconds.
+    """
+
+    def __init__(self, safety_interval_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.safety_interval_ms = safety_interval_ms
+        self.clock = clock
+        self._forced = True
+        self._next_at: float | None = None
+        self._safety_at = clock()
+        self._server_ms: int | None = None
+        self._server_mono = 0.0
+
+    def is_due(self) -> bool:
+        """Whether the transfer script should run now."""
+        now = self.clock()
+        return self._forced or now >= self._safety_at or (self._next_at is not None and now >= self._next_at)
+
+    def force(self) -> None:
+        """Run the transfer at the next tick (subscription (re)established, more to move)."""
+        self._forced = True
+
+    def record(self, result: TransferResult) -> None:
+        """Take the outcome of a transfer run: the next due time and the server clock."""
+        now = self.clock()
+        self._forced = False
+        self._server_ms = result.server_now_ms
+        self._server_mono = now
+        self._safety_at = now + self.safety_interval_ms / 1000
+        if result.next_due_ms is None:
+            self._next_at = None
+        else:
+            self._next_at = now + max(0, result.next_due_ms - result.server_now_ms) / 1000
+
+    def announce(self, due_ms: int) -> None:
+        """An offer made ``due_ms`` (server epoch ms) the earliest due time."""
+        if self._server_ms is None:
+            self._forced = True
+            return
+        at = self.clock() + max(0.0, due_ms - self.server_now_ms()) / 1000
+        if self._next_at is None or at < self._next_at:
+            self._next_at = at
+
+    def server_now_ms(self) -> int:
+        """Estimate of the server's clock now (0 before the first transfer)."""
+        if self._server_ms is None:
+            return 0
+        return self._server_ms + int((self.clock() - self._server_mono) * 1000)
+
+    def seconds_until_due(self) -> float:
+        """Seconds until the transfer should run (0 if it should run now)."""
+        if self._forced:
+            return 0.0
+        deadline = self._safety_at if self._next_at is None else min(self._next_at, self._safety_at)
+        return max(0.0, deadline - self.clock())

@@ -1,0 +1,33 @@
+-- fetch: take up to N messages off a ready queue into this worker's ack set.
+--
+-- KEYS[1]  LIST  <ns>:<queue>                          ready queue (redis message ids)
+-- KEYS[2]  HASH  <ns>:<queue>.msgs                     redis message id -> encoded message
+-- KEYS[3]  SET   <ns>:__acks__.<worker id>.<queue>     fetched, not yet acked
+-- KEYS[4]  ZSET  <ns>:__heartbeats__                   worker id -> last seen (epoch ms)
+--
+-- ARGV[1]  most messages to take
+-- ARGV[2]  worker id
+--
+-- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
+--          no message (it is then dropped from the ack set too).
+
+local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local count, worker_id = tonumber(ARGV[1]), ARGV[2]
+
+local t = redis.call("TIME")
+redis.call("ZADD", heartbeats, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), worker_id)
+
+local ids = redis.call("LPOP", ready, count)
+if not ids then
+    return {}
+end
+local data = redis.call("HMGET", ready_msgs, unpack(ids))
+local result = {}
+for i = 1, #ids do
+    result[#result + 1] = ids[i]
+    result[#result + 1] = data[i]
+    if data[i] then
+        redis.call("SADD", acks, ids[i])
+    end
+end
+return result

@@ -1,0 +1,43 @@
+-- maintenance: recover the unacked messages of dead workers and expire old dead letters.
+--
+-- KEYS[1]  LIST  <ns>:<queue>             ready queue
+-- KEYS[2]  HASH  <ns>:<queue>.msgs
+-- KEYS[3]  ZSET  <ns>:<queue>.XQ          dead letter id -> time of death (epoch ms)
+-- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs
+-- KEYS[5]  LIST  <ns>:<queue>.DQ          the built-in broker's delay queue
+-- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs
+-- KEYS[7..] pairs of SETs per dead worker: <ns>:__acks__.<id>.<queue>, <ns>:__acks__.<id>.<queue>.DQ
+--          (unacked messages go back to the queue they were fetched from; the .DQ
+--          ones are then migrated to the delayed queue by the consumer)
+--
+-- ARGV[1]  dead-letter time to live in ms
+-- ARGV[2]  most dead letters to expire in this call
+--
+-- Returns: {messages requeued, dead letters expired}
+
+local ready, ready_msgs, xq, xq_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local requeued = 0
+local function recover(acks, list, msgs)
+    local ids = redis.call("SMEMBERS", acks)
+    for i = 1, #ids do
+        if redis.call("HEXISTS", msgs, ids[i]) == 1 then
+            redis.call("LPUSH", list, ids[i])
+            requeued = requeued + 1
+        end
+    end
+    redis.call("DEL", acks)
+end
+for k = 7, #KEYS, 2 do
+    recover(KEYS[k], ready, ready_msgs)
+    recover(KEYS[k + 1], KEYS[5], KEYS[6])
+end
+
+local expired = redis.call("ZRANGEBYSCORE", xq, "-inf", now_ms - tonumber(ARGV[1]), "LIMIT", 0, tonumber(ARGV[2]))
+if #expired > 0 then
+    redis.call("ZREM", xq, unpack(expired))
+    redis.call("HDEL", xq_msgs, unpack(expired))
+end
+return {requeued, #expired}

@@ -1,0 +1,26 @@
+-- nack: move a fetched message to the queue's dead letters.
+--
+-- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
+-- KEYS[2]  HASH  <ns>:<queue>.msgs
+-- KEYS[3]  ZSET  <ns>:<queue>.XQ         dead letter id -> time of death (epoch ms)
+-- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs    dead letter id -> encoded message
+-- KEYS[5]  ZSET  <ns>:__heartbeats__
+--
+-- ARGV[1]  redis message id
+-- ARGV[2]  worker id
+--
+-- Returns: 1 if the message was moved, else 0.
+
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("ZADD", KEYS[5], now_ms, ARGV[2])
+if redis.call("SREM", KEYS[1], ARGV[1]) == 1 then
+    local data = redis.call("HGET", KEYS[2], ARGV[1])
+    if data then
+        redis.call("ZADD", KEYS[3], now_ms, ARGV[1])
+        redis.call("HSET", KEYS[4], ARGV[1], data)
+        redis.call("HDEL", KEYS[2], ARGV[1])
+        return 1
+    end
+end
+return 0

@@ -1,0 +1,71 @@
+-- offer: schedule messages on a queue's delayed-queue structures, atomically.
+--
+-- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms, server clock)
+-- KEYS[2]  LIST  redisson_delay_queue:{N}           members in offer order (backup list)
+-- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[4]  CHANNEL redisson_delay_queue_channel:{N} receives the due time of a new earliest entry
+-- KEYS[5]  LIST  <ns>:<queue>.DQ       legacy delay queue (only read when a claim id is given)
+-- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs  legacy delay queue payloads
+--
+-- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
+--          "abs": each time is an absolute due time in epoch ms (legacy migration)
+-- ARGV[2..] repeated groups of 5:
+--          time_ms, sort_key (16 chars), message_id, encoded message,
+--          claim id ("" for a fresh offer; else a legacy .DQ id that must still exist)
+--
+-- A member is sort_key .. message_id: equal due times order by sort key (offer order).
+-- Offering a message id that is already scheduled on this queue reschedules it.
+--
+-- Returns: a list with, per group, the due time in epoch ms, or -1 when its claim
+--          id no longer existed (another process migrated it first).
+
+local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local legacy_list, legacy_msgs = KEYS[5], KEYS[6]
+
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local relative = ARGV[1] == "rel"
+
+local dues = {}
+local added = {}
+local any_added = false
+for i = 2, #ARGV, 5 do
+    local time_ms = tonumber(ARGV[i])
+    local sort_key, message_id, data, claim = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+    local claimed = true
+    if claim ~= "" then
+        claimed = redis.call("HDEL", legacy_msgs, claim) == 1
+        if claimed then
+            -- The claimed ids were read from the head of the list, so this
+            -- scan stops within the first few entries.
+            redis.call("LREM", legacy_list, 1, claim)
+        end
+    end
+    if claimed then
+        local due_ms = time_ms
+        if relative then
+            due_ms = now_ms + time_ms
+        end
+        local previous = redis.call("HGET", payloads, message_id)
+        if previous then
+            redis.call("ZREM", zset, string.sub(previous, 1, 16) .. message_id)
+        end
+        local member = sort_key .. message_id
+        redis.call("ZADD", zset, string.format("%d", due_ms), member)
+        redis.call("RPUSH", backup, member)
+        redis.call("HSET", payloads, message_id, sort_key .. data)
+        added[member] = true
+        any_added = true
+        dues[#dues + 1] = due_ms
+    else
+        dues[#dues + 1] = -1
+    end
+end
+
+if any_added then
+    local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
+    if head[1] and added[head[1]] then
+        redis.call("PUBLISH", channel, head[2])
+    end
+end
+return dues

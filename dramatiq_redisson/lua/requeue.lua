@@ -1,0 +1,18 @@
+-- requeue: give fetched, unprocessed messages back to the head of the ready queue.
+--
+-- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
+-- KEYS[2]  HASH  <ns>:<queue>.msgs
+-- KEYS[3]  LIST  <ns>:<queue>
+--
+-- ARGV[1..] redis message ids, in the order they were fetched
+--
+-- Returns: the number of messages put back.
+
+local count = 0
+for i = #ARGV, 1, -1 do
+    if redis.call("SREM", KEYS[1], ARGV[i]) == 1 and redis.call("HEXISTS", KEYS[2], ARGV[i]) == 1 then
+        redis.call("LPUSH", KEYS[3], ARGV[i])
+        count = count + 1
+    end
+end
+return count
