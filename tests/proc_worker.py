@@ -1,0 +1,48 @@
+"""A worker process for the multi-process tests: ``python -m tests.proc_worker``.
+
+Environment: REDIS_URL; CLOCK_SHIFT_S shifts this process's wall clock (time.time and
+time.time_ns) to simulate a skewed host; THREADS; QUEUE. It runs until the key
+``test:stop`` exists, then exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+shift = float(os.environ.get("CLOCK_SHIFT_S", "0"))
+if shift:
+    _time, _time_ns = time.time, time.time_ns
+    time.time = lambda: _time() + shift  # type: ignore[assignment]
+    time.time_ns = lambda: _time_ns() + int(shift * 1e9)  # type: ignore[assignment]
+
+import dramatiq  # noqa: E402
+import redis  # noqa: E402
+from dramatiq import Worker  # noqa: E402
+
+from dramatiq_redisson import RedissonBroker  # noqa: E402
+from tests.helpers import record  # noqa: E402
+
+broker = RedissonBroker(url=os.environ["REDIS_URL"])
+dramatiq.set_broker(broker)
+client = redis.Redis.from_url(os.environ["REDIS_URL"])
+
+
+@dramatiq.actor(queue_name=os.environ.get("QUEUE", "default"), max_retries=0)
+def stamp(i: int) -> None:
+    record(client, i=i)
+
+
+def main() -> None:
+    worker = Worker(broker, worker_threads=int(os.environ.get("THREADS", "4")), worker_timeout=100)
+    worker.start()
+    client.incr("test:workers-ready")
+    try:
+        while not client.exists("test:stop"):
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+
+
+if __name__ == "__main__":
+    main()
