@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Iterable, Optional
+from typing import Any
 from uuid import uuid4
 
 import redis
@@ -38,7 +39,6 @@ MAX_DELAY = 10 * 366 * 86_400_000
 BULK_CHUNK_SIZE = 500
 
 
-
 def validate_delay(delay: Any) -> int | None:
     """Return ``delay`` as whole milliseconds, or ``None`` for no delay.
 
@@ -62,7 +62,7 @@ def validate_delay(delay: Any) -> int | None:
         raise ValueError(f"delay must not be negative, got {delay!r}")
     if delay > MAX_DELAY:
         raise ValueError(f"delay must be at most {MAX_DELAY} ms (ten years), got {delay!r}")
-    return delay
+    return int(delay)
 
 
 class RedissonBroker(RedisBroker):
@@ -93,13 +93,13 @@ class RedissonBroker(RedisBroker):
     def __init__(
         self,
         *,
-        url: Optional[str] = None,
-        middleware: Optional[list[Middleware]] = None,
+        url: str | None = None,
+        middleware: list[Middleware] | None = None,
         namespace: str = "dramatiq",
         maintenance_chance: int = 1000,
         heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
         dead_message_ttl: int = DEFAULT_DEAD_MESSAGE_TTL,
-        client: Optional[redis.Redis] = None,
+        client: redis.Redis | None = None,
         transfer_batch_size: int = DEFAULT_TRANSFER_BATCH_SIZE,
         safety_interval: int = DEFAULT_SAFETY_INTERVAL,
         maintenance_interval: int = DEFAULT_MAINTENANCE_INTERVAL,
@@ -142,7 +142,7 @@ class RedissonBroker(RedisBroker):
             self.queues.add(queue_name)
             self.emit_after("declare_queue", queue_name)
 
-    def _prepare(self, message: Message, delay_ms: int | None) -> tuple[Message, str]:
+    def _prepare(self, message: Message[Any], delay_ms: int | None) -> tuple[Message[Any], str]:
         """Give ``message`` its redis id and canonical queue; drop any ``eta``. Returns the
         message and its sort key ("" if it is not delayed)."""
         queue_name = q_name(message.queue_name)
@@ -152,7 +152,7 @@ class RedissonBroker(RedisBroker):
         message.options.pop("eta", None)
         return message, sort_key
 
-    def enqueue(self, message: Message, *, delay: Optional[int] = None) -> Message:
+    def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         """Enqueue a message, now or after ``delay`` milliseconds.
 
         A delayed message is offered to the queue's delayed queue (one atomic script);
@@ -169,7 +169,9 @@ class RedissonBroker(RedisBroker):
         delay_ms = validate_delay(delay)
         message, sort_key = self._prepare(message, delay_ms)
         keys = self.keys(message.queue_name)
-        self.logger.debug("Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms)
+        self.logger.debug(
+            "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
+        )
         self.emit_before("enqueue", message, delay)
         data = message.encode()
         if delay_ms:
@@ -179,7 +181,7 @@ class RedissonBroker(RedisBroker):
         self.emit_after("enqueue", message, delay)
         return message
 
-    def enqueue_many(self, messages: Iterable[Message], *, delay: Optional[int] = None) -> list[Message]:
+    def enqueue_many(self, messages: Iterable[Message[Any]], *, delay: int | None = None) -> list[Message[Any]]:
         """Enqueue many messages with one delay, pipelined in chunks of :data:`BULK_CHUNK_SIZE`.
 
         Each chunk is one atomic script call per queue; the ``enqueue`` middleware
@@ -192,7 +194,7 @@ class RedissonBroker(RedisBroker):
         prepared = [self._prepare(message, delay_ms) for message in messages]
         for message, _ in prepared:
             self.emit_before("enqueue", message, delay)
-        by_queue: dict[str, list[tuple[Message, str]]] = defaultdict(list)
+        by_queue: dict[str, list[tuple[Message[Any], str]]] = defaultdict(list)
         for item in prepared:
             by_queue[item[0].queue_name].append(item)
         with self.client.pipeline(transaction=False) as pipe:
@@ -246,7 +248,7 @@ class RedissonBroker(RedisBroker):
             pipe.hlen(keys.legacy_dq_msgs)
             return sum(pipe.execute())
 
-    def join(self, queue_name: str, *, interval: int = 100, timeout: Optional[int] = None) -> None:
+    def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
         """Wait until every message of a queue, scheduled ones included, has been processed.
 
         Meant for tests, like the built-in broker's ``join``.
@@ -259,4 +261,3 @@ class RedissonBroker(RedisBroker):
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)
             time.sleep(interval / 1000)
-

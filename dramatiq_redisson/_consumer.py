@@ -6,7 +6,8 @@ import random
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
@@ -84,7 +85,9 @@ class RedissonConsumer(Consumer):
 
                 self.tick()
                 if self.outstanding_message_count < self.prefetch:
-                    fetched = self.scripts.fetch(self.keys, self.worker_id, self.prefetch - self.outstanding_message_count)
+                    fetched = self.scripts.fetch(
+                        self.keys, self.worker_id, self.prefetch - self.outstanding_message_count
+                    )
                     if fetched:
                         self.misses = 0
                         self._cache(fetched)
@@ -121,7 +124,9 @@ class RedissonConsumer(Consumer):
             if cached:
                 self.scripts.requeue(self.keys, self.worker_id, cached)
         except _CONNECTION_ERRORS:
-            self.logger.warning("Could not requeue %d prefetched messages; they return after the heartbeat timeout.", len(cached))
+            self.logger.warning(
+                "Could not requeue %d prefetched messages; they return after the heartbeat timeout.", len(cached)
+            )
         finally:
             if self.pubsub is not None:
                 try:
@@ -216,7 +221,7 @@ class RedissonConsumer(Consumer):
             else:
                 self.message_cache.append((redis_message_id, data))
 
-    def _decode(self, redis_message_id: str, data: bytes) -> Message | None:
+    def _decode(self, redis_message_id: str, data: bytes) -> Message[Any] | None:
         try:
             message = Message.decode(data)
         except Exception:
@@ -248,20 +253,22 @@ class RedissonConsumer(Consumer):
         """Move one batch of the built-in broker's ``.DQ`` messages into the delayed queue
         at their original eta. Returns whether more may remain."""
         client = self.broker.client
-        ids = [i.decode() for i in client.lrange(self.keys.legacy_dq, 0, MIGRATION_BATCH_SIZE - 1)]
+        ids = [i.decode() for i in cast("list[bytes]", client.lrange(self.keys.legacy_dq, 0, MIGRATION_BATCH_SIZE - 1))]
         if not ids:
             return False
-        datas = client.hmget(self.keys.legacy_dq_msgs, ids)
+        datas = cast("list[bytes | None]", client.hmget(self.keys.legacy_dq_msgs, ids))
         entries: list[tuple[int, str, str, bytes, str]] = []
         undecodable: list[str] = []
-        for legacy_id, data in zip(ids, datas):
+        for legacy_id, data in zip(ids, datas, strict=True):
             if data is None:
                 undecodable.append(legacy_id)  # an id without a message: bury drops it
                 continue
             try:
                 legacy = Message.decode(data)
             except Exception:
-                self.logger.exception("Could not decode legacy delayed message %r; moving it to the dead letters.", legacy_id)
+                self.logger.exception(
+                    "Could not decode legacy delayed message %r; moving it to the dead letters.", legacy_id
+                )
                 undecodable.append(legacy_id)
                 continue
             eta = legacy.options.get("eta")
@@ -278,7 +285,9 @@ class RedissonConsumer(Consumer):
         if entries:
             dues = self.scripts.offer(self.keys, entries, absolute=True)
             migrated = sum(1 for due in dues if due >= 0)
-            self.logger.info("Migrated %d delayed messages from %r to the delayed queue.", migrated, self.keys.legacy_dq)
+            self.logger.info(
+                "Migrated %d delayed messages from %r to the delayed queue.", migrated, self.keys.legacy_dq
+            )
             self.timer.force()
         return len(ids) == MIGRATION_BATCH_SIZE
 
@@ -286,7 +295,8 @@ class RedissonConsumer(Consumer):
         """Requeue the unacked messages of dead workers; expire old dead letters."""
         client = self.broker.client
         cutoff = self.timer.server_now_ms() - self.broker.heartbeat_timeout
-        dead = [w.decode() for w in client.zrangebyscore(self.keys.heartbeats, "-inf", cutoff, start=0, num=100)]
+        oldest = cast("list[bytes]", client.zrangebyscore(self.keys.heartbeats, "-inf", cutoff, start=0, num=100))
+        dead = [w.decode() for w in oldest]
         dead = [w for w in dead if w != self.worker_id]
         requeued, expired = self.scripts.maintenance(
             self.keys, dead, dead_message_ttl_ms=self.broker.dead_message_ttl, expire_limit=EXPIRE_LIMIT

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
@@ -51,7 +51,7 @@ class DelayedQueue:
         head = self.broker.client.zrange(self.keys.timeout_zset, 0, 0, withscores=True)
         return int(head[0][1]) if head else None
 
-    def read_all(self, limit: int | None = None) -> list[tuple[int, Message]]:
+    def read_all(self, limit: int | None = None) -> list[tuple[int, Message[Any]]]:
         """Scheduled messages as ``(due epoch ms, message)`` pairs, earliest first.
 
         Entries that cannot be decoded are skipped with a logged error.
@@ -59,13 +59,16 @@ class DelayedQueue:
         if limit is not None and limit <= 0:
             return []
         client = self.broker.client
-        entries = client.zrange(self.keys.timeout_zset, 0, -1 if limit is None else limit - 1, withscores=True)
+        entries = cast(
+            "list[tuple[bytes, float]]",
+            client.zrange(self.keys.timeout_zset, 0, -1 if limit is None else limit - 1, withscores=True),
+        )
         if not entries:
             return []
         message_ids = [member[16:].decode() for member, _ in entries]
-        stored = client.hmget(self.keys.payloads, message_ids)
-        result: list[tuple[int, Message]] = []
-        for (member, due), data in zip(entries, stored):
+        stored = cast("list[bytes | None]", client.hmget(self.keys.payloads, message_ids))
+        result: list[tuple[int, Message[Any]]] = []
+        for (member, due), data in zip(entries, stored, strict=True):
             # An entry may have moved or been cancelled between the two reads.
             if data is None or data[:16] != member[:16]:
                 continue

@@ -7,8 +7,9 @@ reload on NOSCRIPT).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 import redis
 from redis.commands.core import Script
@@ -72,8 +73,11 @@ class Scripts:
         *,
         absolute: bool = False,
         client: Any = None,
-    ) -> list[int]:
-        """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries; returns due times."""
+    ) -> Any:
+        """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries.
+
+        Returns the due times (epoch ms, -1 for a lost claim), or the pipeline when
+        ``client`` is one."""
         args: list[Any] = ["abs" if absolute else "rel"]
         for entry in entries:
             args.extend(entry)
@@ -107,33 +111,39 @@ class Scripts:
     def cancel(self, keys: QueueKeys, message_ids: Sequence[str]) -> int:
         return int(self._run("cancel", (keys.timeout_zset, keys.payloads), message_ids))
 
-    def clear(self, keys: QueueKeys, client: Any = None) -> int:
+    def clear(self, keys: QueueKeys, client: Any = None) -> Any:
+        """Returns how many were scheduled, or the pipeline when ``client`` is one."""
         return self._run("clear", keys.scheduled_keys, (), client)
 
-    def enqueue(self, keys: QueueKeys, entries: Sequence[tuple[str, bytes]], client: Any = None) -> int:
+    def enqueue(self, keys: QueueKeys, entries: Sequence[tuple[str, bytes]], client: Any = None) -> Any:
+        """Push ``(redis_message_id, data)`` pairs; returns the queue length, or the pipeline."""
         args: list[Any] = []
         for entry in entries:
             args.extend(entry)
         return self._run("enqueue", (keys.ready, keys.ready_msgs, keys.channel), args, client)
 
     def fetch(self, keys: QueueKeys, worker_id: str, count: int) -> list[tuple[str, bytes | None]]:
-        flat = self._run("fetch", (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats), (count, worker_id))
+        flat = self._run(
+            "fetch", (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats), (count, worker_id)
+        )
         return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def ack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
-        return self._run(
-            "ack", (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats), (redis_message_id, worker_id)
+        return int(
+            self._run("ack", (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats), (redis_message_id, worker_id))
         )
 
     def nack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
-        return self._run(
-            "nack",
-            (keys.acks(worker_id), keys.ready_msgs, keys.xq, keys.xq_msgs, keys.heartbeats),
-            (redis_message_id, worker_id),
+        return int(
+            self._run(
+                "nack",
+                (keys.acks(worker_id), keys.ready_msgs, keys.xq, keys.xq_msgs, keys.heartbeats),
+                (redis_message_id, worker_id),
+            )
         )
 
     def requeue(self, keys: QueueKeys, worker_id: str, redis_message_ids: Sequence[str]) -> int:
-        return self._run("requeue", (keys.acks(worker_id), keys.ready_msgs, keys.ready), redis_message_ids)
+        return int(self._run("requeue", (keys.acks(worker_id), keys.ready_msgs, keys.ready), redis_message_ids))
 
     def maintenance(
         self, keys: QueueKeys, dead_workers: Sequence[str], *, dead_message_ttl_ms: int, expire_limit: int

@@ -118,11 +118,11 @@ class OrderStore:
         event = json.dumps({"kind": kind, "order": order, **fields})
         return int(self._log(keys=[self.events_key], args=[event, KEY_TTL]))
 
-    def create(self, order: int, amount_cents: int) -> None:
+    def create(self, order: int) -> None:
         """Store a new, unpaid order."""
         key = self.order_key(order)
         with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"status": PENDING, "amount_cents": amount_cents})
+            pipe.hset(key, "status", PENDING)
             pipe.expire(key, KEY_TTL)
             pipe.execute()
 

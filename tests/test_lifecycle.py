@@ -45,7 +45,9 @@ def test_flush_and_flush_all_delete_the_delayed_structures(broker: RedissonBroke
         actor.send_with_options(delay=60_000)
     broker.flush("one")
     assert not any(b"one" in key for key in redis_client.keys("*"))
-    assert redis_client.exists("redisson_delay_queue_timeout:{dramatiq:two}", "redisson_delay_queue:{dramatiq:two}") == 2
+    assert (
+        redis_client.exists("redisson_delay_queue_timeout:{dramatiq:two}", "redisson_delay_queue:{dramatiq:two}") == 2
+    )
     broker.flush_all()
     assert redis_client.keys("*") == []
 
@@ -120,7 +122,9 @@ def test_unacked_messages_of_a_dead_worker_are_requeued(broker: RedissonBroker, 
     assert redis_client.zscore("dramatiq:__heartbeats__", dead_id) is None
 
 
-def test_backup_list_is_trimmed_from_its_head_as_entries_move(broker: RedissonBroker, redis_client: redis.Redis) -> None:
+def test_backup_list_is_trimmed_from_its_head_as_entries_move(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
     @dramatiq.actor
     def noop(i: int) -> None: ...
 

@@ -56,7 +56,10 @@ def stamp(broker: RedissonBroker, redis_client: redis.Redis) -> dramatiq.Actor: 
 
 @pytest.mark.slow
 def test_many_worker_processes_run_every_mixed_delay_message_exactly_once(
-    broker: RedissonBroker, redis_url: str, redis_client: redis.Redis, stamp: dramatiq.Actor  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    redis_url: str,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,  # type: ignore[type-arg]
 ) -> None:
     rng = random.Random(7)
     count = 3_000
@@ -72,7 +75,7 @@ def test_many_worker_processes_run_every_mixed_delay_message_exactly_once(
                 messages = broker.enqueue_many([stamp.message(i) for i in items], delay=delay)
                 if delay:
                     scores = redis_client.zmscore(ZSET, [m.options["redis_message_id"] for m in messages])
-                    dues.update({i: int(s) for i, s in zip(items, scores) if s is not None})
+                    dues.update({i: int(s) for i, s in zip(items, scores, strict=True) if s is not None})
         assert wait_for(lambda: redis_client.llen("test:record") >= count, timeout=60)
         time.sleep(0.5)  # give a duplicate the chance to show up
     runs = records(redis_client)
@@ -87,7 +90,11 @@ def test_many_worker_processes_run_every_mixed_delay_message_exactly_once(
 
 @pytest.mark.parametrize("shift_s", [3600.0, -3600.0])
 def test_worker_clock_skew_does_not_move_delivery(
-    broker: RedissonBroker, redis_url: str, redis_client: redis.Redis, stamp: dramatiq.Actor, shift_s: float  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    redis_url: str,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,
+    shift_s: float,  # type: ignore[type-arg]
 ) -> None:
     # Given a worker process whose clock is an hour off
     with worker_processes(redis_url, redis_client, count=1, shift_s=shift_s):
@@ -102,7 +109,11 @@ def test_worker_clock_skew_does_not_move_delivery(
 
 @pytest.mark.parametrize("shift", [timedelta(hours=1), timedelta(hours=-1)])
 def test_producer_clock_skew_does_not_move_delivery(
-    broker: RedissonBroker, redis_url: str, redis_client: redis.Redis, stamp: dramatiq.Actor, shift: timedelta  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    redis_url: str,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,
+    shift: timedelta,  # type: ignore[type-arg]
 ) -> None:
     with worker_processes(redis_url, redis_client, count=1):
         # Given a producer whose clock is an hour off

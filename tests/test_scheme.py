@@ -55,7 +55,9 @@ def test_offer_announces_only_a_new_earliest_due_time(broker: RedissonBroker, re
     announced = []
     while (item := pubsub.get_message(timeout=0.5)) is not None:
         announced.append(int(item["data"]))
-    heads = [int(s) for _, s in redis_client.zrange("redisson_delay_queue_timeout:{dramatiq:q}", 0, -1, withscores=True)]
+    heads = [
+        int(s) for _, s in redis_client.zrange("redisson_delay_queue_timeout:{dramatiq:q}", 0, -1, withscores=True)
+    ]
     assert len(announced) == 2
     assert announced[1] == heads[0]
     assert announced[0] - announced[1] > 4_000
@@ -70,7 +72,9 @@ def test_delayed_message_runs_after_its_delay_and_not_before(
         record(redis_client)
 
     message = stamp.send_with_options(delay=300)
-    due = int(redis_client.zscore("redisson_delay_queue_timeout:{dramatiq:default}", message.options["redis_message_id"]))
+    due = int(
+        redis_client.zscore("redisson_delay_queue_timeout:{dramatiq:default}", message.options["redis_message_id"])
+    )
     broker.join("default", timeout=5_000)
     worker.join()
 
@@ -118,7 +122,7 @@ def test_redisson_timeline_is_delivered_in_due_order_none_early(
 
     runs = records(redis_client)
     assert [r["value"] for r in runs] == ["1", "2", "3", "4", "2"]
-    lateness = [run["at_ms"] - due for run, due in zip(runs, sorted(dues.values()))]
+    lateness = [run["at_ms"] - due for run, due in zip(runs, sorted(dues.values()), strict=True)]
     assert all(0 <= late <= 100 for late in lateness), lateness
 
 
@@ -130,11 +134,15 @@ def test_entries_due_in_the_same_millisecond_move_in_offer_order(
 
     # Given 300 messages offered in one bulk call, so they share one due time
     messages = broker.enqueue_many([noop.message(i) for i in range(300)], delay=200)
-    scores = {s for _, s in redis_client.zrange("redisson_delay_queue_timeout:{dramatiq:burst}", 0, -1, withscores=True)}
+    scores = {
+        s for _, s in redis_client.zrange("redisson_delay_queue_timeout:{dramatiq:burst}", 0, -1, withscores=True)
+    }
     assert len(scores) == 1
     # When a consumer's timer moves them
     consumer = broker.consume("burst", prefetch=1, timeout=100)
-    assert wait_for(lambda: (next(consumer), redis_client.zcard("redisson_delay_queue_timeout:{dramatiq:burst}"))[1] == 0)
+    assert wait_for(
+        lambda: (next(consumer), redis_client.zcard("redisson_delay_queue_timeout:{dramatiq:burst}"))[1] == 0
+    )
     consumer.close()
     # Then the ready queue holds them in offer order
     ready = [i.decode() for i in redis_client.lrange("dramatiq:burst", 0, -1)]

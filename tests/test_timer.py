@@ -60,7 +60,9 @@ def test_timer_ignores_a_skewed_local_wall_clock(clock: FakeClock) -> None:
     assert a.seconds_until_due() == b.seconds_until_due() == pytest.approx(1.0)
 
 
-def test_timer_announcement_of_an_earlier_due_time_moves_the_deadline_up(timer: TransferTimer, clock: FakeClock) -> None:
+def test_timer_announcement_of_an_earlier_due_time_moves_the_deadline_up(
+    timer: TransferTimer, clock: FakeClock
+) -> None:
     # Given a timer waiting 10 s for the head
     timer.record(result(next_due_ms=1_010_000, server_now_ms=1_000_000))
     clock.now += 1.0

@@ -1,0 +1,72 @@
+"""Entry points of the child processes (multiprocessing spawn)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def worker_main(kind: str, url: str, threads: int, mode: str, ready: Any, stop_event: Any) -> None:
+    """Run a Dramatiq Worker in this process until ``stop_event`` is set.
+
+    mode "run": an ordinary Worker. mode "move": a Worker that moves delayed messages to
+    the ready queue but never fetches from it (built-in: no consumer on the ready queue,
+    only on ``.DQ``; Redisson: the ready-queue consumer gets prefetch 0, so it only runs
+    its transfer timer)."""
+    from dramatiq import Worker
+
+    from ._actor import declare
+    from ._common import make_broker, quiet_logging
+
+    quiet_logging()
+    broker = make_broker(kind, url)
+    declare(broker)
+
+    class MoverWorker(Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if kind != "builtin":
+                self.queue_prefetch = 0
+
+        def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
+            if kind == "builtin" and not delay:
+                return
+            super()._add_consumer(queue_name, delay=delay)
+
+    cls = Worker if mode == "run" else MoverWorker
+    worker = cls(broker, worker_threads=threads, worker_timeout=1000)
+    worker.start()
+    ready.put(os.getpid())
+    stop_event.wait()
+    worker.stop(timeout=20_000)
+    broker.close()
+
+
+def offer_main(kind: str, url: str, mode: str, n: int, out: Any) -> None:
+    """One producer process: offer ``n`` delayed messages (1 h) and report the rate.
+
+    mode "one": ``actor.send_with_options(delay=…)`` one by one.
+    mode "bulk": ``broker.enqueue_many(messages, delay=…)`` (messages built beforehand;
+    the rate with message construction included is reported too)."""
+    from ._actor import declare
+    from ._common import HOUR_MS, make_broker, quiet_logging
+
+    quiet_logging()
+    broker = make_broker(kind, url)
+    actor = declare(broker)
+    actor.send_with_options(args=(-1,), delay=HOUR_MS)  # warm-up: scripts loaded, connection open
+    if mode == "one":
+        t0 = time.perf_counter()
+        for seq in range(n):
+            actor.send_with_options(args=(seq,), delay=HOUR_MS)
+        elapsed = time.perf_counter() - t0
+        out.put({"n": n, "seconds": elapsed, "rate": n / elapsed})
+    else:
+        t0 = time.perf_counter()
+        messages = [actor.message(seq) for seq in range(n)]
+        t1 = time.perf_counter()
+        broker.enqueue_many(messages, delay=HOUR_MS)
+        t2 = time.perf_counter()
+        out.put({"n": n, "seconds": t2 - t1, "rate": n / (t2 - t1), "rate_incl_build": n / (t2 - t0)})
+    broker.close()

