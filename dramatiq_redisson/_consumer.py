@@ -153,7 +153,8 @@ class RedissonConsumer(Consumer):
             # Keep this worker's heartbeat fresh while all its threads are busy, and
             # pick up legacy .DQ entries that built-in workers requeued meanwhile.
             self.next_housekeeping_at = now + self.broker.safety_interval / 1000
-            self.broker.client.zadd(self.keys.heartbeats, {self.worker_id: self.timer.server_now_ms()})
+            if self.timer.server_now_ms():
+                self.broker.client.zadd(self.keys.heartbeats, {self.worker_id: self.timer.server_now_ms()})
             self.migrate_legacy = True
         if now >= self.next_maintenance_at:
             self.next_maintenance_at = now + self.broker.maintenance_interval / 1000

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import redis
 
@@ -21,9 +21,9 @@ PREFIX = "example_app"
 #: Seconds the keys of a run live, in case a run dies before cleaning up.
 KEY_TTL = 3600
 
-PENDING = "pending"
-PAID = "paid"
-CANCELLED = "cancelled"
+PENDING: Final = "pending"
+PAID: Final = "paid"
+CANCELLED: Final = "cancelled"
 
 Status = Literal["pending", "paid", "cancelled"]
 

@@ -165,3 +165,20 @@ def test_enqueue_many_mixes_queues_and_runs_middleware_hooks(broker: RedissonBro
     assert len(seen) == 703
     broker.enqueue_many([a.message(1), b.message(2)])
     assert redis_client.llen("dramatiq:a") == 1 and redis_client.llen("dramatiq:b") == 1
+
+
+def test_a_process_that_only_sends_starts_no_timer(redis_url: str, redis_client: redis.Redis) -> None:
+    import threading
+
+    threads = set(threading.enumerate())
+    broker = RedissonBroker(url=redis_url)
+
+    @dramatiq.actor(broker=broker)
+    def noop() -> None: ...
+
+    noop.send_with_options(delay=1_000)
+    noop.send()
+    assert set(threading.enumerate()) == threads
+    assert redis_client.pubsub_numsub("redisson_delay_queue_channel:{dramatiq:default}") == [
+        (b"redisson_delay_queue_channel:{dramatiq:default}", 0)
+    ]

@@ -90,7 +90,9 @@ print(kwargs["host"], kwargs["port"], kwargs.get("db") or 0)
 
 
 def test_tasks_module_is_a_broker_module_for_the_dramatiq_cli(redis_url: str) -> None:
-    url = redis.connection.parse_url(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    url = client.connection_pool.connection_kwargs
+    client.close()
     result = run_python("-c", PROBE, redis_url=redis_url)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(url["host"]), str(url["port"]), str(url.get("db") or 0)]

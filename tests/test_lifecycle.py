@@ -185,3 +185,22 @@ def test_offers_during_a_compaction_pass_keep_their_place(broker: RedissonBroker
     # Then the pass ends with exactly the live entries, in offer order
     live = [m.options["redis_message_id"].encode() for m in head + middle + later]
     assert redis_client.lrange(BACKUP, 0, -1) == live
+
+
+def test_migration_leaves_a_legacy_message_a_builtin_worker_fetched_meanwhile(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    # Given a .DQ message that a built-in worker already fetched (off the list, payload kept)
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    message = noop.message()
+    redis_client.hset("dramatiq:default.DQ.msgs", "legacy-1", message.encode())
+    # When a migrator that read it earlier tries to claim it
+    dues = broker.redisson_scripts.offer(
+        broker.keys("default"), [(0, "0" * 16, message.message_id, message.encode(), "legacy-1")], absolute=True
+    )
+    # Then it is not claimed: no duplicate is scheduled and the built-in worker keeps it
+    assert dues == [-1]
+    assert broker.delayed_queue("default").size() == 0
+    assert redis_client.hexists("dramatiq:default.DQ.msgs", "legacy-1")

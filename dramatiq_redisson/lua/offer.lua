@@ -11,7 +11,7 @@
 --          "abs": each time is an absolute due time in epoch ms (legacy migration)
 -- ARGV[2..] repeated groups of 5:
 --          time_ms, sort_key (16 chars), message_id, encoded message,
---          claim id ("" for a fresh offer; else a legacy .DQ id that must still exist)
+--          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed)
 --
 -- A member is sort_key .. message_id: equal due times order by sort key (offer order).
 -- Offering a message id that is already scheduled on this queue reschedules it.
@@ -34,11 +34,12 @@ for i = 2, #ARGV, 5 do
     local sort_key, message_id, data, claim = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
     local claimed = true
     if claim ~= "" then
-        claimed = redis.call("HDEL", legacy_msgs, claim) == 1
+        -- Claim the id only while it is still listed: a built-in worker that
+        -- fetched it meanwhile owns it. The ids were read from the head of the
+        -- list, so this scan normally stops within the first few entries.
+        claimed = redis.call("LREM", legacy_list, 1, claim) == 1
         if claimed then
-            -- The claimed ids were read from the head of the list, so this
-            -- scan stops within the first few entries.
-            redis.call("LREM", legacy_list, 1, claim)
+            redis.call("HDEL", legacy_msgs, claim)
         end
     end
     if claimed then

@@ -1,0 +1,136 @@
+"""``python -m benchmarks SCENARIO [--brokers …] [--size …] [--url URL] [--json out.json]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ._common import BROKER_KINDS, SIZES, Server, dumps, machine_info, median_merge, quiet_logging
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)"
+    cols: list[str] = []
+    for row in rows:
+        for k in row:
+            if k not in cols:
+                cols.append(k)
+    cells = [[_fmt(row.get(c)) for c in cols] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    line = "| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
+    return "\n".join([line, sep, *body])
+
+
+def _strip_samples(obj: Any) -> Any:
+    """Drop the bulky raw samples (keys starting with "_") for the printed JSON."""
+    if isinstance(obj, dict):
+        return {k: _strip_samples(v) for k, v in obj.items() if not str(k).startswith("_")}
+    if isinstance(obj, list):
+        return [_strip_samples(v) for v in obj]
+    return obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .scenarios import SCENARIOS, Ctx
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    parser.add_argument("--brokers", default=",".join(BROKER_KINDS),
+                        help="comma-separated: redisson, builtin, redisson-lrem (default: all three)")
+    parser.add_argument("--size", choices=list(SIZES), default="small")
+    parser.add_argument("--url", default=None, help="use this Redis/Valkey (default: start an embedded Valkey)")
+    parser.add_argument("--json", dest="json_out", default=None, help="write the full results (with samples) here")
+    parser.add_argument("--repeat", type=int, default=1, help="run each scenario N times; tables show medians")
+    args = parser.parse_args(argv)
+
+    brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    for b in brokers:
+        if b not in BROKER_KINDS:
+            parser.error(f"unknown broker {b!r}")
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    quiet_logging()
+    server = Server(args.url)
+    _log(f"server {server.url} ({'embedded' if server.embedded else 'given'}), size {args.size}, brokers {brokers}")
+    results: dict[str, Any] = {"meta": {**machine_info(server), "size": args.size, "brokers": brokers,
+                                        "repeat": args.repeat, "command": " ".join(sys.argv)}, "scenarios": {}}
+    failures: list[str] = []
+    started = time.monotonic()
+    try:
+        for name in names:
+            runs = []
+            for rep in range(args.repeat):
+                ctx = Ctx(server, args.size, SIZES[args.size], brokers, _log)
+                t0 = time.monotonic()
+                try:
+                    out = SCENARIOS[name](ctx)
+                except Exception as e:
+                    traceback.print_exc()
+                    ctx.fail(f"{name}: crashed: {e!r}")
+                    out = {"data": {}, "rows": [], "targets": []}
+                finally:
+                    try:
+                        server.slowlog_off()
+                        server.flush()
+                    except Exception:
+                        pass
+                out["seconds"] = round(time.monotonic() - t0, 1)
+                out["failures"] = ctx.failures
+                failures += ctx.failures
+                runs.append(out)
+            merged = runs[0] if len(runs) == 1 else {
+                "data": runs[0]["data"], "runs_data": [r["data"] for r in runs],
+                "rows": [median_merge(list(rs)) for rs in zip(*(r["rows"] for r in runs))],
+                "targets": [median_merge(list(ts)) for ts in zip(*(r["targets"] for r in runs))],
+                "seconds": sum(r["seconds"] for r in runs), "failures": [f for r in runs for f in r["failures"]],
+            }
+            results["scenarios"][name] = merged
+            print(f"\n## {name} ({args.size}, {merged['seconds']} s{', median of %d' % args.repeat if args.repeat > 1 else ''})\n")
+            print(format_table(merged["rows"]))
+            if merged["targets"]:
+                print()
+                print(format_table([{"target": t["target"], "value": t["value"],
+                                     "met": {True: "MET", False: "MISSED", None: "-"}[t["met"]]}
+                                    for t in merged["targets"]]))
+            sys.stdout.flush()
+    finally:
+        server.stop()
+    results["meta"]["seconds"] = round(time.monotonic() - started, 1)
+    results["failures"] = failures
+    targets = [t for s in results["scenarios"].values() for t in s["targets"]]
+    print("\n## summary\n")
+    print(format_table([{"target": t["target"], "value": t["value"],
+                         "met": {True: "MET", False: "MISSED", None: "-"}[t["met"]]} for t in targets]))
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(dumps(results))
+        _log(f"results written to {args.json_out}")
+    print("\n## JSON\n")
+    print(dumps(_strip_samples({"meta": results["meta"], "failures": failures,
+                                "scenarios": {k: {"rows": v["rows"], "targets": v["targets"]}
+                                              for k, v in results["scenarios"].items()}})))
+    if failures:
+        print(f"\nFAILED: {len(failures)} problem(s):", file=sys.stderr)
+        for f in failures:
+            print("  - " + f, file=sys.stderr)
+        return 1
+    _log(f"done in {results['meta']['seconds']} s, no lost or duplicated messages, no crash")
+    return 0

@@ -1,0 +1,640 @@
+"""The seven scenarios. Each returns ``{"data": …, "rows": […], "targets": […]}`` and reports
+failures (lost or duplicated messages of the Redisson brokers, crashes) through ``ctx.fail``."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any, Callable
+
+from ._actor import declare
+from ._common import (
+    HOUR_MS,
+    PRODUCT_KINDS,
+    QUEUE,
+    Server,
+    Workers,
+    analyze,
+    broker_cost,
+    bulk_offer,
+    classify_slowlog,
+    due_of,
+    inversions,
+    make_broker,
+    pct,
+    queue_keys,
+    read_records,
+    reference_lua,
+    script_names,
+    wait_records,
+)
+
+
+class Ctx:
+    def __init__(self, server: Server, size: str, params: dict[str, Any], brokers: list[str],
+                 log: Callable[[str], None]) -> None:
+        self.server, self.size, self.p, self.brokers, self.log = server, size, params, brokers, log
+        self.failures: list[str] = []
+
+    @property
+    def r(self) -> Any:
+        return self.server.r
+
+    def fail(self, msg: str) -> None:
+        self.log("FAILURE: " + msg)
+        self.failures.append(msg)
+
+    def producer(self, kind: str) -> tuple[Any, Any]:
+        broker = make_broker(kind, self.server.url)
+        return broker, declare(broker)
+
+    def workers(self, kind: str, mode: str = "run") -> Workers:
+        return Workers(kind, self.server.url, self.p["procs"], self.p["threads"], mode)
+
+    def check_delivery(self, scenario: str, kind: str, res: dict[str, Any], complete_required: bool = True) -> None:
+        if kind in PRODUCT_KINDS:
+            if res.get("duplicated"):
+                self.fail(f"{scenario}/{kind}: {res['duplicated']} duplicated messages")
+            if complete_required and res.get("lost"):
+                self.fail(f"{scenario}/{kind}: {res['lost']} lost messages")
+            if res.get("unexpected"):
+                self.fail(f"{scenario}/{kind}: {res['unexpected']} messages that should not have run ran")
+            if res.get("early"):
+                self.fail(f"{scenario}/{kind}: {res['early']} messages started before their due time")
+
+    def check_crash(self, scenario: str, kind: str, workers: Workers) -> None:
+        for msg in workers.crashed:
+            self.fail(f"{scenario}/{kind}: {msg}")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, 4)
+
+
+def _lat_row(kind: str, res: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    lat = res["lateness_ms"]
+    row = {"broker": kind, "ran": f"{res['ran']}/{res['expected']}", "lost": res["lost"], "dup": res["duplicated"],
+           "p50 ms": lat["p50"], "p90 ms": lat["p90"], "p99 ms": lat["p99"], "max ms": lat["max"]}
+    row.update(extra)
+    return row
+
+
+def _add_ratio_rows(rows: list[dict[str, Any]], data: dict[str, Any], key: str = "lateness_ms") -> None:
+    base = data.get("builtin")
+    if not base:
+        return
+    for row in rows:
+        kind = row["broker"]
+        if kind == "builtin" or kind not in data:
+            continue
+        mine = data[kind][key]
+        row["p99 vs builtin"] = _ratio(mine["p99"], base[key]["p99"])
+        row["p50 vs builtin"] = _ratio(mine["p50"], base[key]["p50"])
+
+
+# -- 1. lateness -----------------------------------------------------------------------
+
+
+def lateness(ctx: Ctx) -> dict[str, Any]:
+    p = ctx.p["lateness"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    for kind in ctx.brokers:
+        ctx.server.flush()
+        broker, actor = ctx.producer(kind)
+        rng = random.Random(20_000)
+        dues: dict[int, float] = {}
+        ctx.log(f"lateness/{kind}: {p['n']} messages, delays {p['delay_lo']}-{p['delay_hi']} ms")
+        with ctx.workers(kind) as w:
+            t0 = time.monotonic()
+            for seq in range(p["n"]):
+                m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
+                dues[seq] = due_of(broker, kind, m)
+            offer_s = time.monotonic() - t0
+            deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["timeout"]
+            complete = wait_records(ctx.r, dues, deadline, check=w.check)
+        ctx.check_crash("lateness", kind, w)
+        res = analyze(dues, read_records(ctx.r))
+        res.update({"offer_seconds": round(offer_s, 3), "complete": complete})
+        ctx.check_delivery("lateness", kind, res)
+        data[kind] = res
+        rows.append(_lat_row(kind, res, early=res["early"]))
+        broker.close()
+    _add_ratio_rows(rows, data)
+    targets = []
+    if "redisson" in data:
+        lat = data["redisson"]["lateness_ms"]
+        targets += [
+            {"target": "lateness p99 <= 5 ms", "value": lat["p99"], "met": lat["p99"] is not None and lat["p99"] <= 5},
+            {"target": "lateness max <= 50 ms", "value": lat["max"], "met": lat["max"] is not None and lat["max"] <= 50},
+        ]
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+# -- 2. head-of-line -------------------------------------------------------------------
+
+
+def head_of_line(ctx: Ctx) -> dict[str, Any]:
+    p = ctx.p["hol"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    for kind in ctx.brokers:
+        ctx.server.flush()
+        broker, actor = ctx.producer(kind)
+        ctx.log(f"head-of-line/{kind}: {p['far']} due in 1 h, then {p['near']} due in {p['near_delay']} ms")
+        t0 = time.monotonic()
+        far = list(range(1_000_000_000, 1_000_000_000 + p["far"]))
+        bulk_offer(broker, kind, actor, far, HOUR_MS)
+        fill_s = time.monotonic() - t0
+        dues: dict[int, float] = {}
+        with ctx.workers(kind) as w:
+            time.sleep(1.0)  # let the built-in workers prefetch their delay queue
+            for seq in range(p["near"]):
+                m = actor.send_with_options(args=(seq,), delay=p["near_delay"])
+                dues[seq] = due_of(broker, kind, m)
+            # The window: the built-in broker is given a bounded time; so is ours (same window).
+            deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["window"]
+            complete = wait_records(ctx.r, dues, deadline, check=w.check)
+        ctx.check_crash("head-of-line", kind, w)
+        records = read_records(ctx.r)
+        far_ran = sum(1 for seq, _, _ in records if seq >= 1_000_000_000)
+        res = analyze(dues, [rec for rec in records if rec[0] < 1_000_000_000])
+        res.update({"complete": complete, "window_s": p["window"], "far_ran": far_ran, "fill_seconds": round(fill_s, 2)})
+        if kind in PRODUCT_KINDS and far_ran:
+            ctx.fail(f"head-of-line/{kind}: {far_ran} far-future messages ran early")
+        ctx.check_delivery("head-of-line", kind, res)
+        data[kind] = res
+        rows.append(_lat_row(kind, res, **{"not run in window": res["lost"], "far ran": far_ran}))
+        broker.close()
+    _add_ratio_rows(rows, data)
+    targets = []
+    if "redisson" in data:
+        lat = data["redisson"]["lateness_ms"]
+        targets.append({"target": "head-of-line near p99 <= 5 ms", "value": lat["p99"],
+                        "met": lat["p99"] is not None and lat["p99"] <= 5 and data["redisson"]["lost"] == 0})
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+# -- 3. backlog cost -------------------------------------------------------------------
+
+
+def _fill_reference(ctx: Ctx, far: int, due: int) -> None:
+    """Fill Redisson's structures directly: ``far`` entries due in 1 h offered first, then
+    ``due`` entries already due. Members look like ours: 16-char key + a uuid-sized id."""
+    from ._common import queue_keys
+
+    keys = queue_keys("redisson")
+    now = int(ctx.server.now_ms())
+    chunk = 5000
+
+    def put(start: int, count: int, score: int) -> None:
+        for s in range(start, start + count, chunk):
+            members = [f"{i:016x}{i:036d}" for i in range(s, min(start + count, s + chunk))]
+            with ctx.r.pipeline(transaction=False) as pipe:
+                pipe.zadd(keys.timeout_zset, {m: score for m in members})
+                pipe.rpush(keys.backup_list, *members)
+                pipe.execute()
+
+    put(0, far, now + HOUR_MS)
+    put(far, due, now - 1)
+
+
+def _reference(ctx: Ctx, level: int, p: dict[str, Any]) -> dict[str, Any]:
+    from ._common import queue_keys, script_sha
+
+    keys = queue_keys("redisson")
+    ctx.server.flush()
+    _fill_reference(ctx, level, p["due"])
+    script = ctx.r.register_script(reference_lua())
+    ctx.server.slowlog_on(max_len=100_000)
+    moved = calls = 0
+    t0 = time.monotonic()
+    while moved < p["due"] and time.monotonic() - t0 < p["ref_budget"]:
+        n, _, _, _ = script(keys=[f"{keys.name}:reference-target", keys.timeout_zset, keys.backup_list], args=[100])
+        moved += int(n)
+        calls += 1
+    wall = time.monotonic() - t0
+    entries, overflow = ctx.server.slowlog()
+    groups = classify_slowlog(entries, {script_sha(reference_lua()): "reference-transfer"})
+    ctx.server.slowlog_off()
+    g = groups.get("reference-transfer", {"count": 0, "total_us": 0, "max_us": 0})
+    per_msg = g["total_us"] / moved if moved else None
+    return {
+        "backlog": level, "moved": moved, "calls": calls, "wall_s": round(wall, 3),
+        "server_us_per_moved": round(per_msg, 3) if per_msg is not None else None,
+        "longest_call_ms": round(g["max_us"] / 1000, 3),
+        "projected_all_s": round(per_msg * p["due"] / 1e6, 2) if per_msg is not None else None,
+        "complete": moved >= p["due"], "slowlog_overflow": overflow,
+    }
+
+
+def backlog_cost(ctx: Ctx) -> dict[str, Any]:
+    p = ctx.p["backlog"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    for kind in ctx.brokers:
+        if kind == "redisson-lrem":
+            data[kind] = levels = []
+            for level in p["levels"]:
+                ctx.log(f"backlog/{kind} (reference transfer, no workers): {level} scheduled ahead, {p['due']} due")
+                res = _reference(ctx, level, p)
+                levels.append(res)
+                rows.append({"broker": "redisson-original (reference)", "backlog": level,
+                             "delivered": f"{res['moved']}/{p['due']} moved",
+                             "server us/msg": res["server_us_per_moved"], "transfer us/msg": res["server_us_per_moved"],
+                             "longest call ms": res["longest_call_ms"],
+                             "all started s": f"~{res['projected_all_s']} (projected)" if not res["complete"]
+                             else res["wall_s"]})
+            continue
+        data[kind] = levels = []
+        for level in p["levels"]:
+            ctx.server.flush()
+            broker, actor = ctx.producer(kind)
+            names = script_names(broker)
+            ctx.log(f"backlog/{kind}: {level} scheduled ahead, then {p['due']} due at once")
+            t0 = time.monotonic()
+            bulk_offer(broker, kind, actor, list(range(1_000_000_000, 1_000_000_000 + level)), HOUR_MS)
+            fill_s = time.monotonic() - t0
+            with ctx.workers(kind) as w:
+                time.sleep(1.0)
+                ctx.server.slowlog_on(max_len=30 * p["due"] + 50_000)
+                dues = bulk_offer(broker, kind, actor, list(range(p["due"])), p["delay"], read_dues=True,
+                                  server=ctx.server)
+                offered_at = ctx.server.now_ms()
+                overlapped = offered_at >= min(dues.values())
+                ctx.server.reset_stats()  # count delivery only, not the offers
+                budget = p["window"] if kind == "builtin" else p["timeout"]
+                deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + budget
+                complete = wait_records(ctx.r, dues, deadline, grace_s=0.3, check=w.check)
+                calls, usec = ctx.server.evalsha_stats()
+                entries, overflow = ctx.server.slowlog()
+                ctx.server.slowlog_off()
+            ctx.check_crash("backlog", kind, w)
+            groups = classify_slowlog(entries, names)
+            cost = broker_cost(groups)
+            res = analyze(dues, [rec for rec in read_records(ctx.r) if rec[0] < 1_000_000_000])
+            delivered = res["ran"]
+            transfer = groups.get("transfer")
+            res.update({
+                "backlog": level, "fill_seconds": round(fill_s, 2), "complete": complete,
+                "offer_overlapped_due": overlapped, "due_spread_ms": max(dues.values()) - min(dues.values()),
+                "server_us_per_delivered": round(cost["total_us"] / delivered, 3) if delivered else None,
+                "transfer_us_per_delivered": round(transfer["total_us"] / delivered, 3)
+                if (transfer and delivered) else None,
+                "longest_call_ms": round(cost["max_us"] / 1000, 3),
+                "longest_transfer_ms": round(transfer["max_us"] / 1000, 3) if transfer else None,
+                "evalsha_calls": calls, "evalsha_usec_incl_recorder": usec,
+                "by_command": {k: v for k, v in sorted(groups.items(), key=lambda kv: -kv[1]["total_us"])},
+                "slowlog_overflow": overflow,
+            })
+            ctx.check_delivery("backlog", kind, res, complete_required=kind != "builtin")
+            levels.append(res)
+            rows.append({"broker": kind, "backlog": level, "delivered": f"{delivered}/{p['due']}",
+                         "server us/msg": res["server_us_per_delivered"],
+                         "transfer us/msg": res["transfer_us_per_delivered"],
+                         "longest call ms": res["longest_call_ms"],
+                         "all started s": round(res["first_due_to_last_start_ms"] / 1000, 3)
+                         if complete and "first_due_to_last_start_ms" in res else f"no ({budget} s window)",
+                         "p99 ms": res["lateness_ms"]["p99"], "dup": res["duplicated"]})
+            broker.close()
+    targets = []
+    if data.get("redisson"):
+        top = data["redisson"][-1]
+        targets += [
+            {"target": f"server script time per delivered message <= 20 us at {top['backlog']} scheduled",
+             "value": top["server_us_per_delivered"],
+             "met": top["server_us_per_delivered"] is not None and top["server_us_per_delivered"] <= 20},
+            {"target": f"no single script call > 5 ms at {top['backlog']} scheduled",
+             "value": top["longest_call_ms"], "met": top["longest_call_ms"] <= 5},
+        ]
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+# -- 4. memory -------------------------------------------------------------------------
+
+
+def _settled_rss(w: Workers, settle: float, limit: float = 30.0) -> list[int]:
+    """Sample RSS until three samples in a row agree within 1 % (or ``limit`` seconds)."""
+    time.sleep(settle)
+    samples: list[list[int]] = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        samples.append(w.rss())
+        if len(samples) >= 3:
+            last = [sum(s) for s in samples[-3:]]
+            if max(last) - min(last) <= 0.01 * max(last):
+                break
+        time.sleep(0.5)
+    return samples[-1]
+
+
+def memory(ctx: Ctx) -> dict[str, Any]:
+    p = ctx.p["memory"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    kinds = [k for k in ctx.brokers if k != "redisson-lrem"]  # same offer path and consumer as redisson
+    for kind in kinds:
+        # Pass A: server bytes per scheduled message, nothing else running.
+        ctx.server.flush()
+        broker, actor = ctx.producer(kind)
+        base = ctx.server.used_memory()
+        sample = actor.message(0)
+        server_bytes: list[dict[str, Any]] = []
+        done = 0
+        for level in p["levels"]:
+            ctx.log(f"memory/{kind}: server memory at {level} scheduled")
+            bulk_offer(broker, kind, actor, list(range(done, level)), HOUR_MS)
+            done = max(done, level)
+            used = ctx.server.used_memory()
+            server_bytes.append({"scheduled": level, "used_memory": used,
+                                 "bytes_per_msg": round((used - base) / level, 1) if level else None})
+        # Pass B: worker RSS with workers running while the backlog grows.
+        ctx.server.flush()
+        rss_levels: list[dict[str, Any]] = []
+        done = 0
+        with ctx.workers(kind) as w:
+            for level in p["levels"]:
+                ctx.log(f"memory/{kind}: worker RSS at {level} scheduled")
+                bulk_offer(broker, kind, actor, list(range(done, level)), HOUR_MS)
+                done = max(done, level)
+                rss = _settled_rss(w, p["settle"])
+                rss_levels.append({"scheduled": level, "rss_per_process": rss, "rss_max_mb": round(max(rss) / 2**20, 1)})
+        ctx.check_crash("memory", kind, w)
+        data[kind] = {"server": server_bytes, "rss": rss_levels, "encoded_message_bytes": len(sample.encode())}
+        for sb, rs in zip(server_bytes, rss_levels):
+            rows.append({"broker": kind, "scheduled": sb["scheduled"], "server bytes/msg": sb["bytes_per_msg"],
+                         "worker RSS MB (max of procs)": rs["rss_max_mb"]})
+        broker.close()
+    targets = []
+    if "redisson" in data:
+        rs = data["redisson"]["rss"]
+        growth = rs[-1]["rss_max_mb"] - rs[0]["rss_max_mb"]
+        targets.append({"target": "worker RSS independent of number scheduled (growth < 5 MB)",
+                        "value": f"{rs[0]['rss_max_mb']} -> {rs[-1]['rss_max_mb']} MB",
+                        "met": growth < 5})
+        if "builtin" in data:
+            mine = data["redisson"]["server"][-1]["bytes_per_msg"]
+            theirs = data["builtin"]["server"][-1]["bytes_per_msg"]
+            ratio = _ratio(mine, theirs)
+            for row in rows:
+                if row["broker"] == "redisson":
+                    other = next((r for r in rows if r["broker"] == "builtin" and r["scheduled"] == row["scheduled"]),
+                                 None)
+                    if other:
+                        row["bytes vs builtin"] = _ratio(row["server bytes/msg"], other["server bytes/msg"])
+            targets.append({"target": "server bytes per scheduled message <= 1.3 x built-in",
+                            "value": f"{mine} vs {theirs} = {ratio}x", "met": ratio is not None and ratio <= 1.3})
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+# -- 5. offer throughput -----------------------------------------------------------------
+
+
+def offer_throughput(ctx: Ctx) -> dict[str, Any]:
+    import multiprocessing as mp
+
+    from ._child import offer_main
+
+    p = ctx.p["offer"]
+    plan = []
+    if "redisson" in ctx.brokers:
+        plan += [("redisson", "one", p["one"]), ("redisson", "bulk", p["bulk"])]
+    if "builtin" in ctx.brokers:
+        plan += [("builtin", "one", p["one"])]
+    spawn = mp.get_context("spawn")
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for rep in range(p["repeat"]):
+        for kind, mode, n in plan:
+            ctx.server.flush()
+            ctx.log(f"offer/{kind}/{mode}: {n} delayed messages from one producer process (run {rep + 1})")
+            out = spawn.Queue()
+            proc = spawn.Process(target=offer_main, args=(kind, ctx.server.url, mode, n, out), daemon=True)
+            proc.start()
+            try:
+                res = out.get(timeout=600)
+            finally:
+                proc.join(30)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(5)
+            if proc.exitcode not in (0, None):
+                ctx.fail(f"offer/{kind}/{mode}: producer exited with code {proc.exitcode}")
+            stored = int(ctx.r.zcard(queue_keys(kind).timeout_zset) if kind != "builtin" else ctx.r.llen(f"dramatiq:{QUEUE}.DQ"))
+            res["stored"] = stored
+            if stored != n + 1:
+                ctx.fail(f"offer/{kind}/{mode}: {stored} scheduled after offering {n + 1}")
+            runs.setdefault(f"{kind}/{mode}", []).append(res)
+    import statistics
+
+    data: dict[str, Any] = {"params": p, "runs": runs}
+    med = {k: statistics.median(r["rate"] for r in v) for k, v in runs.items()}
+    data["median_rate"] = med
+    rows = []
+    for k, v in runs.items():
+        row = {"broker/mode": k, "msgs": v[0]["n"], "msgs/s (median)": round(med[k]),
+               "runs": ", ".join(str(round(r["rate"])) for r in v)}
+        if "rate_incl_build" in v[0]:
+            row["msgs/s incl. building messages"] = round(statistics.median(r["rate_incl_build"] for r in v))
+        if "builtin/one" in med and k != "builtin/one":
+            row["vs builtin one-by-one"] = _ratio(med[k], med["builtin/one"])
+        rows.append(row)
+    targets = []
+    if "redisson/one" in med and "builtin/one" in med:
+        ratio = _ratio(med["redisson/one"], med["builtin/one"])
+        targets.append({"target": "one-by-one offer >= 0.9 x built-in delayed enqueue", "value": f"{ratio}x",
+                        "met": ratio is not None and ratio >= 0.9})
+    if "redisson/bulk" in med:
+        targets.append({"target": "bulk (enqueue_many) >= 50 000 msgs/s", "value": round(med["redisson/bulk"]),
+                        "met": med["redisson/bulk"] >= 50_000})
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+# -- 6. idle pickup ----------------------------------------------------------------------
+
+
+def idle_pickup(ctx: Ctx) -> dict[str, Any]:
+    p = ctx.p["idle"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    for kind in [k for k in ctx.brokers if k != "redisson-lrem"]:  # no delay: the transfer plays no part
+        ctx.server.flush()
+        broker, actor = ctx.producer(kind)
+        rng = random.Random(6)
+        sent: dict[int, float] = {}
+        ctx.log(f"idle/{kind}: {p['n']} messages sent to idle workers, {p['gap_lo']}-{p['gap_hi']} ms apart")
+        with ctx.workers(kind) as w:
+            time.sleep(2.0)  # idle: let the consumers back off
+            for seq in range(p["n"]):
+                time.sleep(rng.uniform(p["gap_lo"], p["gap_hi"]) / 1000)
+                sent[seq] = time.time() * 1000  # same host: the server's TIME reads this clock
+                actor.send(seq)
+            complete = wait_records(ctx.r, sent, time.monotonic() + 30, check=w.check)
+        ctx.check_crash("idle", kind, w)
+        res = analyze(sent, read_records(ctx.r))
+        res["complete"] = complete
+        res["early"] = 0  # "due" here is the send time, taken just before send()
+        ctx.check_delivery("idle", kind, res)
+        data[kind] = res
+        rows.append(_lat_row(kind, res))
+        broker.close()
+    _add_ratio_rows(rows, data)
+    targets = []
+    if "redisson" in data:
+        lat = data["redisson"]["lateness_ms"]
+        targets.append({"target": "idle pickup p99 <= 5 ms", "value": lat["p99"],
+                        "met": lat["p99"] is not None and lat["p99"] <= 5})
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+# -- 7. burst ----------------------------------------------------------------------------
+
+
+def _ready_order(ctx: Ctx) -> list[int]:
+    """Seqs of the messages in the ready list, head first."""
+    ready = f"dramatiq:{QUEUE}"
+    ids = ctx.r.lrange(ready, 0, -1)
+    seqs: list[int] = []
+    for start in range(0, len(ids), 5000):
+        part = ids[start : start + 5000]
+        for raw in ctx.r.hmget(f"{ready}.msgs", part):
+            seqs.append(json.loads(raw)["args"][0] if raw is not None else -1)
+    return seqs
+
+
+def _burst_one(ctx: Ctx, kind: str, variant: str, p: dict[str, Any]) -> dict[str, Any]:
+    ctx.server.flush()
+    broker, actor = ctx.producer(kind)
+    names = script_names(broker)
+    n = p["n"]
+    ready = f"dramatiq:{QUEUE}"
+    with ctx.workers(kind, mode="move") as w:
+        messages = [actor.message(seq) for seq in range(n)]
+        ctx.server.slowlog_on(max_len=20_000 if kind == "builtin" else 100_000,
+                              slower_than_us=100 if kind == "builtin" else 0)
+        t0 = time.monotonic()
+        if variant == "enqueue_many":
+            broker.enqueue_many(messages, delay=p["delay"])
+        elif variant == "same_ms":
+            # One absolute due time for all: offer.lua's "abs" mode (the legacy-migration path).
+            keys = broker.keys(QUEUE)
+            due_abs = int(ctx.server.now_ms()) + p["delay"]
+            with broker.client.pipeline(transaction=False) as pipe:
+                for start in range(0, n, 500):
+                    entries = []
+                    for m in messages[start : start + 500]:
+                        prepared, sort_key = broker._prepare(m, 1)
+                        entries.append((due_abs, sort_key, prepared.message_id, prepared.encode(), ""))
+                    broker.redisson_scripts.offer(keys, entries, absolute=True, client=pipe)
+                pipe.execute()
+        else:  # builtin: the dispatch.lua enqueue RedisBroker.enqueue makes, pipelined, one eta
+            bulk_offer(broker, kind, actor, list(range(n)), p["delay"], chunk=n)
+        offer_s = time.monotonic() - t0
+        offered_at = ctx.server.now_ms()
+        if kind == "builtin":
+            eta = json.loads(ctx.r.hget(f"{ready}.DQ.msgs", ctx.r.lindex(f"{ready}.DQ", 0)) or "{}")
+            scores = [float(eta.get("options", {}).get("eta", 0))] if eta else []
+            if not scores:  # already prefetched by the movers: every message carries the same eta
+                scores = [offered_at]
+        else:
+            scores = [s for _, s in ctx.r.zrange(broker.keys(QUEUE).timeout_zset, 0, -1, withscores=True)]
+        distinct_dues = len(set(scores))
+        min_due, max_due = min(scores), max(scores)
+        ctx.server.reset_stats()
+        deadline = time.monotonic() + max(0.0, (max_due - ctx.server.now_ms()) / 1000) + p["timeout"]
+        t_first = t_done = None
+        while time.monotonic() < deadline:
+            length = ctx.r.llen(ready)
+            now = ctx.server.now_ms()
+            if length and t_first is None:
+                t_first = now
+            if length >= n:
+                t_done = now
+                break
+            time.sleep(0.005)
+        calls, usec = ctx.server.evalsha_stats()
+        entries, overflow = ctx.server.slowlog()
+        ctx.server.slowlog_off()
+        w.check()
+    ctx.check_crash("burst", kind, w)
+    groups = classify_slowlog(entries, names)
+    cost = broker_cost(groups)
+    transfer = groups.get("transfer") or groups.get("reference-transfer")
+    order = _ready_order(ctx)
+    pairs = len(order) * (len(order) - 1) // 2
+    inv = inversions(order) if order else 0
+    counts: dict[int, int] = {}
+    for s in order:
+        counts[s] = counts.get(s, 0) + 1
+    res = {
+        "variant": variant, "n": n, "offer_seconds": round(offer_s, 3), "distinct_due_ms": distinct_dues,
+        "due_spread_ms": max_due - min_due, "offer_overlapped_due": offered_at >= min_due,
+        "moved": len(order), "lost": n - len(counts), "duplicated": sum(c - 1 for c in counts.values()),
+        "all_moved": t_done is not None,
+        "move_all_after_last_due_ms": round(t_done - max_due, 1) if t_done else None,
+        "move_all_after_first_due_ms": round(t_done - min_due, 1) if t_done else None,
+        "first_moved_after_due_ms": round(t_first - min_due, 1) if t_first else None,
+        "evalsha_calls": calls, "evalsha_ms_total": round(usec / 1000, 1),
+        "transfer_calls": transfer["count"] if transfer else None,
+        "transfer_ms_total": round(transfer["total_us"] / 1000, 1) if transfer else None,
+        "longest_call_ms": round(cost["max_us"] / 1000, 3),
+        "slowlog_threshold_us": 100 if kind == "builtin" else 0, "slowlog_overflow": overflow,
+        "inversions": inv, "inversion_fraction": round(inv / pairs, 6) if pairs else 0.0,
+        "adjacent_inversions": sum(1 for a, b in zip(order, order[1:]) if b < a),
+        "_order_sample": order[:: max(1, len(order) // 2000)],
+        "by_command": {k: v for k, v in sorted(groups.items(), key=lambda kv: -kv[1]["total_us"])},
+    }
+    if kind in PRODUCT_KINDS:
+        if res["lost"]:
+            ctx.fail(f"burst/{kind}/{variant}: {res['lost']} messages not moved")
+        if res["duplicated"]:
+            ctx.fail(f"burst/{kind}/{variant}: {res['duplicated']} messages moved twice")
+    broker.close()
+    return res
+
+
+def burst(ctx: Ctx) -> dict[str, Any]:
+    p = ctx.p["burst"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    for kind in ctx.brokers:
+        variants = ["pipelined_eta"] if kind == "builtin" else ["enqueue_many", "same_ms"]
+        data[kind] = {}
+        for variant in variants:
+            ctx.log(f"burst/{kind}/{variant}: {p['n']} messages due at once, moved by idle workers")
+            res = _burst_one(ctx, kind, variant, p)
+            data[kind][variant] = res
+            rows.append({"broker": kind, "offer": variant, "distinct due ms": res["distinct_due_ms"],
+                         "moved": f"{res['moved']}/{res['n']}",
+                         "all moved after last due ms": res["move_all_after_last_due_ms"],
+                         "script ms total": res["evalsha_ms_total"], "longest call ms": res["longest_call_ms"],
+                         "inversions": res["inversion_fraction"], "lost": res["lost"], "dup": res["duplicated"]})
+    targets = []
+    if "redisson" in data:
+        for variant, res in data["redisson"].items():
+            t = res["move_all_after_last_due_ms"]
+            targets += [
+                {"target": f"burst ({variant}): {res['n']} moved in <= 2 s", "value": t,
+                 "met": t is not None and t <= 2000},
+                {"target": f"burst ({variant}): FIFO (no inversions)", "value": res["inversion_fraction"],
+                 "met": res["inversions"] == 0},
+                {"target": f"burst ({variant}): no call > 5 ms", "value": res["longest_call_ms"],
+                 "met": res["longest_call_ms"] <= 5},
+            ]
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
+    "lateness": lateness,
+    "head-of-line": head_of_line,
+    "backlog": backlog_cost,
+    "memory": memory,
+    "offer": offer_throughput,
+    "idle": idle_pickup,
+    "burst": burst,
+}
+
+#: Size of the whole scenario's messages, to print with the table.
+__all__ = ["Ctx", "SCENARIOS", "pct"]
