@@ -9,11 +9,13 @@ from collections.abc import Iterator
 import dramatiq
 import pytest
 import redis
-from dramatiq import Worker
+from dramatiq import Actor, Worker
 from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson.embedded import redis_url as _redis_url
+
+from .helpers import record
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +46,17 @@ def broker(redis_url: str, redis_client: redis.Redis) -> Iterator[RedissonBroker
     yield broker
     broker.flush_all()
     broker.close()
+
+
+@pytest.fixture
+def stamp(broker: RedissonBroker, redis_client: redis.Redis) -> Actor[[int | None], None]:
+    """An actor on the default queue that records each run (its ``i``, server time, pid)."""
+
+    @dramatiq.actor(max_retries=0)
+    def stamp(i: int | None = None) -> None:
+        record(redis_client, i=i)
+
+    return stamp
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from datetime import timedelta
 import dramatiq
 import pytest
 import redis
-from dramatiq import Worker
+from dramatiq import Actor, Worker
 
 from dramatiq_redisson import MAX_DELAY, RedissonBroker, validate_delay
 
-from .helpers import record, records, server_ms, wait_for
+from .helpers import records, server_ms, wait_for
 
 
 @pytest.mark.parametrize(
@@ -52,12 +52,8 @@ def test_validate_delay_accepts_ints_integral_floats_and_timedeltas() -> None:
 
 
 def test_scheduled_entry_without_a_message_goes_to_dead_letters_and_the_queue_keeps_moving(
-    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
 ) -> None:
-    @dramatiq.actor
-    def stamp(i: int) -> None:
-        record(redis_client, i=i)
-
     # Given a broken entry (a member with no payload, and a malformed member) due first
     now = server_ms(redis_client)
     redis_client.zadd("redisson_delay_queue_timeout:{dramatiq:default}", {"0" * 16 + "ghost": now, "junk": now})
@@ -71,12 +67,8 @@ def test_scheduled_entry_without_a_message_goes_to_dead_letters_and_the_queue_ke
 
 
 def test_undecodable_ready_message_goes_to_dead_letters_without_crashing_the_consumer(
-    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
 ) -> None:
-    @dramatiq.actor
-    def stamp(i: int) -> None:
-        record(redis_client, i=i)
-
     redis_client.hset("dramatiq:default.msgs", "bad", b"\x00not json")
     redis_client.rpush("dramatiq:default", "bad")
     stamp.send(1)
@@ -102,11 +94,9 @@ def test_undecodable_scheduled_message_goes_to_dead_letters(
     assert all(t.is_alive() for t in worker.consumers.values())
 
 
-def test_malformed_announcement_is_ignored(broker: RedissonBroker, worker: Worker, redis_client: redis.Redis) -> None:
-    @dramatiq.actor
-    def stamp() -> None:
-        record(redis_client)
-
+def test_malformed_announcement_is_ignored(
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
+) -> None:
     redis_client.publish("redisson_delay_queue_channel:{dramatiq:default}", "not-a-number")
     stamp.send_with_options(delay=100)
     assert wait_for(lambda: len(records(redis_client)) == 1, timeout=5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dramatiq
 import pytest
 import redis
-from dramatiq import Worker
+from dramatiq import Actor, Worker
 from dramatiq.middleware import Retries
 
 from dramatiq_redisson import RedissonBroker
@@ -57,12 +57,8 @@ def test_delayed_queue_remove_cancels_and_reports_whether_it_did(
 
 
 def test_delayed_queue_removed_message_never_runs(
-    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
 ) -> None:
-    @dramatiq.actor
-    def stamp(i: int) -> None:
-        record(redis_client, i=i)
-
     cancelled = stamp.send_with_options(args=(1,), delay=300)
     stamp.send_with_options(args=(2,), delay=400)
     assert broker.delayed_queue("default").remove(cancelled.message_id)

@@ -7,7 +7,7 @@ import time
 import dramatiq
 import pytest
 import redis
-from dramatiq import Worker
+from dramatiq import Actor, Worker
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.errors import QueueJoinTimeout
 
@@ -21,11 +21,9 @@ BACKUP = "redisson_delay_queue:{dramatiq:default}"
 CURSOR = "redisson_delay_queue_cursor:{dramatiq:default}"
 
 
-def test_join_waits_for_scheduled_messages(broker: RedissonBroker, worker: Worker, redis_client: redis.Redis) -> None:
-    @dramatiq.actor
-    def stamp() -> None:
-        record(redis_client)
-
+def test_join_waits_for_scheduled_messages(
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
+) -> None:
     stamp.send_with_options(delay=600)
     with pytest.raises(QueueJoinTimeout):
         broker.join("default", timeout=200)

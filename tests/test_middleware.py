@@ -168,6 +168,7 @@ def test_prometheus_counts_delayed_messages(
     broker: RedissonBroker, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dramatiq.middleware import prometheus
+
     monkeypatch.setattr(prometheus, "DB_PATH", str(tmp_path))
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     middleware = prometheus.Prometheus()

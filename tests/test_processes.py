@@ -20,7 +20,7 @@ from freezegun import freeze_time
 
 from dramatiq_redisson import RedissonBroker
 
-from .helpers import record, records, server_ms, wait_for
+from .helpers import records, server_ms, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ZSET = "redisson_delay_queue_timeout:{dramatiq:default}"
@@ -43,15 +43,6 @@ def worker_processes(redis_url: str, client: redis.Redis, count: int, shift_s: f
                 proc.wait()
         client.delete("test:stop", "test:workers-ready")
     assert [p.returncode for p in procs] == [0] * count
-
-
-@pytest.fixture
-def stamp(broker: RedissonBroker, redis_client: redis.Redis) -> dramatiq.Actor:  # type: ignore[type-arg]
-    @dramatiq.actor(max_retries=0)
-    def stamp(i: int) -> None:
-        record(redis_client, i=i)
-
-    return stamp
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import time
 
 import dramatiq
 import redis
-from dramatiq import Worker
+from dramatiq import Actor, Worker
 
 from dramatiq_redisson import RedissonBroker
 
@@ -65,12 +65,8 @@ def test_offer_announces_only_a_new_earliest_due_time(broker: RedissonBroker, re
 
 
 def test_delayed_message_runs_after_its_delay_and_not_before(
-    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
 ) -> None:
-    @dramatiq.actor
-    def stamp() -> None:
-        record(redis_client)
-
     message = stamp.send_with_options(delay=300)
     due = int(
         redis_client.zscore("redisson_delay_queue_timeout:{dramatiq:default}", message.options["redis_message_id"])
@@ -151,12 +147,8 @@ def test_entries_due_in_the_same_millisecond_move_in_offer_order(
 
 
 def test_consumer_recovers_after_its_subscription_is_killed(
-    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
 ) -> None:
-    @dramatiq.actor
-    def stamp() -> None:
-        record(redis_client)
-
     # Given a running worker whose pub/sub connection gets killed
     time.sleep(0.3)
     assert redis_client.client_kill_filter(_type="pubsub") >= 1
@@ -167,12 +159,8 @@ def test_consumer_recovers_after_its_subscription_is_killed(
 
 
 def test_entry_offered_without_announcement_runs_by_the_safety_check(
-    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
 ) -> None:
-    @dramatiq.actor
-    def stamp() -> None:
-        record(redis_client)
-
     # Given a worker idling on an empty delayed queue
     time.sleep(0.3)
     # When an entry appears without any announcement (as if its PUBLISH were lost)
