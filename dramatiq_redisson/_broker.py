@@ -11,7 +11,7 @@ from typing import Any
 from uuid import uuid4
 
 import redis
-from dramatiq.broker import Consumer
+from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT, RedisBroker
 from dramatiq.common import q_name
 from dramatiq.errors import QueueJoinTimeout
@@ -123,6 +123,12 @@ class RedissonBroker(RedisBroker):
         self.safety_interval = safety_interval
         self.maintenance_interval = maintenance_interval
         self.redisson_scripts = Scripts(self.client)
+        self._owns_client = client is None
+
+    def close(self) -> None:
+        """Close the connections this broker opened (a ``client`` passed in is left alone)."""
+        if self._owns_client:
+            self.client.connection_pool.disconnect()
 
     @property
     def consumer_class(self) -> type[Consumer]:
@@ -165,8 +171,13 @@ class RedissonBroker(RedisBroker):
         Raises:
           TypeError: If ``delay`` is not an int (or integral float, or timedelta).
           ValueError: If ``delay`` is negative, NaN, fractional or over ten years.
+            (A message being processed — a retry — is re-enqueued with a fractional
+            delay rounded up and a negative one as 0, as the built-in broker does.)
         """
-        delay_ms = validate_delay(delay)
+        if isinstance(message, MessageProxy):
+            delay_ms = self._redelivery_delay(message, delay)
+        else:
+            delay_ms = validate_delay(delay)
         message, sort_key = self._prepare(message, delay_ms)
         keys = self.keys(message.queue_name)
         self.logger.debug(
@@ -180,6 +191,28 @@ class RedissonBroker(RedisBroker):
             self.redisson_scripts.enqueue(keys, [(message.options["redis_message_id"], data)])
         self.emit_after("enqueue", message, delay)
         return message
+
+    def _redelivery_delay(self, message: MessageProxy, delay: Any) -> int | None:
+        """The delay for re-enqueueing a message that is being processed (Retries does
+        this, with ``Retry(delay=…)`` from user code).
+
+        Raising here would lose the message: the middleware logs the error and the
+        worker acks it. So, like the built-in broker, a fractional delay is rounded
+        up and a negative one means now; a delay that cannot be honoured at all marks
+        the message failed, so it ends in the dead letters, and then raises.
+        """
+        if isinstance(delay, float) and math.isfinite(delay):
+            delay = math.ceil(delay)
+        if isinstance(delay, int) and not isinstance(delay, bool) and delay < 0:
+            delay = 0
+        try:
+            return validate_delay(delay)
+        except (TypeError, ValueError):
+            self.logger.error(
+                "Cannot re-enqueue message %r with delay %r; moving it to the dead letters.", message.message_id, delay
+            )
+            message.fail()
+            raise
 
     def enqueue_many(self, messages: Iterable[Message[Any]], *, delay: int | None = None) -> list[Message[Any]]:
         """Enqueue many messages with one delay, pipelined in chunks of :data:`BULK_CHUNK_SIZE`.

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import dramatiq
 import pytest
 import redis
 from dramatiq import Actor, Worker
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
@@ -46,6 +48,20 @@ def broker(redis_url: str, redis_client: redis.Redis) -> Iterator[RedissonBroker
     yield broker
     broker.flush_all()
     broker.close()
+
+
+@pytest.fixture
+def make_broker() -> Iterator[Callable[..., Any]]:
+    """Build extra brokers (ours or the built-in one); their connections close at teardown."""
+    made: list[RedisBroker] = []
+
+    def make(cls: type[RedisBroker] = RedissonBroker, **kwargs: Any) -> Any:
+        made.append(cls(**kwargs))
+        return made[-1]
+
+    yield make
+    for broker in made:
+        broker.client.connection_pool.disconnect()
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dramatiq
 import pytest
@@ -20,18 +22,20 @@ from dramatiq_redisson import RedissonBroker
 from .helpers import record, records, wait_for
 
 
-def test_constructor_accepts_everything_the_builtin_broker_accepts(redis_url: str, redis_client: redis.Redis) -> None:
+def test_constructor_accepts_everything_the_builtin_broker_accepts(
+    redis_url: str, redis_client: redis.Redis, make_broker: Callable[..., Any]
+) -> None:
     kwargs = redis_client.connection_pool.connection_kwargs
-    by_params = RedissonBroker(host=kwargs["host"], port=kwargs["port"], db=0, socket_timeout=5)
-    by_client = RedissonBroker(
-        client=redis.Redis.from_url(redis_url),
+    by_params = make_broker(host=kwargs["host"], port=kwargs["port"], db=0, socket_timeout=5)
+    by_client = make_broker(
+        client=redis_client,
         namespace="ns",
         middleware=[],
         heartbeat_timeout=30_000,
         dead_message_ttl=60_000,
         maintenance_chance=0,
     )
-    by_url = RedissonBroker(url=redis_url)
+    by_url = make_broker(url=redis_url)
     for broker in (by_params, by_client, by_url):
         assert isinstance(broker, RedisBroker)
         assert broker.client.ping()
@@ -39,8 +43,10 @@ def test_constructor_accepts_everything_the_builtin_broker_accepts(redis_url: st
     assert by_client.dead_message_ttl == 60_000 and by_client.middleware == []
 
 
-def test_namespace_prefixes_every_key(redis_url: str, redis_client: redis.Redis) -> None:
-    broker = RedissonBroker(url=redis_url, namespace="shop")
+def test_namespace_prefixes_every_key(
+    redis_url: str, redis_client: redis.Redis, make_broker: Callable[..., Any]
+) -> None:
+    broker = make_broker(url=redis_url, namespace="shop")
     dramatiq.set_broker(broker)
 
     @dramatiq.actor(queue_name="mail")
@@ -57,10 +63,12 @@ def test_namespace_prefixes_every_key(redis_url: str, redis_client: redis.Redis)
     }
 
 
-def test_immediate_messages_keep_the_builtin_layout_both_ways(redis_url: str, redis_client: redis.Redis) -> None:
+def test_immediate_messages_keep_the_builtin_layout_both_ways(
+    redis_url: str, redis_client: redis.Redis, make_broker: Callable[..., Any]
+) -> None:
     # Given a built-in broker and ours on the same Redis, each with the same actor
-    builtin = RedisBroker(url=redis_url)
-    ours = RedissonBroker(url=redis_url)
+    builtin = make_broker(RedisBroker, url=redis_url)
+    ours = make_broker(url=redis_url)
 
     def declare(broker: RedisBroker) -> dramatiq.Actor:  # type: ignore[type-arg]
         @dramatiq.actor(broker=broker, actor_name="shared")
@@ -167,11 +175,13 @@ def test_enqueue_many_mixes_queues_and_runs_middleware_hooks(broker: RedissonBro
     assert redis_client.llen("dramatiq:a") == 1 and redis_client.llen("dramatiq:b") == 1
 
 
-def test_a_process_that_only_sends_starts_no_timer(redis_url: str, redis_client: redis.Redis) -> None:
+def test_a_process_that_only_sends_starts_no_timer(
+    redis_url: str, redis_client: redis.Redis, make_broker: Callable[..., Any]
+) -> None:
     import threading
 
     threads = set(threading.enumerate())
-    broker = RedissonBroker(url=redis_url)
+    broker = make_broker(url=redis_url)
 
     @dramatiq.actor(broker=broker)
     def noop() -> None: ...

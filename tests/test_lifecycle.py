@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import dramatiq
 import pytest
@@ -51,10 +53,10 @@ def test_flush_and_flush_all_delete_the_delayed_structures(broker: RedissonBroke
 
 
 def test_consumer_migrates_builtin_delay_queue_at_original_eta(
-    broker: RedissonBroker, redis_url: str, redis_client: redis.Redis
+    broker: RedissonBroker, redis_url: str, redis_client: redis.Redis, make_broker: Callable[..., Any]
 ) -> None:
     # Given messages a built-in broker left in <queue>.DQ (one due soon, one far away)
-    builtin = RedisBroker(url=redis_url)
+    builtin = make_broker(RedisBroker, url=redis_url)
 
     @dramatiq.actor(broker=builtin, actor_name="stamp")
     def old_stamp(i: int) -> None: ...

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dramatiq
 import pytest
@@ -15,6 +23,7 @@ from dramatiq.results import Results
 from dramatiq.results.backends import RedisBackend as ResultsBackend
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson.embedded import free_loopback_port
 
 from .helpers import record, records, wait_for
 
@@ -117,9 +126,8 @@ def test_pipelines_with_delays(broker: RedissonBroker, worker: Worker, redis_cli
 
 
 def test_group_callbacks_and_results(broker: RedissonBroker, redis_client: redis.Redis, redis_url: str) -> None:
-    results = ResultsBackend(client=redis.Redis.from_url(redis_url))
-    broker.add_middleware(Results(backend=results))
-    broker.add_middleware(GroupCallbacks(RateLimiterBackend(client=redis.Redis.from_url(redis_url))))
+    broker.add_middleware(Results(backend=ResultsBackend(client=redis_client)))
+    broker.add_middleware(GroupCallbacks(RateLimiterBackend(client=redis_client)))
 
     @dramatiq.actor(store_results=True)
     def square(x: int) -> int:
@@ -165,33 +173,87 @@ def test_current_message_is_the_transferred_message(broker: RedissonBroker, redi
 
 
 def test_prometheus_counts_delayed_messages(
-    broker: RedissonBroker, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path, make_broker: Callable[..., Any]
 ) -> None:
-    from dramatiq.middleware import prometheus
+    # Given a worker started by the dramatiq CLI with the Prometheus middleware
+    (tmp_path / "promapp.py").write_text(
+        textwrap.dedent(
+            """
+            import os, dramatiq
+            from dramatiq.middleware.prometheus import Prometheus
+            from dramatiq_redisson import RedissonBroker
 
-    monkeypatch.setattr(prometheus, "DB_PATH", str(tmp_path))
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    middleware = prometheus.Prometheus()
-    broker.add_middleware(middleware)
-    middleware.after_process_boot(broker)
+            broker = RedissonBroker(url=os.environ["REDIS_URL"])
+            broker.add_middleware(Prometheus())
+            dramatiq.set_broker(broker)
 
-    @dramatiq.actor
-    def counted() -> None: ...
-
-    worker = Worker(broker, worker_timeout=100)
-    worker.start()
+            @dramatiq.actor
+            def counted():
+                pass
+            """
+        )
+    )
+    port = free_loopback_port()
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "PYTHONPATH": str(tmp_path),
+        "dramatiq_prom_host": "127.0.0.1",
+        "dramatiq_prom_port": str(port),
+        "dramatiq_prom_db": str(tmp_path / "prom"),
+    }
+    command = [sys.executable, "-m", "dramatiq", "promapp:broker", "--processes", "1", "--threads", "2"]
+    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        # When three delayed messages run
+        sender = make_broker(url=redis_url)
         for _ in range(3):
-            counted.send_with_options(delay=100)
-        broker.join("default", timeout=5_000)
-        worker.join()
+            sender.enqueue(dramatiq.Message("default", "counted", (), {}, {}), delay=100)
+
+        # Then the exporter counts them
+        def scraped_total() -> float:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                    text = response.read().decode()
+            except OSError:
+                return 0.0
+            for line in text.splitlines():
+                if line.startswith("dramatiq_messages_total{") and 'actor_name="counted"' in line:
+                    return float(line.rsplit(" ", 1)[1])
+            return 0.0
+
+        assert wait_for(lambda: scraped_total() == 3.0, timeout=30, interval=0.2)
     finally:
-        worker.stop()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
 
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.multiprocess import MultiProcessCollector
 
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(tmp_path))
-    total = registry.get_sample_value("dramatiq_messages_total", {"queue_name": "default", "actor_name": "counted"})
-    assert total == 3
+@pytest.mark.parametrize("delay", [200.5, -5])
+def test_retry_with_a_fractional_or_negative_delay_is_retried_not_lost(
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, delay: float
+) -> None:
+    # Retry(delay=...) comes from user code; the built-in broker accepts these
+    @dramatiq.actor(max_retries=1)
+    def retry_once() -> None:
+        record(redis_client)
+        if len(records(redis_client)) == 1:
+            raise dramatiq.Retry(delay=delay)  # type: ignore[arg-type]
+
+    retry_once.send()
+    broker.join("default", timeout=5_000)
+    worker.join()
+    assert len(records(redis_client)) == 2
+
+
+def test_retry_with_an_impossible_delay_ends_in_dead_letters(
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor(max_retries=1)
+    def retry_nan() -> None:
+        raise dramatiq.Retry(delay=float("nan"))  # type: ignore[arg-type]
+
+    message = retry_nan.send()
+    broker.join("default", timeout=5_000)
+    worker.join()
+    assert redis_client.zscore("dramatiq:default.XQ", message.options["redis_message_id"]) is not None

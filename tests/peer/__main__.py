@@ -1,11 +1,11 @@
 """``python -m tests.peer [--timeout SECONDS] [PYTEST_ARGS...]``: run Dramatiq's own tests
 against RedissonBroker.
 
-Steps: find the installed Dramatiq version, fetch its sdist from PyPI into ``.peer/sdist/``
-(kept for later runs), extract the sdist's ``tests/`` folder afresh into
-``.peer/dramatiq-<version>/``, lay this package's support files over it and run pytest
-there in a child process. The exit code is pytest's; "no tests collected" (5) is a
-failure like any other non-zero code.
+Steps: find the installed Dramatiq version; fetch its sdist from PyPI into ``.peer/sdist/``
+unless it is there already; extract the sdist's ``tests/`` folder into
+``.peer/dramatiq-<version>/`` (once: an extracted suite is reused); copy this package's
+support files over it (every run); run pytest there in a child process. The exit code is
+pytest's, so "no tests collected" (5) fails like any other non-zero code.
 
 Arguments that name test files or node ids (``tests/test_redis.py::test_x``) replace the
 default selection; every other argument goes to pytest unchanged.
@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 #: The files of Dramatiq's suite that run against RedissonBroker (see docs/peer-suite.md).
@@ -43,11 +45,15 @@ OVERLAY: dict[str, str] = {
     "peer.ini": "pytest.ini",
 }
 
-#: Default per-test timeout in seconds (pytest-timeout).
-DEFAULT_TIMEOUT = 60
+#: Default per-test timeout in seconds (pytest-timeout). The slowest test (16k dead letters)
+#: takes ~30 s here alone and over 60 s when two suites share the two cores.
+DEFAULT_TIMEOUT = 120
 
 #: pytest's exit code for "no tests were collected".
 NO_TESTS_COLLECTED = 5
+
+#: Written last into an extracted suite: its presence means the extraction completed.
+EXTRACTED_MARKER = ".extracted"
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
@@ -56,66 +62,88 @@ CACHE_DIR = REPO_ROOT / ".peer"
 
 def dramatiq_version() -> str:
     """The version of the Dramatiq distribution installed alongside this project."""
-    return importlib.metadata.version("dramatiq")
+    try:
+        return importlib.metadata.version("dramatiq")
+    except importlib.metadata.PackageNotFoundError:
+        raise SystemExit(f"peer: dramatiq is not installed for {sys.executable}") from None
 
 
 def fetch_sdist(version: str, download_dir: Path) -> Path:
     """Return the cached sdist of ``dramatiq==version``, downloading it with pip if absent."""
-    found = _cached_sdist(version, download_dir)
-    if found is not None:
-        return found
+    sdist = download_dir / f"dramatiq-{version}.tar.gz"
+    if sdist.is_file():
+        return sdist
     download_dir.mkdir(parents=True, exist_ok=True)
     print(f"peer: downloading the dramatiq {version} sdist into {download_dir}", flush=True)
-    subprocess.run(
-        [
-            sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-            "--no-binary", ":all:", f"dramatiq=={version}", "-d", str(download_dir),
-        ],
-        check=True,
-    )
-    found = _cached_sdist(version, download_dir)
-    if found is None:
-        raise SystemExit(f"peer: pip reported success but no dramatiq-{version}.tar.gz is in {download_dir}")
-    return found
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"]
+    subprocess.run([*pip, f"dramatiq=={version}", "-d", str(download_dir)], check=True)
+    if not sdist.is_file():
+        raise SystemExit(f"peer: pip reported success but there is no {sdist}")
+    return sdist
 
 
-def _cached_sdist(version: str, download_dir: Path) -> Path | None:
-    candidate = download_dir / f"dramatiq-{version}.tar.gz"
-    return candidate if candidate.is_file() else None
-
-
-def extract_tests(sdist: Path, version: str, target: Path) -> Path:
-    """Extract only the sdist's ``tests/`` folder into an emptied ``target``; return ``target``.
+def extract_tests(sdist: Path, version: str, target: Path) -> None:
+    """Extract only the sdist's ``tests/`` folder into the empty folder ``target``.
 
     Dramatiq's own package and settings stay out, so the installed ``dramatiq`` is the
     one under test and Dramatiq's pytest options (coverage) do not apply.
     """
-    prefix = f"dramatiq-{version}/tests/"
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
+    top = f"dramatiq-{version}/"
     with tarfile.open(sdist, "r:gz") as archive:
         members = []
         for member in archive.getmembers():
-            if not member.name.startswith(prefix) or not (member.isfile() or member.isdir()):
-                continue
-            member.name = member.name[len(f"dramatiq-{version}/") :]
-            members.append(member)
-        if not any(m.name.endswith(".py") for m in members):
-            raise SystemExit(f"peer: {sdist} has no {prefix} folder")
+            if member.name.startswith(f"{top}tests/") and (member.isfile() or member.isdir()):
+                member.name = member.name[len(top) :]
+                members.append(member)
+        if not any(member.name.endswith(".py") for member in members):
+            raise SystemExit(f"peer: {sdist} has no {top}tests/ folder")
         if hasattr(tarfile, "data_filter"):
             archive.extractall(target, members=members, filter="data")
         else:  # pragma: no cover - Python without extraction filters
             archive.extractall(target, members=members)
-    return target
+
+
+def prepare_suite(sdist: Path, version: str, suite: Path) -> Path:
+    """Return ``suite``, extracting the sdist's tests into it first if not done yet.
+
+    The extraction goes to a staging folder that is renamed into place, so runs that
+    start together never see (or delete) a half-extracted suite.
+    """
+    if (suite / EXTRACTED_MARKER).is_file():
+        return suite
+    suite.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{suite.name}.", dir=suite.parent))
+    staging.chmod(0o755)
+    try:
+        extract_tests(sdist, version, staging)
+        (staging / EXTRACTED_MARKER).write_text(f"{sdist.name}\n")
+        if suite.exists() and not (suite / EXTRACTED_MARKER).is_file():
+            shutil.rmtree(suite)  # an incomplete extraction
+        try:
+            staging.rename(suite)
+        except OSError:
+            if not (suite / EXTRACTED_MARKER).is_file():  # nobody else completed it
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return suite
+
+
+def _replace_file(destination: Path, content: bytes) -> None:
+    """Write ``destination`` atomically (a concurrent run sees the old or the new file)."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
+    with os.fdopen(handle, "wb") as out:
+        out.write(content)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, destination)
 
 
 def install_overlay(suite: Path) -> None:
-    """Copy this package's support files into the extracted suite, and make its
-    ``tests/`` a package (the tests import ``from .common``)."""
+    """Copy this package's support files into the suite, and make its ``tests/`` a
+    package (the tests import ``from .common``)."""
     for source, destination in OVERLAY.items():
-        shutil.copyfile(HERE / source, suite / destination)
-    (suite / "tests" / "__init__.py").write_text('"""Dramatiq\'s test suite, as run by tests.peer."""\n')
+        _replace_file(suite / destination, (HERE / source).read_bytes())
+    _replace_file(suite / "tests" / "__init__.py", b'"""Dramatiq\'s test suite, as run by tests.peer."""\n')
 
 
 def _parse(argv: list[str]) -> tuple[int, list[str]]:
@@ -139,15 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     timeout, pytest_args = _parse(sys.argv[1:] if argv is None else argv)
     version = dramatiq_version()
     sdist = fetch_sdist(version, CACHE_DIR / "sdist")
-    suite = extract_tests(sdist, version, CACHE_DIR / f"dramatiq-{version}")
+    suite = prepare_suite(sdist, version, CACHE_DIR / f"dramatiq-{version}")
     install_overlay(suite)
 
-    selection = [] if any(_names_tests(a) for a in pytest_args) else list(TEST_FILES)
-    pytest_args = [f"tests/{a}" if a.startswith("test_") else a for a in pytest_args]
-    command = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--timeout={timeout}", "-rfE",
-        *selection, *pytest_args,
-    ]
+    selection = [] if any(_names_tests(arg) for arg in pytest_args) else list(TEST_FILES)
+    pytest_args = [f"tests/{arg}" if arg.startswith("test_") and ".py" in arg else arg for arg in pytest_args]
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--timeout={timeout}", "-rfE"]
+    command = [*pytest, *selection, *pytest_args]
     print(f"peer: dramatiq {version} suite in {suite}", flush=True)
     print(f"peer: {' '.join(command[1:])}", flush=True)
     code = subprocess.call(command, cwd=suite)

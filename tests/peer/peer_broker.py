@@ -16,7 +16,7 @@ Delivery, retries, delays, acks and dead-lettering are RedissonBroker's own.
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any, cast
 
 from dramatiq.broker import Consumer, MessageProxy
 
@@ -39,7 +39,7 @@ class PeerConsumer(RedissonConsumer):
 
     broker: PeerBroker
 
-    def __next__(self) -> Optional[MessageProxy]:
+    def __next__(self) -> MessageProxy | None:
         proxy = super().__next__()
         if proxy is None:
             return None
@@ -76,23 +76,24 @@ class PeerBroker(RedissonBroker):
 
     def dead_letter_ids(self, queue_name: str) -> list[str]:
         """Redis entry ids of the dead letters of ``queue_name``, oldest first."""
-        return [member.decode() for member in self.client.zrange(self.keys(queue_name).xq, 0, -1)]
+        members = cast("list[bytes]", self.client.zrange(self.keys(queue_name).xq, 0, -1))
+        return [member.decode() for member in members]
 
     @property
-    def dead_letters(self) -> list[Message]:
+    def dead_letters(self) -> list[Message[Any]]:
         """The dead-lettered messages of every declared queue, oldest first.
 
         Each is the message as it was sent: the ``redis_message_id`` option, which only
         records where RedissonBroker stored it, is left out.
         """
-        scored: list[tuple[float, Message]] = []
+        scored: list[tuple[float, Message[Any]]] = []
         for queue_name in sorted(self.queues):
             keys = self.keys(queue_name)
-            entries = self.client.zrange(keys.xq, 0, -1, withscores=True)
+            entries = cast("list[tuple[bytes, float]]", self.client.zrange(keys.xq, 0, -1, withscores=True))
             if not entries:
                 continue
-            datas = self.client.hmget(keys.xq_msgs, [member for member, _ in entries])
-            for (_, died_at), data in zip(entries, datas):
+            datas = cast("list[bytes | None]", self.client.hmget(keys.xq_msgs, [member for member, _ in entries]))
+            for (_, died_at), data in zip(entries, datas, strict=True):
                 if data is None:
                     continue
                 message = Message.decode(data)
@@ -106,8 +107,8 @@ class PeerBroker(RedissonBroker):
         queue_name: str,
         *,
         interval: int = 100,
-        timeout: Optional[int] = None,
-        fail_fast: Optional[bool] = None,
+        timeout: int | None = None,
+        fail_fast: bool | None = None,
     ) -> None:
         """Wait until every message of ``queue_name`` has been processed.
 
@@ -120,8 +121,10 @@ class PeerBroker(RedissonBroker):
         super().join(queue_name, interval=interval, timeout=timeout)
         if not (self.fail_fast_default if fail_fast is None else fail_fast):
             return
-        for redis_message_id in self.dead_letter_ids(queue_name):
-            with self._failures_lock:
-                failed = self._failures.get(redis_message_id)
-            exception = failed._exception if failed is not None else None
-            raise (exception or Exception("Message failed with unknown error")) from None
+        dead = self.dead_letter_ids(queue_name)
+        if not dead:
+            return
+        with self._failures_lock:
+            failed = self._failures.get(dead[0])
+        exception = failed._exception if failed is not None else None
+        raise (exception or Exception("Message failed with unknown error")) from None

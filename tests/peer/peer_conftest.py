@@ -8,7 +8,8 @@
 * ``redis_broker`` / ``redis_worker``: a plain :class:`RedissonBroker` and a worker on it;
 * ``stub_broker`` / ``stub_worker``: a :class:`PeerBroker` (RedissonBroker plus StubBroker's
   ``join(fail_fast=...)`` and ``dead_letters``) and a worker on it;
-* ``result_backend``, ``redis_result_backend`` and ``rate_limiter_backend`` on the same server;
+* ``result_backend`` (Redis, then stub), ``redis_result_backend`` and ``rate_limiter_backend``
+  (both on the session's server);
 * deselection of the node ids listed in ``peer_deselected.json``, each with its reason.
 
 Brokers get Dramatiq's default middleware, are booted and set as the global broker;
@@ -21,6 +22,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import dramatiq
 import pytest
@@ -28,19 +30,22 @@ import redis
 from dramatiq import Worker
 from dramatiq.middleware import default_middleware
 from dramatiq.rate_limits.backends import RedisBackend as RedisRateLimiterBackend
+from dramatiq.results import ResultBackend
 from dramatiq.results.backends import RedisBackend as RedisResultBackend
+from dramatiq.results.backends import StubBackend as StubResultBackend
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson.embedded import redis_url as embedded_redis_url
 
 from .peer_broker import PeerBroker
 
+AnyBroker = TypeVar("AnyBroker", bound=RedissonBroker)
+
 #: Node id -> reason, for every test of the suite that cannot apply to RedissonBroker.
 DESELECTED_FILE = Path(__file__).with_name("peer_deselected.json")
 
 #: Worker poll timeout (ms) used by the worker fixtures.
 WORKER_TIMEOUT = 100
-
 
 def load_deselected() -> dict[str, str]:
     """The deselection table: node id (relative to the suite root) -> reason."""
@@ -78,7 +83,7 @@ def peer_redis_client(redis_url: str) -> Iterator[redis.Redis]:
 # -- brokers and workers -----------------------------------------------------------------
 
 
-def _serve(broker: RedissonBroker) -> Iterator[RedissonBroker]:
+def _serve(broker: AnyBroker) -> Iterator[AnyBroker]:
     """Boot ``broker``, make it the global broker for the test, and tear it down after."""
     broker.emit_after("process_boot")
     dramatiq.set_broker(broker)
@@ -106,7 +111,7 @@ def redis_worker(redis_broker: RedissonBroker) -> Iterator[Worker]:
 
 
 @pytest.fixture
-def stub_broker(redis_url: str, peer_redis_client: redis.Redis) -> Iterator[RedissonBroker]:
+def stub_broker(redis_url: str, peer_redis_client: redis.Redis) -> Iterator[PeerBroker]:
     """Where Dramatiq's tests expect a StubBroker: a RedissonBroker with its test API."""
     yield from _serve(PeerBroker(url=redis_url, middleware=[m() for m in default_middleware]))
 
@@ -126,10 +131,18 @@ def redis_result_backend(redis_url: str, peer_redis_client: redis.Redis) -> Iter
     backend.client.close()
 
 
-@pytest.fixture
-def result_backend(redis_result_backend: RedisResultBackend) -> RedisResultBackend:
-    """Results are kept on the session's server (the broker is what is under test)."""
-    return redis_result_backend
+@pytest.fixture(params=["redis", "stub"])
+def result_backend(request: pytest.FixtureRequest) -> Iterator[ResultBackend]:
+    """Each result test runs with both backends: Redis on the session's server, and the
+    in-memory stub, whose blocking waits last the full timeout (RedisBackend turns a
+    timeout under one second into no wait at all, which would let a result test pass
+    whether or not the broker held a delayed message back)."""
+    if request.param == "stub":
+        backend = StubResultBackend()
+        backend.results = {}  # the class-level dict would be shared by every test
+        yield backend
+    else:
+        yield request.getfixturevalue("redis_result_backend")
 
 
 @pytest.fixture
@@ -150,13 +163,21 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--peer-keep-deselected",
+        action="store_true",
+        help=f"run the tests listed in {DESELECTED_FILE.name} too (to see how they fail)",
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Drop the tests listed in ``peer_deselected.json`` and say how many were dropped.
 
     Runs first, so that the table is checked against everything collected, before
     ``-k`` or ``-m`` narrow the selection."""
-    table = load_deselected()
+    table = {} if config.getoption("--peer-keep-deselected") else load_deselected()
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
@@ -164,12 +185,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
-    collected_files = {item.nodeid.split("::", 1)[0] for item in kept + dropped}
-    stale = sorted(
-        node
-        for node in table
-        if node.split("::", 1)[0] in collected_files and node not in {i.nodeid for i in dropped}
-    )
+    collected_files = {item.nodeid.split("::", 1)[0] for item in items + dropped}
+    dropped_ids = {item.nodeid for item in dropped}
+    stale = sorted(node for node in table if node.split("::", 1)[0] in collected_files and node not in dropped_ids)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"peer suite: deselected {len(dropped)} tests listed in {DESELECTED_FILE.name}")
