@@ -47,6 +47,7 @@ DESELECTED_FILE = Path(__file__).with_name("peer_deselected.json")
 #: Worker poll timeout (ms) used by the worker fixtures.
 WORKER_TIMEOUT = 100
 
+
 def load_deselected() -> dict[str, str]:
     """The deselection table: node id (relative to the suite root) -> reason."""
     table = json.loads(DESELECTED_FILE.read_text())
