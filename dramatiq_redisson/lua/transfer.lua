@@ -19,6 +19,9 @@
 -- The member of an entry is its 16-char sort key followed by the message id; the
 -- member is also the redis message id the entry gets in the ready queue.
 --
+-- Every step is a handful of variadic commands per call, not commands per entry:
+-- the cost is O(moved + examined + log n), never O(backlog).
+--
 -- Returns: {moved, next due time in epoch ms or -1, server time in epoch ms,
 --           entries sent to the dead letters}
 
@@ -29,33 +32,66 @@ local trim_budget = tonumber(ARGV[2])
 local compact_step = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
 
+-- Variadic calls go in chunks, far below Lua's unpack() stack limit.
+local CHUNK = 1000
+
+local function variadic(command, key, items)
+    for i = 1, #items, CHUNK do
+        redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
+    end
+end
+
+local function gather(command, key, items)
+    local result = {}
+    for i = 1, #items, CHUNK do
+        local part = redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
+        for j = 1, #part do
+            result[i + j - 1] = part[j]
+        end
+    end
+    return result
+end
+
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local moved, dead = 0, 0
 local due = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "LIMIT", 0, limit)
-for i = 1, #due do
-    local member = due[i]
-    local message_id = string.sub(member, 17)
-    local stored = nil
-    if #member > 16 then
-        stored = redis.call("HGET", payloads, message_id)
-    end
-    if stored and string.sub(stored, 1, 16) == string.sub(member, 1, 16) then
-        redis.call("HDEL", payloads, message_id)
-        redis.call("HSET", ready_msgs, member, string.sub(stored, 17))
-        redis.call("RPUSH", ready, member)
-        moved = moved + 1
-    else
-        -- A member without its payload cannot be delivered: keep what there
-        -- is for inspection instead of dropping it silently.
-        redis.call("ZADD", xq, now_ms, member)
-        redis.call("HSET", xq_msgs, member, stored or member)
-        dead = dead + 1
-    end
-end
 if #due > 0 then
-    redis.call("ZREM", zset, unpack(due))
+    local message_ids = {}
+    for i = 1, #due do
+        message_ids[i] = string.sub(due[i], 17)
+    end
+    local stored = gather("HMGET", payloads, message_ids)
+    local ready_pairs, members, delivered, xq_pairs, xq_msg_pairs = {}, {}, {}, {}, {}
+    for i = 1, #due do
+        local member, data = due[i], stored[i]
+        if #member > 16 and data and string.sub(data, 1, 16) == string.sub(member, 1, 16) then
+            ready_pairs[#ready_pairs + 1] = member
+            ready_pairs[#ready_pairs + 1] = string.sub(data, 17)
+            members[#members + 1] = member
+            delivered[#delivered + 1] = message_ids[i]
+            moved = moved + 1
+        else
+            -- A member without its payload cannot be delivered: keep what there
+            -- is for inspection instead of dropping it silently.
+            xq_pairs[#xq_pairs + 1] = now_ms
+            xq_pairs[#xq_pairs + 1] = member
+            xq_msg_pairs[#xq_msg_pairs + 1] = member
+            xq_msg_pairs[#xq_msg_pairs + 1] = data or member
+            dead = dead + 1
+        end
+    end
+    if moved > 0 then
+        variadic("HSET", ready_msgs, ready_pairs)
+        variadic("RPUSH", ready, members)
+        variadic("HDEL", payloads, delivered)
+    end
+    if dead > 0 then
+        variadic("ZADD", xq, xq_pairs)
+        variadic("HSET", xq_msgs, xq_msg_pairs)
+    end
+    variadic("ZREM", zset, due)
 end
 
 local cursor = redis.call("GET", cursor_key)
@@ -63,10 +99,15 @@ if cursor then
     -- A compaction pass is running: copy live entries, in order, to the new list.
     cursor = tonumber(cursor)
     local entries = redis.call("LRANGE", backup, cursor, cursor + compact_step - 1)
-    for i = 1, #entries do
-        if redis.call("ZSCORE", zset, entries[i]) then
-            redis.call("RPUSH", compact, entries[i])
+    if #entries > 0 then
+        local scores = gather("ZMSCORE", zset, entries)
+        local keep = {}
+        for i = 1, #entries do
+            if scores[i] then
+                keep[#keep + 1] = entries[i]
+            end
         end
+        variadic("RPUSH", compact, keep)
     end
     cursor = cursor + #entries
     if cursor >= redis.call("LLEN", backup) then
@@ -80,12 +121,15 @@ if cursor then
     end
 else
     -- Entries leave the backup list from its head once they are no longer scheduled.
-    for _ = 1, trim_budget do
-        local head = redis.call("LINDEX", backup, 0)
-        if not head or redis.call("ZSCORE", zset, head) then
-            break
+    local head = redis.call("LINDEX", backup, 0)
+    if head and not redis.call("ZSCORE", zset, head) then
+        local heads = redis.call("LRANGE", backup, 0, trim_budget - 1)
+        local scores = gather("ZMSCORE", zset, heads)
+        local dead_prefix = 0
+        while dead_prefix < #heads and not scores[dead_prefix + 1] do
+            dead_prefix = dead_prefix + 1
         end
-        redis.call("LPOP", backup)
+        redis.call("LTRIM", backup, dead_prefix, -1)
     end
     if redis.call("LLEN", backup) > 2 * redis.call("ZCARD", zset) + slack then
         redis.call("DEL", compact)
@@ -94,8 +138,8 @@ else
 end
 
 local next_due = -1
-local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
-if head[1] then
-    next_due = tonumber(head[2])
+local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
+if first[1] then
+    next_due = tonumber(first[2])
 end
 return {moved, next_due, now_ms, dead}
