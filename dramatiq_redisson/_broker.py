@@ -35,8 +35,9 @@ DEFAULT_MAINTENANCE_INTERVAL = 30000
 #: Longest delay (ms) accepted: ten years. Anything longer is taken for a unit mistake.
 MAX_DELAY = 10 * 366 * 86_400_000
 
-#: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries.
-BULK_CHUNK_SIZE = 500
+#: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries (keeps
+#: each call to a few ms even with a million scheduled).
+BULK_CHUNK_SIZE = 100
 
 
 def validate_delay(delay: Any) -> int | None:

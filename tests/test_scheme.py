@@ -9,6 +9,7 @@ import redis
 from dramatiq import Actor, Worker
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._broker import BULK_CHUNK_SIZE
 
 from .helpers import record, records, server_ms, wait_for
 
@@ -128,8 +129,8 @@ def test_entries_due_in_the_same_millisecond_move_in_offer_order(
     @dramatiq.actor(queue_name="burst")
     def noop(i: int) -> None: ...
 
-    # Given 300 messages offered in one bulk call, so they share one due time
-    messages = broker.enqueue_many([noop.message(i) for i in range(300)], delay=200)
+    # Given a chunk of messages offered in one bulk script call, so they share one due time
+    messages = broker.enqueue_many([noop.message(i) for i in range(BULK_CHUNK_SIZE)], delay=200)
     scores = {
         s for _, s in redis_client.zrange("redisson_delay_queue_timeout:{dramatiq:burst}", 0, -1, withscores=True)
     }
