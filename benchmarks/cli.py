@@ -34,9 +34,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                 cols.append(k)
     cells = [[_fmt(row.get(c)) for c in cols] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    line = "| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |"
+    line = "| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths, strict=False)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
+    body = ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + " |" for r in cells]
     return "\n".join([line, sep, *body])
 
 
@@ -49,13 +49,32 @@ def _strip_samples(obj: Any) -> Any:
     return obj
 
 
+def _merge_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A target over repeated runs: the median value; met only if met in every run."""
+    merged = median_merge(runs)
+    verdicts = [t["met"] for t in runs if t["met"] is not None]
+    merged["met"] = None if not verdicts else all(verdicts)
+    merged["met_runs"] = f"{sum(verdicts)}/{len(verdicts)}" if verdicts else None
+    return merged
+
+
+def _verdict(t: dict[str, Any]) -> str:
+    word = {True: "MET", False: "MISSED", None: "-"}[t["met"]]
+    if t.get("met_runs") and t["met"] is not None:
+        word += f" (met in {t['met_runs']} runs)"
+    return word
+
+
 def main(argv: list[str] | None = None) -> int:
     from .scenarios import SCENARIOS, Ctx
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
-    parser.add_argument("--brokers", default=",".join(BROKER_KINDS),
-                        help="comma-separated: redisson, builtin, redisson-lrem (default: all three)")
+    parser.add_argument(
+        "--brokers",
+        default=",".join(BROKER_KINDS),
+        help="comma-separated: redisson, builtin, redisson-lrem (default: all three)",
+    )
     parser.add_argument("--size", choices=list(SIZES), default="small")
     parser.add_argument("--url", default=None, help="use this Redis/Valkey (default: start an embedded Valkey)")
     parser.add_argument("--json", dest="json_out", default=None, help="write the full results (with samples) here")
@@ -70,14 +89,22 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logging()
     server = Server(args.url)
     _log(f"server {server.url} ({'embedded' if server.embedded else 'given'}), size {args.size}, brokers {brokers}")
-    results: dict[str, Any] = {"meta": {**machine_info(server), "size": args.size, "brokers": brokers,
-                                        "repeat": args.repeat, "command": " ".join(sys.argv)}, "scenarios": {}}
+    results: dict[str, Any] = {
+        "meta": {
+            **machine_info(server),
+            "size": args.size,
+            "brokers": brokers,
+            "repeat": args.repeat,
+            "command": " ".join(sys.argv),
+        },
+        "scenarios": {},
+    }
     failures: list[str] = []
     started = time.monotonic()
     try:
         for name in names:
             runs = []
-            for rep in range(args.repeat):
+            for _rep in range(args.repeat):
                 ctx = Ctx(server, args.size, SIZES[args.size], brokers, _log)
                 t0 = time.monotonic()
                 try:
@@ -96,20 +123,36 @@ def main(argv: list[str] | None = None) -> int:
                 out["failures"] = ctx.failures
                 failures += ctx.failures
                 runs.append(out)
-            merged = runs[0] if len(runs) == 1 else {
-                "data": runs[0]["data"], "runs_data": [r["data"] for r in runs],
-                "rows": [median_merge(list(rs)) for rs in zip(*(r["rows"] for r in runs))],
-                "targets": [median_merge(list(ts)) for ts in zip(*(r["targets"] for r in runs))],
-                "seconds": sum(r["seconds"] for r in runs), "failures": [f for r in runs for f in r["failures"]],
-            }
+            merged = (
+                runs[0]
+                if len(runs) == 1
+                else {
+                    "data": runs[0]["data"],
+                    "runs_data": [r["data"] for r in runs],
+                    "rows": [median_merge(list(rs)) for rs in zip(*(r["rows"] for r in runs), strict=False)],
+                    "targets": [_merge_targets(list(ts)) for ts in zip(*(r["targets"] for r in runs), strict=False)],
+                    "seconds": round(sum(r["seconds"] for r in runs), 1),
+                    "failures": [f for r in runs for f in r["failures"]],
+                }
+            )
             results["scenarios"][name] = merged
-            print(f"\n## {name} ({args.size}, {merged['seconds']} s{', median of %d' % args.repeat if args.repeat > 1 else ''})\n")
+            note = f", median of {args.repeat}" if args.repeat > 1 else ""
+            print(f"\n## {name} ({args.size}, {merged['seconds']} s{note})\n")
             print(format_table(merged["rows"]))
             if merged["targets"]:
                 print()
-                print(format_table([{"target": t["target"], "value": t["value"],
-                                     "met": {True: "MET", False: "MISSED", None: "-"}[t["met"]]}
-                                    for t in merged["targets"]]))
+                print(
+                    format_table(
+                        [
+                            {
+                                "target": t["target"],
+                                "value": t["value"],
+                                "met": _verdict(t),
+                            }
+                            for t in merged["targets"]
+                        ]
+                    )
+                )
             sys.stdout.flush()
     finally:
         server.stop()
@@ -117,16 +160,25 @@ def main(argv: list[str] | None = None) -> int:
     results["failures"] = failures
     targets = [t for s in results["scenarios"].values() for t in s["targets"]]
     print("\n## summary\n")
-    print(format_table([{"target": t["target"], "value": t["value"],
-                         "met": {True: "MET", False: "MISSED", None: "-"}[t["met"]]} for t in targets]))
+    print(format_table([{"target": t["target"], "value": t["value"], "met": _verdict(t)} for t in targets]))
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(dumps(results))
         _log(f"results written to {args.json_out}")
     print("\n## JSON\n")
-    print(dumps(_strip_samples({"meta": results["meta"], "failures": failures,
-                                "scenarios": {k: {"rows": v["rows"], "targets": v["targets"]}
-                                              for k, v in results["scenarios"].items()}})))
+    print(
+        dumps(
+            _strip_samples(
+                {
+                    "meta": results["meta"],
+                    "failures": failures,
+                    "scenarios": {
+                        k: {"rows": v["rows"], "targets": v["targets"]} for k, v in results["scenarios"].items()
+                    },
+                }
+            )
+        )
+    )
     if failures:
         print(f"\nFAILED: {len(failures)} problem(s):", file=sys.stderr)
         for f in failures:

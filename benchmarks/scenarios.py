@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._actor import declare
 from ._common import (
@@ -16,11 +17,11 @@ from ._common import (
     Server,
     Workers,
     analyze,
-    broker_cost,
     bulk_offer,
     classify_slowlog,
     due_of,
     inversions,
+    longest_call,
     make_broker,
     pct,
     queue_keys,
@@ -32,8 +33,9 @@ from ._common import (
 
 
 class Ctx:
-    def __init__(self, server: Server, size: str, params: dict[str, Any], brokers: list[str],
-                 log: Callable[[str], None]) -> None:
+    def __init__(
+        self, server: Server, size: str, params: dict[str, Any], brokers: list[str], log: Callable[[str], None]
+    ) -> None:
         self.server, self.size, self.p, self.brokers, self.log = server, size, params, brokers, log
         self.failures: list[str] = []
 
@@ -76,8 +78,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _lat_row(kind: str, res: dict[str, Any], **extra: Any) -> dict[str, Any]:
     lat = res["lateness_ms"]
-    row = {"broker": kind, "ran": f"{res['ran']}/{res['expected']}", "lost": res["lost"], "dup": res["duplicated"],
-           "p50 ms": lat["p50"], "p90 ms": lat["p90"], "p99 ms": lat["p99"], "max ms": lat["max"]}
+    row = {
+        "broker": kind,
+        "ran": f"{res['ran']}/{res['expected']}",
+        "lost": res["lost"],
+        "dup": res["duplicated"],
+        "p50 ms": lat["p50"],
+        "p90 ms": lat["p90"],
+        "p99 ms": lat["p99"],
+        "max ms": lat["max"],
+    }
     row.update(extra)
     return row
 
@@ -98,8 +108,9 @@ def _add_ratio_rows(rows: list[dict[str, Any]], data: dict[str, Any], key: str =
 # -- 1. lateness -----------------------------------------------------------------------
 
 
-def lateness(ctx: Ctx) -> dict[str, Any]:
-    p = ctx.p["lateness"]
+def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
+    p = ctx.p[which]
+    pace = p.get("rate")  # offers per second, or None: as fast as one producer goes
     data: dict[str, Any] = {"params": p}
     rows = []
     for kind in ctx.brokers:
@@ -107,29 +118,43 @@ def lateness(ctx: Ctx) -> dict[str, Any]:
         broker, actor = ctx.producer(kind)
         rng = random.Random(20_000)
         dues: dict[int, float] = {}
-        ctx.log(f"lateness/{kind}: {p['n']} messages, delays {p['delay_lo']}-{p['delay_hi']} ms")
+        ctx.log(
+            f"{which}/{kind}: {p['n']} messages, delays {p['delay_lo']}-{p['delay_hi']} ms"
+            + (f", offered at {pace}/s" if pace else "")
+        )
         with ctx.workers(kind) as w:
             t0 = time.monotonic()
             for seq in range(p["n"]):
+                if pace:
+                    time.sleep(max(0.0, t0 + seq / pace - time.monotonic()))
                 m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
                 dues[seq] = due_of(broker, kind, m)
             offer_s = time.monotonic() - t0
             deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["timeout"]
             complete = wait_records(ctx.r, dues, deadline, check=w.check)
-        ctx.check_crash("lateness", kind, w)
+        ctx.check_crash(which, kind, w)
         res = analyze(dues, read_records(ctx.r))
-        res.update({"offer_seconds": round(offer_s, 3), "complete": complete})
-        ctx.check_delivery("lateness", kind, res)
+        res.update({"offer_seconds": round(offer_s, 3), "offer_rate": round(p["n"] / offer_s), "complete": complete})
+        ctx.check_delivery(which, kind, res)
         data[kind] = res
-        rows.append(_lat_row(kind, res, early=res["early"]))
+        rows.append(_lat_row(kind, res, early=res["early"], **{"offered/s": res["offer_rate"]}))
         broker.close()
     _add_ratio_rows(rows, data)
     targets = []
     if "redisson" in data:
         lat = data["redisson"]["lateness_ms"]
+        label = "" if which == "lateness" else f" ({which})"
         targets += [
-            {"target": "lateness p99 <= 5 ms", "value": lat["p99"], "met": lat["p99"] is not None and lat["p99"] <= 5},
-            {"target": "lateness max <= 50 ms", "value": lat["max"], "met": lat["max"] is not None and lat["max"] <= 50},
+            {
+                "target": f"lateness p99 <= 5 ms{label}",
+                "value": lat["p99"],
+                "met": lat["p99"] is not None and lat["p99"] <= 5,
+            },
+            {
+                "target": f"lateness max <= 50 ms{label}",
+                "value": lat["max"],
+                "met": lat["max"] is not None and lat["max"] <= 50,
+            },
         ]
     return {"data": data, "rows": rows, "targets": targets}
 
@@ -141,20 +166,28 @@ def head_of_line(ctx: Ctx) -> dict[str, Any]:
     p = ctx.p["hol"]
     data: dict[str, Any] = {"params": p}
     rows = []
-    for kind in ctx.brokers:
+    # A control run without the backlog tells what the backlog itself costs: the near
+    # messages come due faster than 2 processes x 4 threads can run them, so some
+    # queueing shows up with or without anything scheduled ahead.
+    plan = [(kind, p["far"], kind) for kind in ctx.brokers]
+    if "redisson" in ctx.brokers:
+        plan.append(("redisson", 0, "redisson (control: nothing scheduled ahead)"))
+    for kind, n_far, label in plan:
         ctx.server.flush()
         broker, actor = ctx.producer(kind)
-        ctx.log(f"head-of-line/{kind}: {p['far']} due in 1 h, then {p['near']} due in {p['near_delay']} ms")
+        ctx.log(f"head-of-line/{label}: {n_far} due in 1 h, then {p['near']} due in {p['near_delay']} ms")
         t0 = time.monotonic()
-        far = list(range(1_000_000_000, 1_000_000_000 + p["far"]))
+        far = list(range(1_000_000_000, 1_000_000_000 + n_far))
         bulk_offer(broker, kind, actor, far, HOUR_MS)
         fill_s = time.monotonic() - t0
         dues: dict[int, float] = {}
         with ctx.workers(kind) as w:
             time.sleep(1.0)  # let the built-in workers prefetch their delay queue
+            t1 = time.monotonic()
             for seq in range(p["near"]):
                 m = actor.send_with_options(args=(seq,), delay=p["near_delay"])
                 dues[seq] = due_of(broker, kind, m)
+            near_rate = round(p["near"] / (time.monotonic() - t1))
             # The window: the built-in broker is given a bounded time; so is ours (same window).
             deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["window"]
             complete = wait_records(ctx.r, dues, deadline, check=w.check)
@@ -162,19 +195,37 @@ def head_of_line(ctx: Ctx) -> dict[str, Any]:
         records = read_records(ctx.r)
         far_ran = sum(1 for seq, _, _ in records if seq >= 1_000_000_000)
         res = analyze(dues, [rec for rec in records if rec[0] < 1_000_000_000])
-        res.update({"complete": complete, "window_s": p["window"], "far_ran": far_ran, "fill_seconds": round(fill_s, 2)})
+        res.update(
+            {
+                "complete": complete,
+                "window_s": p["window"],
+                "far_ran": far_ran,
+                "fill_seconds": round(fill_s, 2),
+                "scheduled_ahead": n_far,
+                "near_offered_per_s": near_rate,
+            }
+        )
         if kind in PRODUCT_KINDS and far_ran:
             ctx.fail(f"head-of-line/{kind}: {far_ran} far-future messages ran early")
         ctx.check_delivery("head-of-line", kind, res)
-        data[kind] = res
-        rows.append(_lat_row(kind, res, **{"not run in window": res["lost"], "far ran": far_ran}))
+        data[label] = res
+        row = _lat_row(kind, res, **{"not run in window": res["lost"], "far ran": far_ran})
+        row["broker"] = label
+        row["ahead"] = n_far
+        row["near offered/s"] = near_rate
+        rows.append(row)
         broker.close()
     _add_ratio_rows(rows, data)
     targets = []
     if "redisson" in data:
         lat = data["redisson"]["lateness_ms"]
-        targets.append({"target": "head-of-line near p99 <= 5 ms", "value": lat["p99"],
-                        "met": lat["p99"] is not None and lat["p99"] <= 5 and data["redisson"]["lost"] == 0})
+        targets.append(
+            {
+                "target": "head-of-line near p99 <= 5 ms",
+                "value": lat["p99"],
+                "met": lat["p99"] is not None and lat["p99"] <= 5 and data["redisson"]["lost"] == 0,
+            }
+        )
     return {"data": data, "rows": rows, "targets": targets}
 
 
@@ -203,13 +254,15 @@ def _fill_reference(ctx: Ctx, far: int, due: int) -> None:
 
 
 def _reference(ctx: Ctx, level: int, p: dict[str, Any]) -> dict[str, Any]:
-    from ._common import queue_keys, script_sha
+    """Redisson's original transfer (reference .lua), called in a loop by this process."""
+    from ._common import queue_keys
 
     keys = queue_keys("redisson")
     ctx.server.flush()
     _fill_reference(ctx, level, p["due"])
     script = ctx.r.register_script(reference_lua())
-    ctx.server.slowlog_on(max_len=100_000)
+    script(keys=[f"{keys.name}:reference-target", f"{keys.name}:none", f"{keys.name}:none"], args=[0])  # load it
+    ctx.server.slowlog_on()
     moved = calls = 0
     t0 = time.monotonic()
     while moved < p["due"] and time.monotonic() - t0 < p["ref_budget"]:
@@ -217,17 +270,112 @@ def _reference(ctx: Ctx, level: int, p: dict[str, Any]) -> dict[str, Any]:
         moved += int(n)
         calls += 1
     wall = time.monotonic() - t0
+    _, usec = ctx.server.evalsha_stats()
     entries, overflow = ctx.server.slowlog()
-    groups = classify_slowlog(entries, {script_sha(reference_lua()): "reference-transfer"})
     ctx.server.slowlog_off()
-    g = groups.get("reference-transfer", {"count": 0, "total_us": 0, "max_us": 0})
-    per_msg = g["total_us"] / moved if moved else None
+    longest = longest_call(classify_slowlog(entries, {}))
+    per_msg = usec / moved if moved else None
     return {
-        "backlog": level, "moved": moved, "calls": calls, "wall_s": round(wall, 3),
-        "server_us_per_moved": round(per_msg, 3) if per_msg is not None else None,
-        "longest_call_ms": round(g["max_us"] / 1000, 3),
+        "backlog": level,
+        "moved": moved,
+        "calls": calls,
+        "wall_s": round(wall, 3),
+        "script_us_per_moved": round(per_msg, 3) if per_msg is not None else None,
+        "longest_call_ms": round(longest["max_us"] / 1000, 3),
         "projected_all_s": round(per_msg * p["due"] / 1e6, 2) if per_msg is not None else None,
-        "complete": moved >= p["due"], "slowlog_overflow": overflow,
+        "complete": moved >= p["due"],
+        "slowlog_overflow": overflow,
+    }
+
+
+def _offer_due(
+    ctx: Ctx, broker: Any, kind: str, actor: Any, seqs: list[int], delay: int, variant: str = "enqueue_many"
+) -> tuple[dict[int, float], float]:
+    """Offer ``seqs`` due in ``delay`` ms, all at once. Returns (seq -> due ms, seconds)."""
+    t0 = time.monotonic()
+    if variant == "same_ms":
+        # One absolute due time for all: offer.lua's "abs" mode (the legacy-migration path).
+        keys = broker.keys(QUEUE)
+        due_abs = int(ctx.server.now_ms()) + delay
+        messages = [actor.message(seq) for seq in seqs]
+        t0 = time.monotonic()
+        with broker.client.pipeline(transaction=False) as pipe:
+            for start in range(0, len(messages), 500):
+                entries = []
+                for m in messages[start : start + 500]:
+                    prepared, sort_key = broker._prepare(m, 1)
+                    entries.append((due_abs, sort_key, prepared.message_id, prepared.encode(), ""))
+                broker.redisson_scripts.offer(keys, entries, absolute=True, client=pipe)
+            pipe.execute()
+        dues = {seq: float(due_abs) for seq in seqs}
+    elif kind == "builtin":
+        # The dispatch.lua "enqueue" call RedisBroker.enqueue makes, pipelined, one eta.
+        dues = bulk_offer(broker, kind, actor, seqs, delay, chunk=len(seqs), read_dues=True, server=ctx.server)
+    else:
+        dues = bulk_offer(broker, kind, actor, seqs, delay, chunk=len(seqs), read_dues=True, server=ctx.server)
+    return dues, time.monotonic() - t0
+
+
+def _move_measure(
+    ctx: Ctx,
+    broker: Any,
+    kind: str,
+    actor: Any,
+    seqs: list[int],
+    delay: int,
+    timeout: float,
+    variant: str = "enqueue_many",
+) -> dict[str, Any]:
+    """With mover workers running: offer ``seqs`` due at once, wait until all are in the
+    ready list; server script time (EVALSHA commandstats), longest call (slowlog)."""
+    names = script_names(broker)
+    ready = f"dramatiq:{QUEUE}"
+    base_len = ctx.r.llen(ready)
+    n = len(seqs)
+    ctx.server.slowlog_on()
+    dues, offer_s = _offer_due(ctx, broker, kind, actor, seqs, delay, variant)
+    offered_at = ctx.server.now_ms()
+    min_due, max_due = min(dues.values()), max(dues.values())
+    ctx.server.reset_stats()  # count the moving only, not the offers
+    deadline = time.monotonic() + max(0.0, (max_due - ctx.server.now_ms()) / 1000) + timeout
+    t_first = t_done = None
+    while time.monotonic() < deadline:
+        length = ctx.r.llen(ready) - base_len
+        now = ctx.server.now_ms()
+        if length and t_first is None:
+            t_first = now
+        if length >= n:
+            t_done = now
+            break
+        time.sleep(0.005)
+    moved = ctx.r.llen(ready) - base_len
+    calls, usec = ctx.server.evalsha_stats()
+    entries, overflow = ctx.server.slowlog()
+    ctx.server.slowlog_off()
+    groups = classify_slowlog(entries, names)
+    longest = longest_call(groups)
+    return {
+        "n": n,
+        "offer_seconds": round(offer_s, 3),
+        "distinct_due_ms": len(set(dues.values())),
+        "due_spread_ms": round(max_due - min_due, 1),
+        "offer_overlapped_due": offered_at >= min_due,
+        "moved": moved,
+        "all_moved": t_done is not None,
+        "move_all_after_last_due_ms": round(t_done - max_due, 1) if t_done else None,
+        "move_all_after_first_due_ms": round(t_done - min_due, 1) if t_done else None,
+        "first_moved_after_due_ms": round(t_first - min_due, 1) if t_first else None,
+        "script_calls": calls,
+        "script_ms_total": round(usec / 1000, 2),
+        "script_us_per_moved": round(usec / moved, 3) if moved > 0 else None,
+        "longest_call_ms": round(longest["max_us"] / 1000, 3),
+        "longest_call_by": longest["by"],
+        "long_calls": {
+            k: {"over_1ms": v["over_1ms"], "over_5ms": v["over_5ms"], "max_us": v["max_us"]}
+            for k, v in groups.items()
+            if not k.startswith("(harness)") and v["over_1ms"]
+        },
+        "slowlog_overflow": overflow,
     }
 
 
@@ -235,6 +383,7 @@ def backlog_cost(ctx: Ctx) -> dict[str, Any]:
     p = ctx.p["backlog"]
     data: dict[str, Any] = {"params": p}
     rows = []
+    ready = f"dramatiq:{QUEUE}"
     for kind in ctx.brokers:
         if kind == "redisson-lrem":
             data[kind] = levels = []
@@ -242,73 +391,112 @@ def backlog_cost(ctx: Ctx) -> dict[str, Any]:
                 ctx.log(f"backlog/{kind} (reference transfer, no workers): {level} scheduled ahead, {p['due']} due")
                 res = _reference(ctx, level, p)
                 levels.append(res)
-                rows.append({"broker": "redisson-original (reference)", "backlog": level,
-                             "delivered": f"{res['moved']}/{p['due']} moved",
-                             "server us/msg": res["server_us_per_moved"], "transfer us/msg": res["server_us_per_moved"],
-                             "longest call ms": res["longest_call_ms"],
-                             "all started s": f"~{res['projected_all_s']} (projected)" if not res["complete"]
-                             else res["wall_s"]})
+                rows.append(
+                    {
+                        "broker": "redisson-original (reference)",
+                        "backlog": level,
+                        "moved": f"{res['moved']}/{p['due']}",
+                        "transfer us/msg": res["script_us_per_moved"],
+                        "longest call ms": res["longest_call_ms"],
+                        "all moved s": res["wall_s"] if res["complete"] else f"~{res['projected_all_s']} (projected)",
+                    }
+                )
             continue
         data[kind] = levels = []
         for level in p["levels"]:
             ctx.server.flush()
             broker, actor = ctx.producer(kind)
-            names = script_names(broker)
-            ctx.log(f"backlog/{kind}: {level} scheduled ahead, then {p['due']} due at once")
+            budget = p["window"] if kind == "builtin" else p["timeout"]
+            ctx.log(f"backlog/{kind}: {level} scheduled ahead")
             t0 = time.monotonic()
             bulk_offer(broker, kind, actor, list(range(1_000_000_000, 1_000_000_000 + level)), HOUR_MS)
             fill_s = time.monotonic() - t0
+            # (a) Moving only: workers that move due messages and run nothing.
+            ctx.log(f"backlog/{kind}: {level} scheduled ahead, {p['due']} due at once, moved by idle workers")
+            with ctx.workers(kind, mode="move") as w:
+                time.sleep(1.0)
+                move = _move_measure(
+                    ctx, broker, kind, actor, list(range(2_000_000_000, 2_000_000_000 + p["due"])), p["delay"], budget
+                )
+            ctx.check_crash("backlog", kind, w)
+            if kind != "builtin" and not move["all_moved"]:
+                ctx.fail(f"backlog/{kind}: only {move['moved']} of {p['due']} moved within {budget} s")
+            ctx.r.delete(ready, f"{ready}.msgs")
+            # (b) Delivery: ordinary workers run them; script time covers transfer, fetch, ack.
+            ctx.log(f"backlog/{kind}: {level} scheduled ahead, {p['due']} due at once, run by workers")
             with ctx.workers(kind) as w:
                 time.sleep(1.0)
-                ctx.server.slowlog_on(max_len=30 * p["due"] + 50_000)
-                dues = bulk_offer(broker, kind, actor, list(range(p["due"])), p["delay"], read_dues=True,
-                                  server=ctx.server)
+                ctx.server.slowlog_on()
+                dues, _ = _offer_due(ctx, broker, kind, actor, list(range(p["due"])), p["delay"])
                 offered_at = ctx.server.now_ms()
-                overlapped = offered_at >= min(dues.values())
                 ctx.server.reset_stats()  # count delivery only, not the offers
-                budget = p["window"] if kind == "builtin" else p["timeout"]
                 deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + budget
                 complete = wait_records(ctx.r, dues, deadline, grace_s=0.3, check=w.check)
                 calls, usec = ctx.server.evalsha_stats()
                 entries, overflow = ctx.server.slowlog()
                 ctx.server.slowlog_off()
             ctx.check_crash("backlog", kind, w)
-            groups = classify_slowlog(entries, names)
-            cost = broker_cost(groups)
+            longest = longest_call(classify_slowlog(entries, script_names(broker)))
             res = analyze(dues, [rec for rec in read_records(ctx.r) if rec[0] < 1_000_000_000])
             delivered = res["ran"]
-            transfer = groups.get("transfer")
-            res.update({
-                "backlog": level, "fill_seconds": round(fill_s, 2), "complete": complete,
-                "offer_overlapped_due": overlapped, "due_spread_ms": max(dues.values()) - min(dues.values()),
-                "server_us_per_delivered": round(cost["total_us"] / delivered, 3) if delivered else None,
-                "transfer_us_per_delivered": round(transfer["total_us"] / delivered, 3)
-                if (transfer and delivered) else None,
-                "longest_call_ms": round(cost["max_us"] / 1000, 3),
-                "longest_transfer_ms": round(transfer["max_us"] / 1000, 3) if transfer else None,
-                "evalsha_calls": calls, "evalsha_usec_incl_recorder": usec,
-                "by_command": {k: v for k, v in sorted(groups.items(), key=lambda kv: -kv[1]["total_us"])},
-                "slowlog_overflow": overflow,
-            })
+            res.update(
+                {
+                    "backlog": level,
+                    "fill_seconds": round(fill_s, 2),
+                    "complete": complete,
+                    "move_only": move,
+                    "offer_overlapped_due": offered_at >= min(dues.values()),
+                    "due_spread_ms": max(dues.values()) - min(dues.values()),
+                    "script_us_per_delivered": round(usec / delivered, 3) if delivered else None,
+                    "script_calls": calls,
+                    "longest_call_ms": round(longest["max_us"] / 1000, 3),
+                    "longest_call_by": longest["by"],
+                    "slowlog_overflow": overflow,
+                }
+            )
             ctx.check_delivery("backlog", kind, res, complete_required=kind != "builtin")
             levels.append(res)
-            rows.append({"broker": kind, "backlog": level, "delivered": f"{delivered}/{p['due']}",
-                         "server us/msg": res["server_us_per_delivered"],
-                         "transfer us/msg": res["transfer_us_per_delivered"],
-                         "longest call ms": res["longest_call_ms"],
-                         "all started s": round(res["first_due_to_last_start_ms"] / 1000, 3)
-                         if complete and "first_due_to_last_start_ms" in res else f"no ({budget} s window)",
-                         "p99 ms": res["lateness_ms"]["p99"], "dup": res["duplicated"]})
+            rows.append(
+                {
+                    "broker": kind,
+                    "backlog": level,
+                    "moved": f"{move['moved']}/{p['due']}",
+                    "transfer us/msg": move["script_us_per_moved"],
+                    "longest call ms": max(move["longest_call_ms"], res["longest_call_ms"]),
+                    "all moved s": round(move["move_all_after_first_due_ms"] / 1000, 3)
+                    if move["all_moved"]
+                    else f"no ({budget} s window)",
+                    "delivered": f"{delivered}/{p['due']}",
+                    "scripts us/delivered": res["script_us_per_delivered"],
+                    "all started s": round(res["first_due_to_last_start_ms"] / 1000, 3)
+                    if complete and "first_due_to_last_start_ms" in res
+                    else f"no ({budget} s window)",
+                    "p99 ms": res["lateness_ms"]["p99"],
+                    "dup": res["duplicated"],
+                }
+            )
             broker.close()
     targets = []
     if data.get("redisson"):
         top = data["redisson"][-1]
+        per = top["move_only"]["script_us_per_moved"]
+        longest = max(top["move_only"]["longest_call_ms"], top["longest_call_ms"])
         targets += [
-            {"target": f"server script time per delivered message <= 20 us at {top['backlog']} scheduled",
-             "value": top["server_us_per_delivered"],
-             "met": top["server_us_per_delivered"] is not None and top["server_us_per_delivered"] <= 20},
-            {"target": f"no single script call > 5 ms at {top['backlog']} scheduled",
-             "value": top["longest_call_ms"], "met": top["longest_call_ms"] <= 5},
+            {
+                "target": f"transfer script time per moved message <= 20 us at {top['backlog']} scheduled",
+                "value": per,
+                "met": per is not None and per <= 20,
+            },
+            {
+                "target": f"(all scripts incl. fetch/ack per delivered message at {top['backlog']} scheduled)",
+                "value": top["script_us_per_delivered"],
+                "met": None,
+            },
+            {
+                "target": f"no single script call > 5 ms at {top['backlog']} scheduled",
+                "value": longest,
+                "met": longest <= 5,
+            },
         ]
     return {"data": data, "rows": rows, "targets": targets}
 
@@ -349,8 +537,13 @@ def memory(ctx: Ctx) -> dict[str, Any]:
             bulk_offer(broker, kind, actor, list(range(done, level)), HOUR_MS)
             done = max(done, level)
             used = ctx.server.used_memory()
-            server_bytes.append({"scheduled": level, "used_memory": used,
-                                 "bytes_per_msg": round((used - base) / level, 1) if level else None})
+            server_bytes.append(
+                {
+                    "scheduled": level,
+                    "used_memory": used,
+                    "bytes_per_msg": round((used - base) / level, 1) if level else None,
+                }
+            )
         # Pass B: worker RSS with workers running while the backlog grows.
         ctx.server.flush()
         rss_levels: list[dict[str, Any]] = []
@@ -361,32 +554,51 @@ def memory(ctx: Ctx) -> dict[str, Any]:
                 bulk_offer(broker, kind, actor, list(range(done, level)), HOUR_MS)
                 done = max(done, level)
                 rss = _settled_rss(w, p["settle"])
-                rss_levels.append({"scheduled": level, "rss_per_process": rss, "rss_max_mb": round(max(rss) / 2**20, 1)})
+                rss_levels.append(
+                    {"scheduled": level, "rss_per_process": rss, "rss_max_mb": round(max(rss) / 2**20, 1)}
+                )
         ctx.check_crash("memory", kind, w)
         data[kind] = {"server": server_bytes, "rss": rss_levels, "encoded_message_bytes": len(sample.encode())}
-        for sb, rs in zip(server_bytes, rss_levels):
-            rows.append({"broker": kind, "scheduled": sb["scheduled"], "server bytes/msg": sb["bytes_per_msg"],
-                         "worker RSS MB (max of procs)": rs["rss_max_mb"]})
+        for sb, rs in zip(server_bytes, rss_levels, strict=False):
+            rows.append(
+                {
+                    "broker": kind,
+                    "scheduled": sb["scheduled"],
+                    "server bytes/msg": sb["bytes_per_msg"],
+                    "worker RSS MB (max of procs)": rs["rss_max_mb"],
+                }
+            )
         broker.close()
     targets = []
     if "redisson" in data:
         rs = data["redisson"]["rss"]
         growth = rs[-1]["rss_max_mb"] - rs[0]["rss_max_mb"]
-        targets.append({"target": "worker RSS independent of number scheduled (growth < 5 MB)",
-                        "value": f"{rs[0]['rss_max_mb']} -> {rs[-1]['rss_max_mb']} MB",
-                        "met": growth < 5})
+        targets.append(
+            {
+                "target": "worker RSS independent of number scheduled (growth < 5 MB)",
+                "value": f"{rs[0]['rss_max_mb']} -> {rs[-1]['rss_max_mb']} MB",
+                "met": growth < 5,
+            }
+        )
         if "builtin" in data:
             mine = data["redisson"]["server"][-1]["bytes_per_msg"]
             theirs = data["builtin"]["server"][-1]["bytes_per_msg"]
             ratio = _ratio(mine, theirs)
             for row in rows:
                 if row["broker"] == "redisson":
-                    other = next((r for r in rows if r["broker"] == "builtin" and r["scheduled"] == row["scheduled"]),
-                                 None)
+                    other = next(
+                        (r for r in rows if r["broker"] == "builtin" and r["scheduled"] == row["scheduled"]), None
+                    )
                     if other:
                         row["bytes vs builtin"] = _ratio(row["server bytes/msg"], other["server bytes/msg"])
-            targets.append({"target": "server bytes per scheduled message <= 1.3 x built-in",
-                            "value": f"{mine} vs {theirs} = {ratio}x", "met": ratio is not None and ratio <= 1.3})
+            ok = ratio is not None and mine > 0 and theirs > 0
+            targets.append(
+                {
+                    "target": "server bytes per scheduled message <= 1.3 x built-in",
+                    "value": f"{mine} vs {theirs} = {ratio}x",
+                    "met": (ratio <= 1.3) if ok else None,
+                }
+            )
     return {"data": data, "rows": rows, "targets": targets}
 
 
@@ -422,7 +634,9 @@ def offer_throughput(ctx: Ctx) -> dict[str, Any]:
                     proc.join(5)
             if proc.exitcode not in (0, None):
                 ctx.fail(f"offer/{kind}/{mode}: producer exited with code {proc.exitcode}")
-            stored = int(ctx.r.zcard(queue_keys(kind).timeout_zset) if kind != "builtin" else ctx.r.llen(f"dramatiq:{QUEUE}.DQ"))
+            stored = int(
+                ctx.r.zcard(queue_keys(kind).timeout_zset) if kind != "builtin" else ctx.r.llen(f"dramatiq:{QUEUE}.DQ")
+            )
             res["stored"] = stored
             if stored != n + 1:
                 ctx.fail(f"offer/{kind}/{mode}: {stored} scheduled after offering {n + 1}")
@@ -434,8 +648,12 @@ def offer_throughput(ctx: Ctx) -> dict[str, Any]:
     data["median_rate"] = med
     rows = []
     for k, v in runs.items():
-        row = {"broker/mode": k, "msgs": v[0]["n"], "msgs/s (median)": round(med[k]),
-               "runs": ", ".join(str(round(r["rate"])) for r in v)}
+        row = {
+            "broker/mode": k,
+            "msgs": v[0]["n"],
+            "msgs/s (median)": round(med[k]),
+            "runs": ", ".join(str(round(r["rate"])) for r in v),
+        }
         if "rate_incl_build" in v[0]:
             row["msgs/s incl. building messages"] = round(statistics.median(r["rate_incl_build"] for r in v))
         if "builtin/one" in med and k != "builtin/one":
@@ -444,11 +662,21 @@ def offer_throughput(ctx: Ctx) -> dict[str, Any]:
     targets = []
     if "redisson/one" in med and "builtin/one" in med:
         ratio = _ratio(med["redisson/one"], med["builtin/one"])
-        targets.append({"target": "one-by-one offer >= 0.9 x built-in delayed enqueue", "value": f"{ratio}x",
-                        "met": ratio is not None and ratio >= 0.9})
+        targets.append(
+            {
+                "target": "one-by-one offer >= 0.9 x built-in delayed enqueue",
+                "value": f"{ratio}x",
+                "met": ratio is not None and ratio >= 0.9,
+            }
+        )
     if "redisson/bulk" in med:
-        targets.append({"target": "bulk (enqueue_many) >= 50 000 msgs/s", "value": round(med["redisson/bulk"]),
-                        "met": med["redisson/bulk"] >= 50_000})
+        targets.append(
+            {
+                "target": "bulk (enqueue_many) >= 50 000 msgs/s",
+                "value": round(med["redisson/bulk"]),
+                "met": med["redisson/bulk"] >= 50_000,
+            }
+        )
     return {"data": data, "rows": rows, "targets": targets}
 
 
@@ -466,7 +694,7 @@ def idle_pickup(ctx: Ctx) -> dict[str, Any]:
         sent: dict[int, float] = {}
         ctx.log(f"idle/{kind}: {p['n']} messages sent to idle workers, {p['gap_lo']}-{p['gap_hi']} ms apart")
         with ctx.workers(kind) as w:
-            time.sleep(2.0)  # idle: let the consumers back off
+            time.sleep(p.get("settle", 2.0))  # idle: let the consumers back off
             for seq in range(p["n"]):
                 time.sleep(rng.uniform(p["gap_lo"], p["gap_hi"]) / 1000)
                 sent[seq] = time.time() * 1000  # same host: the server's TIME reads this clock
@@ -484,8 +712,13 @@ def idle_pickup(ctx: Ctx) -> dict[str, Any]:
     targets = []
     if "redisson" in data:
         lat = data["redisson"]["lateness_ms"]
-        targets.append({"target": "idle pickup p99 <= 5 ms", "value": lat["p99"],
-                        "met": lat["p99"] is not None and lat["p99"] <= 5})
+        targets.append(
+            {
+                "target": "idle pickup p99 <= 5 ms",
+                "value": lat["p99"],
+                "met": lat["p99"] is not None and lat["p99"] <= 5,
+            }
+        )
     return {"data": data, "rows": rows, "targets": targets}
 
 
@@ -507,85 +740,29 @@ def _ready_order(ctx: Ctx) -> list[int]:
 def _burst_one(ctx: Ctx, kind: str, variant: str, p: dict[str, Any]) -> dict[str, Any]:
     ctx.server.flush()
     broker, actor = ctx.producer(kind)
-    names = script_names(broker)
     n = p["n"]
-    ready = f"dramatiq:{QUEUE}"
     with ctx.workers(kind, mode="move") as w:
-        messages = [actor.message(seq) for seq in range(n)]
-        ctx.server.slowlog_on(max_len=20_000 if kind == "builtin" else 100_000,
-                              slower_than_us=100 if kind == "builtin" else 0)
-        t0 = time.monotonic()
-        if variant == "enqueue_many":
-            broker.enqueue_many(messages, delay=p["delay"])
-        elif variant == "same_ms":
-            # One absolute due time for all: offer.lua's "abs" mode (the legacy-migration path).
-            keys = broker.keys(QUEUE)
-            due_abs = int(ctx.server.now_ms()) + p["delay"]
-            with broker.client.pipeline(transaction=False) as pipe:
-                for start in range(0, n, 500):
-                    entries = []
-                    for m in messages[start : start + 500]:
-                        prepared, sort_key = broker._prepare(m, 1)
-                        entries.append((due_abs, sort_key, prepared.message_id, prepared.encode(), ""))
-                    broker.redisson_scripts.offer(keys, entries, absolute=True, client=pipe)
-                pipe.execute()
-        else:  # builtin: the dispatch.lua enqueue RedisBroker.enqueue makes, pipelined, one eta
-            bulk_offer(broker, kind, actor, list(range(n)), p["delay"], chunk=n)
-        offer_s = time.monotonic() - t0
-        offered_at = ctx.server.now_ms()
-        if kind == "builtin":
-            eta = json.loads(ctx.r.hget(f"{ready}.DQ.msgs", ctx.r.lindex(f"{ready}.DQ", 0)) or "{}")
-            scores = [float(eta.get("options", {}).get("eta", 0))] if eta else []
-            if not scores:  # already prefetched by the movers: every message carries the same eta
-                scores = [offered_at]
-        else:
-            scores = [s for _, s in ctx.r.zrange(broker.keys(QUEUE).timeout_zset, 0, -1, withscores=True)]
-        distinct_dues = len(set(scores))
-        min_due, max_due = min(scores), max(scores)
-        ctx.server.reset_stats()
-        deadline = time.monotonic() + max(0.0, (max_due - ctx.server.now_ms()) / 1000) + p["timeout"]
-        t_first = t_done = None
-        while time.monotonic() < deadline:
-            length = ctx.r.llen(ready)
-            now = ctx.server.now_ms()
-            if length and t_first is None:
-                t_first = now
-            if length >= n:
-                t_done = now
-                break
-            time.sleep(0.005)
-        calls, usec = ctx.server.evalsha_stats()
-        entries, overflow = ctx.server.slowlog()
-        ctx.server.slowlog_off()
+        time.sleep(0.5)
+        res = _move_measure(ctx, broker, kind, actor, list(range(n)), p["delay"], p["timeout"], variant)
         w.check()
     ctx.check_crash("burst", kind, w)
-    groups = classify_slowlog(entries, names)
-    cost = broker_cost(groups)
-    transfer = groups.get("transfer") or groups.get("reference-transfer")
     order = _ready_order(ctx)
     pairs = len(order) * (len(order) - 1) // 2
     inv = inversions(order) if order else 0
     counts: dict[int, int] = {}
     for s in order:
         counts[s] = counts.get(s, 0) + 1
-    res = {
-        "variant": variant, "n": n, "offer_seconds": round(offer_s, 3), "distinct_due_ms": distinct_dues,
-        "due_spread_ms": max_due - min_due, "offer_overlapped_due": offered_at >= min_due,
-        "moved": len(order), "lost": n - len(counts), "duplicated": sum(c - 1 for c in counts.values()),
-        "all_moved": t_done is not None,
-        "move_all_after_last_due_ms": round(t_done - max_due, 1) if t_done else None,
-        "move_all_after_first_due_ms": round(t_done - min_due, 1) if t_done else None,
-        "first_moved_after_due_ms": round(t_first - min_due, 1) if t_first else None,
-        "evalsha_calls": calls, "evalsha_ms_total": round(usec / 1000, 1),
-        "transfer_calls": transfer["count"] if transfer else None,
-        "transfer_ms_total": round(transfer["total_us"] / 1000, 1) if transfer else None,
-        "longest_call_ms": round(cost["max_us"] / 1000, 3),
-        "slowlog_threshold_us": 100 if kind == "builtin" else 0, "slowlog_overflow": overflow,
-        "inversions": inv, "inversion_fraction": round(inv / pairs, 6) if pairs else 0.0,
-        "adjacent_inversions": sum(1 for a, b in zip(order, order[1:]) if b < a),
-        "_order_sample": order[:: max(1, len(order) // 2000)],
-        "by_command": {k: v for k, v in sorted(groups.items(), key=lambda kv: -kv[1]["total_us"])},
-    }
+    res.update(
+        {
+            "variant": variant,
+            "lost": n - len(counts),
+            "duplicated": sum(c - 1 for c in counts.values()),
+            "inversions": inv,
+            "inversion_fraction": round(inv / pairs, 6) if pairs else 0.0,
+            "adjacent_inversions": sum(1 for a, b in zip(order, order[1:], strict=False) if b < a),
+            "_order_sample": order[:: max(1, len(order) // 2000)],
+        }
+    )
     if kind in PRODUCT_KINDS:
         if res["lost"]:
             ctx.fail(f"burst/{kind}/{variant}: {res['lost']} messages not moved")
@@ -606,28 +783,57 @@ def burst(ctx: Ctx) -> dict[str, Any]:
             ctx.log(f"burst/{kind}/{variant}: {p['n']} messages due at once, moved by idle workers")
             res = _burst_one(ctx, kind, variant, p)
             data[kind][variant] = res
-            rows.append({"broker": kind, "offer": variant, "distinct due ms": res["distinct_due_ms"],
-                         "moved": f"{res['moved']}/{res['n']}",
-                         "all moved after last due ms": res["move_all_after_last_due_ms"],
-                         "script ms total": res["evalsha_ms_total"], "longest call ms": res["longest_call_ms"],
-                         "inversions": res["inversion_fraction"], "lost": res["lost"], "dup": res["duplicated"]})
+            rows.append(
+                {
+                    "broker": kind,
+                    "offer": variant,
+                    "distinct due ms": res["distinct_due_ms"],
+                    "moved": f"{res['moved']}/{res['n']}",
+                    "due spread ms": res["due_spread_ms"],
+                    "all moved after first due ms": res["move_all_after_first_due_ms"],
+                    "after last due ms": res["move_all_after_last_due_ms"],
+                    "script ms total": res["script_ms_total"],
+                    "script us/msg": res["script_us_per_moved"],
+                    "longest call ms": res["longest_call_ms"],
+                    "inversions": res["inversion_fraction"],
+                    "lost": res["lost"],
+                    "dup": res["duplicated"],
+                }
+            )
     targets = []
     if "redisson" in data:
         for variant, res in data["redisson"].items():
-            t = res["move_all_after_last_due_ms"]
+            # From the FIRST due time: with enqueue_many the due times spread over the offer.
+            t = res["move_all_after_first_due_ms"]
             targets += [
-                {"target": f"burst ({variant}): {res['n']} moved in <= 2 s", "value": t,
-                 "met": t is not None and t <= 2000},
-                {"target": f"burst ({variant}): FIFO (no inversions)", "value": res["inversion_fraction"],
-                 "met": res["inversions"] == 0},
-                {"target": f"burst ({variant}): no call > 5 ms", "value": res["longest_call_ms"],
-                 "met": res["longest_call_ms"] <= 5},
+                {
+                    "target": f"burst ({variant}): {res['n']} moved in <= 2 s after the first due time",
+                    "value": t,
+                    "met": t is not None and t <= 2000,
+                },
+                {
+                    "target": f"burst ({variant}): FIFO (no inversions)",
+                    "value": res["inversion_fraction"],
+                    "met": res["inversions"] == 0,
+                },
+                {
+                    "target": f"burst ({variant}): no call > 5 ms",
+                    "value": res["longest_call_ms"],
+                    "met": res["longest_call_ms"] <= 5,
+                },
             ]
     return {"data": data, "rows": rows, "targets": targets}
 
 
+def lateness_paced(ctx: Ctx) -> dict[str, Any]:
+    """Lateness with offers paced well below the workers' capacity: the delay machinery's
+    own precision, without the queueing the full-speed scenario adds."""
+    return lateness(ctx, "lateness_paced")
+
+
 SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "lateness": lateness,
+    "lateness-paced": lateness_paced,
     "head-of-line": head_of_line,
     "backlog": backlog_cost,
     "memory": memory,

@@ -43,7 +43,9 @@ def run_once(url: str) -> tuple[list[str], list[int]]:
         dues = []
         for value, seconds in OFFERS:
             message = deliver.send_with_options(args=(value,), delay=seconds * 1000)
-            score = client.zscore("redisson_delay_queue_timeout:{dramatiq:timeline}", message.options["redis_message_id"])
+            score = client.zscore(
+                "redisson_delay_queue_timeout:{dramatiq:timeline}", message.options["redis_message_id"]
+            )
             dues.append(int(score or 0))
         broker.join("timeline", timeout=15_000)
         worker.join()

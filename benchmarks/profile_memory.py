@@ -1,0 +1,95 @@
+"""Where do a scheduled message's server bytes go, and what would a leaner layout save?
+
+    python -m benchmarks.profile_memory [--n 100000] [--url URL]
+
+Offers ``n`` messages due in 1 h through each broker and prints MEMORY USAGE per key
+divided by ``n``. Then writes the same messages in alternative RedissonBroker layouts
+with plain commands (no broker code changes) to price each idea:
+
+- current: ZSET member = sort key (16) + message id (36); backup LIST of members;
+  HASH message id -> sort key + encoded message (which carries options.redis_message_id);
+- list-of-keys: the backup list holds only the 16-char sort key;
+- no-rmid: the stored message omits options.redis_message_id (the consumer already
+  re-sets it from the member it fetched, see RedissonConsumer._decode);
+- both of the above.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ._common import HOUR_MS, QUEUE, Server, bulk_offer, make_broker, quiet_logging
+
+
+def _usage(server: Server, n: int) -> dict[str, float]:
+    out = {}
+    for key in sorted(server.r.keys("*")):
+        if b"__heartbeats__" in key:
+            continue
+        out[key.decode()] = round(server.r.memory_usage(key, samples=0) / n, 1)
+    out["TOTAL used_memory delta"] = 0.0
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ._actor import declare
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_memory")
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--url", default=None)
+    args = parser.parse_args(argv)
+    quiet_logging()
+    server = Server(args.url)
+    n = args.n
+    try:
+        for kind in ("redisson", "builtin"):
+            server.flush()
+            broker = make_broker(kind, server.url)
+            actor = declare(broker)
+            base = server.used_memory()
+            bulk_offer(broker, kind, actor, list(range(n)), HOUR_MS)
+            usage = _usage(server, n)
+            usage["TOTAL used_memory delta"] = round((server.used_memory() - base) / n, 1)
+            print(f"\n{kind}: bytes per scheduled message")
+            for k, v in usage.items():
+                print(f"  {v:7.1f}  {k}")
+            broker.close()
+
+        broker = make_broker("redisson", server.url)
+        actor = declare(broker)
+        keys = broker.keys(QUEUE)
+        prepared: list[tuple[Any, str]] = [broker._prepare(actor.message(i), 1) for i in range(n)]
+        print("\nRedissonBroker layouts written with plain commands: used_memory delta per message")
+        results = {}
+        for name, short_list, no_rmid in (
+            ("current", False, False),
+            ("list-of-keys", True, False),
+            ("no-rmid", False, True),
+            ("both", True, True),
+        ):
+            server.flush()
+            base = server.used_memory()
+            for start in range(0, n, 5000):
+                with server.r.pipeline(transaction=False) as pipe:
+                    chunk = prepared[start : start + 5000]
+                    members = {m.options["redis_message_id"]: 0 for m, _ in chunk}
+                    pipe.zadd(keys.timeout_zset, {mem: 1 for mem in members})
+                    pipe.rpush(keys.backup_list, *([k for _, k in chunk] if short_list else list(members)))
+                    payload = {}
+                    for m, k in chunk:
+                        if no_rmid:
+                            m = m.copy()
+                            m.options.pop("redis_message_id", None)
+                        payload[m.message_id] = k.encode() + m.encode()
+                    pipe.hset(keys.payloads, mapping=payload)
+                    pipe.execute()
+            results[name] = round((server.used_memory() - base) / n, 1)
+            print(f"  {results[name]:7.1f}  {name}")
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
