@@ -30,9 +30,11 @@ def free_loopback_port() -> int:
 @contextlib.contextmanager
 def redis_url(env_var: str = "REDIS_URL", **config: Any) -> Iterator[str]:
     """Yield ``$REDIS_URL`` if set, else the URL of an embedded Valkey started on a free
-    loopback port for the duration of the block (and stopped afterwards, by pid)."""
+    loopback port for the duration of the block (and stopped afterwards, by pid).
+    Either way the server has answered a PING before the URL is yielded."""
     url = os.environ.get(env_var)
     if url:
+        _check(url)
         yield url
         return
     try:
@@ -51,6 +53,19 @@ def redis_url(env_var: str = "REDIS_URL", **config: Any) -> Iterator[str]:
             if attempt == START_ATTEMPTS:
                 raise
     try:
+        _check(server.connection_url)
         yield server.connection_url
     finally:
         server.stop()
+
+
+def _check(url: str) -> None:
+    """Fail loudly, here, when no Redis-compatible server answers at ``url``."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        if not client.ping():
+            raise RuntimeError(f"no Redis-compatible server answers at {url}")
+    finally:
+        client.close()

@@ -22,11 +22,8 @@ from .helpers import record
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
+    # redis_url() raises unless a server answers: a session without one is red, not green.
     with _redis_url() as url:
-        client = redis.Redis.from_url(url)
-        # A test session that silently runs without a server must be red, not green.
-        assert client.ping(), f"no Redis-compatible server answers at {url}"
-        client.close()
         yield url
 
 
