@@ -152,12 +152,22 @@ class RedissonBroker(RedisBroker):
     def _prepare(self, message: Message[Any], delay_ms: int | None) -> tuple[Message[Any], str]:
         """Give ``message`` its redis id and canonical queue; drop any ``eta``. Returns the
         message and its sort key ("" if it is not delayed)."""
-        queue_name = q_name(message.queue_name)
-        sort_key = next_sort_key() if delay_ms else ""
-        redis_message_id = sort_key + message.message_id if delay_ms else str(uuid4())
-        message = message.copy(queue_name=queue_name, options={"redis_message_id": redis_message_id})
+        if delay_ms:
+            return self.prepare_scheduled(message)
+        return self._with_redis_id(message, str(uuid4())), ""
+
+    def prepare_scheduled(self, message: Message[Any]) -> tuple[Message[Any], str]:
+        """A copy of ``message`` ready to be offered to its delayed queue (new sort key,
+        ``redis_message_id`` = sort key + message id, canonical queue, no ``eta``), and
+        its sort key. Used for new offers and for messages migrated from ``.DQ``."""
+        sort_key = next_sort_key()
+        return self._with_redis_id(message, sort_key + message.message_id), sort_key
+
+    @staticmethod
+    def _with_redis_id(message: Message[Any], redis_message_id: str) -> Message[Any]:
+        message = message.copy(queue_name=q_name(message.queue_name), options={"redis_message_id": redis_message_id})
         message.options.pop("eta", None)
-        return message, sort_key
+        return message
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         """Enqueue a message, now or after ``delay`` milliseconds.

@@ -16,7 +16,6 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
-from ._ids import next_sort_key
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 from ._timer import TransferTimer
 
@@ -274,12 +273,7 @@ class RedissonConsumer(Consumer):
                 continue
             eta = legacy.options.get("eta")
             due_ms = int(eta) if isinstance(eta, (int, float)) else 0
-            sort_key = next_sort_key()
-            message = legacy.copy(
-                queue_name=self.keys.queue_name,
-                options={"redis_message_id": sort_key + legacy.message_id},
-            )
-            message.options.pop("eta", None)
+            message, sort_key = self.broker.prepare_scheduled(legacy)
             entries.append((due_ms, sort_key, message.message_id, message.encode(), legacy_id))
         if undecodable:
             self.scripts.bury_legacy(self.keys, undecodable)
