@@ -40,6 +40,27 @@ MAX_DELAY = 10 * 366 * 86_400_000
 BULK_CHUNK_SIZE = 100
 
 
+def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
+    """Encode a prepared scheduled message for the payload hash, compactly when possible.
+
+    The member (sort key + message id) is the message's ``redis_message_id``. With a JSON
+    encoder the stored copy carries only the sort key there, 36 bytes less per scheduled
+    message; transfer.lua appends the message id when it moves the message, so what
+    reaches the ready queue names the full member. When the encoding does not show the
+    marker ``"redis_message_id":"<sort key>"`` exactly once (another encoder, or an
+    argument that happens to contain it), the full member is stored instead.
+    """
+    member = message.options["redis_message_id"]
+    message.options["redis_message_id"] = sort_key
+    try:
+        data = message.encode()
+    finally:
+        message.options["redis_message_id"] = member
+    if data.count(b'"redis_message_id":"' + sort_key.encode() + b'"') == 1:
+        return data
+    return message.encode()
+
+
 def validate_delay(delay: Any) -> int | None:
     """Return ``delay`` as whole milliseconds, or ``None`` for no delay.
 
@@ -195,11 +216,11 @@ class RedissonBroker(RedisBroker):
             "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
         )
         self.emit_before("enqueue", message, delay)
-        data = message.encode()
         if delay_ms:
+            data = encode_scheduled(message, sort_key)
             self.redisson_scripts.offer(keys, [(delay_ms, sort_key, message.message_id, data, "")])
         else:
-            self.redisson_scripts.enqueue(keys, [(message.options["redis_message_id"], data)])
+            self.redisson_scripts.enqueue(keys, [(message.options["redis_message_id"], message.encode())])
         self.emit_after("enqueue", message, delay)
         return message
 
@@ -247,7 +268,7 @@ class RedissonBroker(RedisBroker):
                 for start in range(0, len(items), BULK_CHUNK_SIZE):
                     chunk = items[start : start + BULK_CHUNK_SIZE]
                     if delay_ms:
-                        entries = [(delay_ms, key, m.message_id, m.encode(), "") for m, key in chunk]
+                        entries = [(delay_ms, key, m.message_id, encode_scheduled(m, key), "") for m, key in chunk]
                         self.redisson_scripts.offer(keys, entries, client=pipe)
                     else:
                         pairs = [(m.options["redis_message_id"], m.encode()) for m, _ in chunk]

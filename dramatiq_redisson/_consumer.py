@@ -16,6 +16,7 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
+from ._broker import encode_scheduled
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 from ._timer import TransferTimer
 
@@ -274,7 +275,7 @@ class RedissonConsumer(Consumer):
             eta = legacy.options.get("eta")
             due_ms = int(eta) if isinstance(eta, (int, float)) else 0
             message, sort_key = self.broker.prepare_scheduled(legacy)
-            entries.append((due_ms, sort_key, message.message_id, message.encode(), legacy_id))
+            entries.append((due_ms, sort_key, message.message_id, encode_scheduled(message, sort_key), legacy_id))
         if undecodable:
             self.scripts.bury_legacy(self.keys, undecodable)
         if entries:

@@ -73,9 +73,13 @@ class DelayedQueue:
             if data is None or data[:16] != member[:16]:
                 continue
             try:
-                result.append((int(due), Message.decode(data[16:])))
+                message = Message.decode(data[16:])
             except Exception:
                 self.logger.error("Could not decode scheduled entry %r of queue %r.", member, self.queue_name)
+                continue
+            # A compact payload names only the sort key (see encode_scheduled).
+            message.options["redis_message_id"] = member.decode()
+            result.append((int(due), message))
         return result
 
     def __len__(self) -> int:

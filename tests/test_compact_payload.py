@@ -1,0 +1,128 @@
+"""Scheduled payloads name only the sort key; what reaches the ready queue names the member."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Worker
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.encoder import JSONEncoder, PickleEncoder
+
+from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._broker import encode_scheduled
+from dramatiq_redisson._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+
+from .helpers import record, records, wait_for
+
+
+def _transfer(broker: RedissonBroker, queue_name: str = "default") -> int:
+    result = broker.redisson_scripts.transfer(
+        broker.keys(queue_name),
+        limit=100,
+        trim_budget=TRIM_BUDGET,
+        compact_step=COMPACT_STEP,
+        compact_slack=COMPACT_SLACK,
+    )
+    return result.moved
+
+
+@pytest.fixture
+def pickle_encoder() -> Iterator[None]:
+    dramatiq.set_encoder(PickleEncoder())
+    yield
+    dramatiq.set_encoder(JSONEncoder())
+
+
+def test_scheduled_payload_names_the_sort_key_and_the_ready_copy_the_member(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor
+    def noop(x: int) -> None: ...
+
+    # Given a message scheduled 50 ms ahead
+    message = noop.send_with_options(args=(1,), delay=50)
+    member = message.options["redis_message_id"]
+    sort_key = member[:16]
+    # Then the stored copy carries only the sort key as its redis_message_id
+    stored = redis_client.hget(broker.keys("default").payloads, message.message_id)
+    assert stored is not None
+    assert f'"redis_message_id":"{sort_key}"'.encode() in stored
+    assert member.encode() not in stored
+    # And read_all still shows the full member
+    ((_, scheduled),) = broker.delayed_queue("default").read_all()
+    assert scheduled.options["redis_message_id"] == member
+    # When it is transferred
+    time.sleep(0.06)
+    assert _transfer(broker) == 1
+    # Then the ready copy names the full member, like any ready message
+    ready = redis_client.hget(broker.keys("default").ready_msgs, member)
+    assert ready is not None
+    assert dramatiq.Message.decode(ready).options["redis_message_id"] == member
+
+
+def test_a_builtin_worker_runs_and_acks_a_transferred_message(
+    redis_url: str, broker: RedissonBroker, redis_client: redis.Redis, make_broker: Callable[..., Any]
+) -> None:
+    # Given a delayed message of ours, moved to the ready queue during a mixed rollout
+    @dramatiq.actor(actor_name="shared", max_retries=0)
+    def ours(i: int) -> None: ...
+
+    builtin = make_broker(RedisBroker, url=redis_url)
+
+    @dramatiq.actor(broker=builtin, actor_name="shared", max_retries=0)
+    def theirs(i: int) -> None:
+        record(redis_client, i=i)
+
+    ours.send_with_options(args=(7,), delay=20)
+    time.sleep(0.03)
+    assert _transfer(broker) == 1
+    # When a built-in worker consumes the queue
+    worker = Worker(builtin, worker_timeout=100)
+    worker.start()
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 1)
+        # Then it ran once and its ack found the message (nothing left unacked or stored)
+        assert wait_for(lambda: not redis_client.hlen("dramatiq:default.msgs"))
+    finally:
+        worker.stop()
+    assert [r["i"] for r in records(redis_client)] == [7]
+    assert not redis_client.keys("dramatiq:__acks__.*")
+
+
+def test_a_non_json_encoder_stores_the_full_member_and_still_delivers(
+    broker: RedissonBroker, redis_client: redis.Redis, pickle_encoder: None
+) -> None:
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    # Given messages encoded with pickle
+    message = noop.send_with_options(delay=20)
+    member = message.options["redis_message_id"]
+    # Then the stored copy carries the whole member
+    stored = redis_client.hget(broker.keys("default").payloads, message.message_id)
+    assert stored is not None and dramatiq.Message.decode(stored[16:]).options["redis_message_id"] == member
+    # And the transfer moves it unchanged
+    time.sleep(0.03)
+    assert _transfer(broker) == 1
+    ready = redis_client.hget(broker.keys("default").ready_msgs, member)
+    assert ready is not None and dramatiq.Message.decode(ready).options["redis_message_id"] == member
+
+
+def test_an_argument_that_contains_the_marker_falls_back_to_the_full_member(broker: RedissonBroker) -> None:
+    @dramatiq.actor
+    def noop(payload: dict[str, str]) -> None: ...
+
+    # Given a message whose own argument looks like the compact marker
+    sort_key = "0123456789abcdef"
+    message, _ = broker.prepare_scheduled(noop.message({"redis_message_id": sort_key}))
+    member = message.options["redis_message_id"]
+    # When it is encoded for the payload hash
+    data = encode_scheduled(message, sort_key)
+    # Then the full member is stored (the transfer would find the marker ambiguous)
+    assert dramatiq.Message.decode(data).options["redis_message_id"] == member
+    assert message.options["redis_message_id"] == member
