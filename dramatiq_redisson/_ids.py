@@ -12,6 +12,15 @@ _last = 0
 COUNTER_BITS = 20
 
 
+def next_sort_keys(count: int) -> list[str]:
+    """Return ``count`` consecutive sort keys, each greater than every key returned before."""
+    global _last
+    with _lock:
+        first = max(time.time_ns() // 1_000_000 << COUNTER_BITS, _last + 1)
+        _last = first + count - 1
+    return [f"{key:016x}" for key in range(first, first + count)]
+
+
 def next_sort_key() -> str:
     """Return a sort key greater than every key this process returned before.
 

@@ -7,8 +7,9 @@ reload on NOSCRIPT).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
+from itertools import chain
 from typing import Any
 
 import redis
@@ -36,6 +37,10 @@ def _source(name: str) -> bytes:
 
 
 _SOURCES = {name: _source(name) for name in _NAMES}
+
+
+def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.legacy_dq, keys.legacy_dq_msgs)
 
 
 class TransferResult:
@@ -83,10 +88,59 @@ class Scripts:
             args.extend(entry)
         return self._run(
             "offer",
-            (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.legacy_dq, keys.legacy_dq_msgs),
+            _offer_keys(keys),
             args,
             client,
         )
+
+    def offer_bulk(self, calls: Iterable[tuple[QueueKeys, int, Sequence[tuple[str, bytes]]]]) -> list[Any]:
+        """Schedule ``(message_id, sort_key + data)`` entries ``delay_ms`` from now, one
+        script call per ``(keys, delay_ms, entries)``, streamed (see :meth:`stream`).
+
+        Returns per call ``[entries scheduled, their due time in epoch ms]``."""
+        return self.stream(
+            "offer",
+            (
+                (_offer_keys(keys), ["bulk", delay_ms, *chain.from_iterable(entries)])
+                for keys, delay_ms, entries in calls
+            ),
+        )
+
+    def stream(self, name: str, calls: Iterable[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Run many calls of one script on one connection, each sent as soon as it is
+        built and the replies read at the end: the server runs earlier calls while
+        the client packs later ones (a pipeline packs everything before it sends).
+
+        Raises:
+          redis.ResponseError: The first error reply, after every reply was read.
+        """
+        script = self._s[name]
+        self.client.script_load(script.script)  # EVALSHA below must find it
+        pool = self.client.connection_pool
+        connection = pool.get_connection()
+        try:
+            sent = 0
+            for keys, args in calls:
+                command = connection.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                connection.send_packed_command(command, check_health=False)
+                sent += 1
+            replies: list[Any] = []
+            error: redis.ResponseError | None = None
+            for _ in range(sent):
+                try:
+                    replies.append(connection.read_response())
+                except redis.ResponseError as e:
+                    error = error or e
+                    replies.append(e)
+        except BaseException:
+            # Replies may be left unread on this connection: never reuse it.
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+        if error is not None:
+            raise error
+        return replies
 
     def transfer(
         self, keys: QueueKeys, *, limit: int, trim_budget: int, compact_step: int, compact_slack: int

@@ -8,65 +8,124 @@
 -- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs  legacy delay queue payloads
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
---          "abs": each time is an absolute due time in epoch ms (legacy migration)
--- ARGV[2..] repeated groups of 5:
+--          "abs": each time is an absolute due time in epoch ms (legacy migration);
+--          "bulk": one delay in ms for every entry (enqueue_many)
+-- rel/abs: ARGV[2..] repeated groups of 5:
 --          time_ms, sort_key (16 chars), message_id, encoded message,
 --          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed)
+-- bulk:    ARGV[2] delay in ms; ARGV[3..] repeated pairs:
+--          message_id, sort_key (16 chars) .. encoded message
 --
 -- A member is sort_key .. message_id: equal due times order by sort key (offer order).
--- Offering a message id that is already scheduled on this queue reschedules it.
+-- Offering a message id that is already scheduled on this queue reschedules it (within
+-- one call too: the last offer of an id wins).
 --
--- Returns: a list with, per group, the due time in epoch ms, or -1 when its claim
---          id no longer existed (another process migrated it first).
+-- Returns: rel/abs: a list with, per entry, the due time in epoch ms, or -1 when its
+--          claim id no longer existed (another process migrated it first);
+--          bulk: {entries, their due time in epoch ms}.
 
 local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local legacy_list, legacy_msgs = KEYS[5], KEYS[6]
 
+-- Variadic calls go in chunks, far below Lua's unpack() stack limit.
+local CHUNK = 1000
+
+local function variadic(command, key, items)
+    for i = 1, #items, CHUNK do
+        redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
+    end
+end
+
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local relative = ARGV[1] == "rel"
+local mode = ARGV[1]
 
-local dues = {}
-local added = {}
-local any_added = false
-for i = 2, #ARGV, 5 do
-    local time_ms = tonumber(ARGV[i])
-    local sort_key, message_id, data, claim = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-    local claimed = true
-    if claim ~= "" then
-        -- Claim the id only while it is still listed: a built-in worker that
-        -- fetched it meanwhile owns it. The ids were read from the head of the
-        -- list, so this scan normally stops within the first few entries.
-        claimed = redis.call("LREM", legacy_list, 1, claim) == 1
+-- Gather the entries to schedule: parallel arrays, in offer order.
+local dues, members, ids, datas = {}, {}, {}, {}
+local result = {}
+if mode == "bulk" then
+    local due_ms = now_ms + tonumber(ARGV[2])
+    for i = 3, #ARGV, 2 do
+        local n = #members + 1
+        local message_id, stored = ARGV[i], ARGV[i + 1]
+        dues[n], members[n], ids[n], datas[n] = due_ms, string.sub(stored, 1, 16) .. message_id, message_id, stored
+    end
+    result = {#members, due_ms}
+else
+    local relative = mode == "rel"
+    for i = 2, #ARGV, 5 do
+        local time_ms = tonumber(ARGV[i])
+        local sort_key, message_id, data, claim = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+        local claimed = true
+        if claim ~= "" then
+            -- Claim the id only while it is still listed: a built-in worker that
+            -- fetched it meanwhile owns it. The ids were read from the head of the
+            -- list, so this scan normally stops within the first few entries.
+            claimed = redis.call("LREM", legacy_list, 1, claim) == 1
+            if claimed then
+                redis.call("HDEL", legacy_msgs, claim)
+            end
+        end
         if claimed then
-            redis.call("HDEL", legacy_msgs, claim)
+            local due_ms = time_ms
+            if relative then
+                due_ms = now_ms + time_ms
+            end
+            local n = #members + 1
+            dues[n], members[n], ids[n], datas[n] = due_ms, sort_key .. message_id, message_id, sort_key .. data
+            result[#result + 1] = due_ms
+        else
+            result[#result + 1] = -1
         end
     end
-    if claimed then
-        local due_ms = time_ms
-        if relative then
-            due_ms = now_ms + time_ms
-        end
-        local previous = redis.call("HGET", payloads, message_id)
-        if previous then
-            redis.call("ZREM", zset, string.sub(previous, 1, 16) .. message_id)
-        end
-        local member = sort_key .. message_id
-        redis.call("ZADD", zset, string.format("%d", due_ms), member)
-        redis.call("RPUSH", backup, member)
-        redis.call("HSET", payloads, message_id, sort_key .. data)
-        added[member] = true
-        any_added = true
-        dues[#dues + 1] = due_ms
-    else
-        dues[#dues + 1] = -1
-    end
+end
+if #members == 0 then
+    return result
 end
 
-if any_added then
-    local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
-    if head[1] and added[head[1]] then
-        redis.call("PUBLISH", channel, head[2])
+-- The last offer of a message id wins; earlier schedules of it (stored before this
+-- call, or earlier in it) leave the ZSET.
+local last = {}
+for n = 1, #ids do
+    last[ids[n]] = n
+end
+local stale = {}
+local previous = {}
+for i = 1, #ids, CHUNK do
+    local part = redis.call("HMGET", payloads, unpack(ids, i, math.min(#ids, i + CHUNK - 1)))
+    for j = 1, #part do
+        previous[i + j - 1] = part[j]
     end
 end
-return dues
+local scored, pushed, stored, added = {}, {}, {}, {}
+local last_due, last_due_text = nil, nil
+for n = 1, #members do
+    local message_id = ids[n]
+    if previous[n] and last[message_id] == n then
+        stale[#stale + 1] = string.sub(previous[n], 1, 16) .. message_id
+    end
+    if last[message_id] == n then
+        local member = members[n]
+        if dues[n] ~= last_due then
+            last_due, last_due_text = dues[n], string.format("%d", dues[n])
+        end
+        scored[#scored + 1] = last_due_text
+        scored[#scored + 1] = member
+        pushed[#pushed + 1] = member
+        stored[#stored + 1] = message_id
+        stored[#stored + 1] = datas[n]
+        added[member] = true
+    end
+end
+if #stale > 0 then
+    variadic("ZREM", zset, stale)
+end
+variadic("ZADD", zset, scored)
+variadic("RPUSH", backup, pushed)
+variadic("HSET", payloads, stored)
+
+local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
+if head[1] and added[head[1]] then
+    redis.call("PUBLISH", channel, head[2])
+end
+return result
