@@ -40,17 +40,54 @@ local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode = ARGV[1]
 
--- Gather the entries to schedule: parallel arrays, in offer order.
-local dues, members, ids, datas = {}, {}, {}, {}
+local added = {}
+local any_added = false
 local result = {}
+
 if mode == "bulk" then
+    -- Many entries, one due time: a handful of variadic commands per call.
     local due_ms = now_ms + tonumber(ARGV[2])
+    local ids, last = {}, {}
     for i = 3, #ARGV, 2 do
-        local n = #members + 1
-        local message_id, stored = ARGV[i], ARGV[i + 1]
-        dues[n], members[n], ids[n], datas[n] = due_ms, string.sub(stored, 1, 16) .. message_id, message_id, stored
+        ids[#ids + 1] = ARGV[i]
+        last[ARGV[i]] = i
     end
-    result = {#members, due_ms}
+    local previous = {}
+    for i = 1, #ids, CHUNK do
+        local part = redis.call("HMGET", payloads, unpack(ids, i, math.min(#ids, i + CHUNK - 1)))
+        for j = 1, #part do
+            previous[i + j - 1] = part[j]
+        end
+    end
+    local due_text = string.format("%d", due_ms)
+    local stale, scored, pushed, stored = {}, {}, {}, {}
+    for n = 1, #ids do
+        local i = 2 * n + 1
+        local message_id, value = ARGV[i], ARGV[i + 1]
+        -- The last offer of a message id wins; an earlier schedule of it leaves the ZSET.
+        if last[message_id] == i then
+            if previous[n] then
+                stale[#stale + 1] = string.sub(previous[n], 1, 16) .. message_id
+            end
+            local member = string.sub(value, 1, 16) .. message_id
+            scored[#scored + 1] = due_text
+            scored[#scored + 1] = member
+            pushed[#pushed + 1] = member
+            stored[#stored + 1] = message_id
+            stored[#stored + 1] = value
+            added[member] = true
+            any_added = true
+        end
+    end
+    if #stale > 0 then
+        variadic("ZREM", zset, stale)
+    end
+    if any_added then
+        variadic("ZADD", zset, scored)
+        variadic("RPUSH", backup, pushed)
+        variadic("HSET", payloads, stored)
+    end
+    result = {#ids, due_ms}
 else
     local relative = mode == "rel"
     for i = 2, #ARGV, 5 do
@@ -71,61 +108,27 @@ else
             if relative then
                 due_ms = now_ms + time_ms
             end
-            local n = #members + 1
-            dues[n], members[n], ids[n], datas[n] = due_ms, sort_key .. message_id, message_id, sort_key .. data
+            local previous = redis.call("HGET", payloads, message_id)
+            if previous then
+                redis.call("ZREM", zset, string.sub(previous, 1, 16) .. message_id)
+            end
+            local member = sort_key .. message_id
+            redis.call("ZADD", zset, string.format("%d", due_ms), member)
+            redis.call("RPUSH", backup, member)
+            redis.call("HSET", payloads, message_id, sort_key .. data)
+            added[member] = true
+            any_added = true
             result[#result + 1] = due_ms
         else
             result[#result + 1] = -1
         end
     end
 end
-if #members == 0 then
-    return result
-end
 
--- The last offer of a message id wins; earlier schedules of it (stored before this
--- call, or earlier in it) leave the ZSET.
-local last = {}
-for n = 1, #ids do
-    last[ids[n]] = n
-end
-local stale = {}
-local previous = {}
-for i = 1, #ids, CHUNK do
-    local part = redis.call("HMGET", payloads, unpack(ids, i, math.min(#ids, i + CHUNK - 1)))
-    for j = 1, #part do
-        previous[i + j - 1] = part[j]
+if any_added then
+    local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
+    if head[1] and added[head[1]] then
+        redis.call("PUBLISH", channel, head[2])
     end
-end
-local scored, pushed, stored, added = {}, {}, {}, {}
-local last_due, last_due_text = nil, nil
-for n = 1, #members do
-    local message_id = ids[n]
-    if previous[n] and last[message_id] == n then
-        stale[#stale + 1] = string.sub(previous[n], 1, 16) .. message_id
-    end
-    if last[message_id] == n then
-        local member = members[n]
-        if dues[n] ~= last_due then
-            last_due, last_due_text = dues[n], string.format("%d", dues[n])
-        end
-        scored[#scored + 1] = last_due_text
-        scored[#scored + 1] = member
-        pushed[#pushed + 1] = member
-        stored[#stored + 1] = message_id
-        stored[#stored + 1] = datas[n]
-        added[member] = true
-    end
-end
-if #stale > 0 then
-    variadic("ZREM", zset, stale)
-end
-variadic("ZADD", zset, scored)
-variadic("RPUSH", backup, pushed)
-variadic("HSET", payloads, stored)
-
-local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
-if head[1] and added[head[1]] then
-    redis.call("PUBLISH", channel, head[2])
 end
 return result
