@@ -27,7 +27,8 @@ class LremConsumer(RedissonConsumer):
             moved, next_due, now_ms, _ = broker.reference_transfer(
                 keys=[k.ready, k.timeout_zset, k.backup_list, k.payloads, k.ready_msgs], args=[REDISSON_BATCH]
             )
-            self.timer.record(TransferResult(int(moved), None if int(next_due) < 0 else int(next_due), int(now_ms), 0))
+            next_due_ms = None if int(next_due) < 0 else int(next_due)
+            self.timer.record(TransferResult(int(moved), next_due_ms, int(now_ms) * 1000, 0))
             if int(moved) < REDISSON_BATCH:
                 break
         else:

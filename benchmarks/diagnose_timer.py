@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def transfer(*a: Any, **kw: Any) -> Any:
             result = original(*a, **kw)
-            calls.append((result.server_now_ms, result.moved, time.time() * 1000))
+            calls.append((result.server_now_us // 1000, result.moved, time.time() * 1000))
             return result
 
         scripts.transfer = transfer

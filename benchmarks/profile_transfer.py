@@ -1,6 +1,5 @@
-"""Profile RedissonBroker's transfer script: the installed one, the one before commit
-c9e3a71 (per-entry commands; read with ``git show``), and the batched proposal in
-``proposals/transfer_batched.lua`` (which c9e3a71 adopted, with a LINDEX guard).
+"""Profile RedissonBroker's transfer script: the installed one and the one before commit
+c9e3a71 (per-entry commands; read with ``git show``).
 
     python -m benchmarks.profile_transfer [--n 100000] [--backlogs 0,1000000] [--url URL] [--json out.json]
 
@@ -22,7 +21,6 @@ from typing import Any
 
 from ._common import HOUR_MS, QUEUE, Server, bulk_offer, dumps, make_broker, quiet_logging
 
-PROPOSAL = Path(__file__).parent / "proposals" / "transfer_batched.lua"
 BEFORE = "879be2a"  # the last commit with the per-entry transfer.lua
 
 
@@ -72,13 +70,11 @@ def _fill(server: Server, backlog: int, n: int) -> tuple[Any, Any]:
 def _script(broker: Any, variant: str) -> Any:
     if variant == "installed":
         return broker.redisson_scripts._s["transfer"]
-    if variant == f"before-{BEFORE}":
-        return broker.client.register_script(_before_source())
-    return broker.client.register_script(PROPOSAL.read_bytes())
+    return broker.client.register_script(_before_source())
 
 
 def _variants() -> list[str]:
-    return (["installed"] + ([f"before-{BEFORE}"] if _before_source() else [])) + ["proposal"]
+    return ["installed"] + ([f"before-{BEFORE}"] if _before_source() else [])
 
 
 def run_one(server: Server, variant: str, backlog: int, n: int) -> dict[str, Any]:

@@ -209,7 +209,8 @@ class RedissonConsumer(Consumer):
                 self.timer.force()
                 return
             self.misses = 0
-            self.timer.announce(due_ms)
+            if due_ms > 0:  # 0: a message is ready (enqueue.lua); fetching is enough
+                self.timer.announce(due_ms)
 
     # -- messages ----------------------------------------------------------------
 

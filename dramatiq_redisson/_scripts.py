@@ -46,18 +46,18 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
 class TransferResult:
     """What one run of the transfer script did."""
 
-    __slots__ = ("moved", "next_due_ms", "server_now_ms", "dead")
+    __slots__ = ("moved", "next_due_ms", "server_now_us", "dead")
 
-    def __init__(self, moved: int, next_due_ms: int | None, server_now_ms: int, dead: int) -> None:
+    def __init__(self, moved: int, next_due_ms: int | None, server_now_us: int, dead: int) -> None:
         self.moved = moved
         self.next_due_ms = next_due_ms
-        self.server_now_ms = server_now_ms
+        self.server_now_us = server_now_us
         self.dead = dead
 
     def __repr__(self) -> str:
         return (
             f"TransferResult(moved={self.moved}, next_due_ms={self.next_due_ms}, "
-            f"server_now_ms={self.server_now_ms}, dead={self.dead})"
+            f"server_now_us={self.server_now_us}, dead={self.dead})"
         )
 
 
@@ -145,7 +145,7 @@ class Scripts:
     def transfer(
         self, keys: QueueKeys, *, limit: int, trim_budget: int, compact_step: int, compact_slack: int
     ) -> TransferResult:
-        moved, next_due, now_ms, dead = self._run(
+        moved, next_due, now_us, dead = self._run(
             "transfer",
             (
                 keys.timeout_zset,
@@ -160,7 +160,7 @@ class Scripts:
             ),
             (limit, trim_budget, compact_step, compact_slack),
         )
-        return TransferResult(int(moved), None if int(next_due) < 0 else int(next_due), int(now_ms), int(dead))
+        return TransferResult(int(moved), None if int(next_due) < 0 else int(next_due), int(now_us), int(dead))
 
     def cancel(self, keys: QueueKeys, message_ids: Sequence[str]) -> int:
         return int(self._run("cancel", (keys.timeout_zset, keys.payloads), message_ids))

@@ -27,7 +27,7 @@ class TransferTimer:
         self._forced = True
         self._next_at: float | None = None
         self._safety_at = clock()
-        self._server_ms: int | None = None
+        self._server_us: int | None = None
         self._server_mono = 0.0
 
     def is_due(self) -> bool:
@@ -43,28 +43,34 @@ class TransferTimer:
         """Take the outcome of a transfer run: the next due time and the server clock."""
         now = self.clock()
         self._forced = False
-        self._server_ms = result.server_now_ms
+        self._server_us = result.server_now_us
         self._server_mono = now
         self._safety_at = now + self.safety_interval_ms / 1000
         if result.next_due_ms is None:
             self._next_at = None
         else:
-            self._next_at = now + max(0, result.next_due_ms - result.server_now_ms) / 1000
+            # Microseconds: an entry due at D moves once the server clock reads D.000 ms,
+            # so scheduling from a truncated millisecond would add up to 1 ms.
+            self._next_at = now + max(0, result.next_due_ms * 1000 - result.server_now_us) / 1_000_000
 
     def announce(self, due_ms: int) -> None:
         """An offer made ``due_ms`` (server epoch ms) the earliest due time."""
-        if self._server_ms is None:
+        if self._server_us is None:
             self._forced = True
             return
-        at = self.clock() + max(0.0, due_ms - self.server_now_ms()) / 1000
+        at = self.clock() + max(0.0, due_ms * 1000 - self._server_us_now()) / 1_000_000
         if self._next_at is None or at < self._next_at:
             self._next_at = at
 
     def server_now_ms(self) -> int:
         """Estimate of the server's clock now (0 before the first transfer)."""
-        if self._server_ms is None:
+        if self._server_us is None:
             return 0
-        return self._server_ms + int((self.clock() - self._server_mono) * 1000)
+        return self._server_us_now() // 1000
+
+    def _server_us_now(self) -> int:
+        assert self._server_us is not None
+        return self._server_us + int((self.clock() - self._server_mono) * 1_000_000)
 
     def seconds_until_due(self) -> float:
         """Seconds until the transfer should run (0 if it should run now)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._scripts import TransferResult
 from dramatiq_redisson._timer import TransferTimer
 
@@ -26,8 +27,8 @@ def timer(clock: FakeClock) -> TransferTimer:
     return TransferTimer(safety_interval_ms=5000, clock=clock)
 
 
-def result(next_due_ms: int | None, server_now_ms: int = 1_000_000) -> TransferResult:
-    return TransferResult(moved=0, next_due_ms=next_due_ms, server_now_ms=server_now_ms, dead=0)
+def result(next_due_ms: int | None, server_now_ms: int = 1_000_000, extra_us: int = 0) -> TransferResult:
+    return TransferResult(moved=0, next_due_ms=next_due_ms, server_now_us=server_now_ms * 1000 + extra_us, dead=0)
 
 
 def test_timer_is_due_before_the_first_transfer(timer: TransferTimer) -> None:
@@ -106,3 +107,26 @@ def test_timer_estimates_the_server_clock_from_the_last_transfer(timer: Transfer
     timer.record(result(next_due_ms=None, server_now_ms=50_000))
     clock.now += 2.5
     assert timer.server_now_ms() == 52_500
+
+
+def test_timer_schedules_from_the_servers_microseconds(timer: TransferTimer) -> None:
+    # Given a transfer run 0.6 ms into server millisecond 1_000_000, head due at 1_001_000
+    timer.record(result(next_due_ms=1_001_000, server_now_ms=1_000_000, extra_us=600))
+    # Then the timer waits 999.4 ms, not a whole second (the entry moves at 1_001_000.000)
+    assert timer.seconds_until_due() == pytest.approx(0.9994)
+
+
+def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: RedissonBroker) -> None:
+    # Given a consumer whose timer has nothing due for a while
+    consumer = broker.consume("default", prefetch=1, timeout=100)
+    consumer.timer.record(result(next_due_ms=None))
+    consumer.misses = 5
+    # When enqueue.lua announces a message landing in an empty ready queue ("0")
+    consumer._handle({"type": "message", "data": b"0"})
+    # Then the consumer fetches at once (no back-off) but runs no transfer for it
+    assert consumer.misses == 0
+    assert not consumer.timer.is_due()
+    # While a due time still moves the timer
+    consumer._handle({"type": "message", "data": b"999000"})
+    assert consumer.timer.is_due()
+    consumer.close()

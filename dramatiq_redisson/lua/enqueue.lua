@@ -6,8 +6,9 @@
 --
 -- ARGV[1..] repeated pairs: redis message id, encoded message
 --
--- The announcement carries the server time in epoch ms: "something is due now".
--- A busy queue (already non-empty) costs no PUBLISH.
+-- The announcement is "0": "a message is ready" (never a due time, so idle consumers
+-- fetch at once without running a transfer). A busy queue (already non-empty) costs
+-- no PUBLISH.
 --
 -- Returns: the length of the ready queue afterwards.
 
@@ -20,7 +21,6 @@ for i = 1, #ARGV, 2 do
     pushed = pushed + 1
 end
 if pushed > 0 and length == pushed then
-    local t = redis.call("TIME")
-    redis.call("PUBLISH", channel, string.format("%d", tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+    redis.call("PUBLISH", channel, "0")
 end
 return length

@@ -23,7 +23,7 @@
 -- Every step is a handful of variadic commands per call, not commands per entry:
 -- the cost is O(moved + examined + log n), never O(backlog).
 --
--- Returns: {moved, next due time in epoch ms or -1, server time in epoch ms,
+-- Returns: {moved, next due time in epoch ms or -1, server time in epoch µs,
 --           entries sent to the dead letters}
 
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -54,7 +54,8 @@ local function gather(command, key, items)
 end
 
 local t = redis.call("TIME")
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
 
 local moved, dead = 0, 0
 local due = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "LIMIT", 0, limit)
@@ -151,4 +152,4 @@ local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
 if first[1] then
     next_due = tonumber(first[2])
 end
-return {moved, next_due, now_ms, dead}
+return {moved, next_due, now_us, dead}
