@@ -56,19 +56,25 @@ def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
     """Encode a prepared scheduled message for the payload hash, compactly when possible.
 
     The member (sort key + message id) is the message's ``redis_message_id``. With a JSON
-    encoder the stored copy carries only the sort key there, 36 bytes less per scheduled
-    message; transfer.lua appends the message id when it moves the message, so what
-    reaches the ready queue names the full member. When the encoding does not show the
-    marker ``"redis_message_id":"<sort key>"`` exactly once (another encoder, or an
-    argument that happens to contain it), the full member is stored instead.
+    encoder the stored copy leaves that option out, about 37 bytes less per scheduled
+    message; transfer.lua writes it back, right after ``"options":{``, when it moves the
+    message, so what reaches the ready queue names the member as any ready message does.
+    The full encoding is stored instead when that insertion could go wrong: another
+    encoder, ``"options":{`` or ``"redis_message_id":"`` showing up in an argument, or a
+    member that would need escaping inside a JSON string.
     """
-    member = message.options["redis_message_id"]
-    message.options["redis_message_id"] = sort_key
+    member = message.options.pop("redis_message_id")
     try:
         data = _encode(message)
     finally:
         message.options["redis_message_id"] = member
-    if data.count(b'"redis_message_id":"' + sort_key.encode() + b'"') == 1:
+    if (
+        b'"redis_message_id":"' not in data
+        and data.count(b'"options":{') == 1
+        and '"' not in member
+        and "\\" not in member
+        and member.isprintable()
+    ):
         return data
     return _encode(message)
 

@@ -77,7 +77,7 @@ class DelayedQueue:
             except Exception:
                 self.logger.error("Could not decode scheduled entry %r of queue %r.", member, self.queue_name)
                 continue
-            # A compact payload names only the sort key (see encode_scheduled).
+            # A compact payload leaves redis_message_id out (see encode_scheduled).
             message.options["redis_message_id"] = member.decode()
             result.append((int(due), message))
         return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,7 +39,7 @@ def pickle_encoder() -> Iterator[None]:
     dramatiq.set_encoder(JSONEncoder())
 
 
-def test_scheduled_payload_names_the_sort_key_and_the_ready_copy_the_member(
+def test_scheduled_payload_leaves_the_redis_id_out_and_the_ready_copy_names_the_member(
     broker: RedissonBroker, redis_client: redis.Redis
 ) -> None:
     @dramatiq.actor
@@ -47,22 +48,37 @@ def test_scheduled_payload_names_the_sort_key_and_the_ready_copy_the_member(
     # Given a message scheduled 50 ms ahead
     message = noop.send_with_options(args=(1,), delay=50)
     member = message.options["redis_message_id"]
-    sort_key = member[:16]
-    # Then the stored copy carries only the sort key as its redis_message_id
+    # Then the stored copy leaves redis_message_id out
     stored = redis_client.hget(broker.keys("default").payloads, message.message_id)
     assert stored is not None
-    assert f'"redis_message_id":"{sort_key}"'.encode() in stored
-    assert member.encode() not in stored
+    assert b"redis_message_id" not in stored
     # And read_all still shows the full member
     ((_, scheduled),) = broker.delayed_queue("default").read_all()
     assert scheduled.options["redis_message_id"] == member
     # When it is transferred
     time.sleep(0.06)
     assert _transfer(broker) == 1
-    # Then the ready copy names the full member, like any ready message
+    # Then the ready copy is valid JSON naming the full member, like any ready message
     ready = redis_client.hget(broker.keys("default").ready_msgs, member)
     assert ready is not None
-    assert dramatiq.Message.decode(ready).options["redis_message_id"] == member
+    assert json.loads(ready)["options"] == {"redis_message_id": member}
+
+
+def test_other_options_survive_the_transfer(broker: RedissonBroker, redis_client: redis.Redis) -> None:
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    # Given a scheduled message with options of its own
+    message = noop.send_with_options(delay=20, max_retries=3, on_failure="report")
+    member = message.options["redis_message_id"]
+    time.sleep(0.03)
+    # When it is transferred
+    assert _transfer(broker) == 1
+    # Then its ready copy keeps them all, plus the member
+    ready = redis_client.hget(broker.keys("default").ready_msgs, member)
+    assert ready is not None
+    options = json.loads(ready)["options"]
+    assert options == {"redis_message_id": member, "max_retries": 3, "on_failure": "report"}
 
 
 def test_a_builtin_worker_runs_and_acks_a_transferred_message(
@@ -113,16 +129,37 @@ def test_a_non_json_encoder_stores_the_full_member_and_still_delivers(
     assert ready is not None and dramatiq.Message.decode(ready).options["redis_message_id"] == member
 
 
-def test_an_argument_that_contains_the_marker_falls_back_to_the_full_member(broker: RedissonBroker) -> None:
+@pytest.mark.parametrize(
+    ("args", "message_id"),
+    [
+        (({"redis_message_id": "x"},), None),  # "redis_message_id":" in an argument
+        (({"options": {}},), None),  # a second "options":{
+        ((1,), 'id"with-a-quote'),  # would need escaping inside a JSON string
+        ((1,), "id\\with-a-backslash"),
+    ],
+)
+def test_ambiguous_messages_are_stored_whole(
+    broker: RedissonBroker, redis_client: redis.Redis, args: tuple[object, ...], message_id: str | None
+) -> None:
     @dramatiq.actor
-    def noop(payload: dict[str, str]) -> None: ...
+    def noop(x: object) -> None: ...
 
-    # Given a message whose own argument looks like the compact marker
-    sort_key = "0123456789abcdef"
-    message, _ = broker.prepare_scheduled(noop.message({"redis_message_id": sort_key}))
-    member = message.options["redis_message_id"]
+    message = noop.message(*args)
+    if message_id is not None:
+        message = message.copy(message_id=message_id)
+    # Given a message the transfer could not safely complete
+    prepared, sort_key = broker.prepare_scheduled(message)
+    member = prepared.options["redis_message_id"]
     # When it is encoded for the payload hash
-    data = encode_scheduled(message, sort_key)
-    # Then the full member is stored (the transfer would find the marker ambiguous)
+    data = encode_scheduled(prepared, sort_key)
+    # Then the full encoding is stored, and the message itself is unchanged
     assert dramatiq.Message.decode(data).options["redis_message_id"] == member
-    assert message.options["redis_message_id"] == member
+    assert prepared.options["redis_message_id"] == member
+    # And it travels through offer and transfer intact
+    broker.enqueue(message, delay=10)
+    time.sleep(0.02)
+    assert _transfer(broker) == 1
+    (ready_id,) = redis_client.lrange(broker.keys("default").ready, 0, -1)
+    ready = redis_client.hget(broker.keys("default").ready_msgs, ready_id)
+    assert ready is not None
+    assert dramatiq.Message.decode(ready).options["redis_message_id"] == ready_id.decode()

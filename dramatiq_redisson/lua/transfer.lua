@@ -4,7 +4,7 @@
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 -- KEYS[2]  LIST  redisson_delay_queue:{N}           backup list, offer order
 -- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
---                                                    (JSON: redis_message_id = sort key only)
+--                                                    (JSON: may leave redis_message_id out)
 -- KEYS[4]  LIST  redisson_delay_queue_compact:{N}   backup list being rebuilt by a compaction pass
 -- KEYS[5]  STRING redisson_delay_queue_cursor:{N}   read position of the compaction pass
 -- KEYS[6]  LIST  <ns>:<queue>           ready queue (redis message ids)
@@ -68,14 +68,19 @@ if #due > 0 then
     local ready_pairs, members, delivered, xq_pairs, xq_msg_pairs = {}, {}, {}, {}, {}
     for i = 1, #due do
         local member, data = due[i], stored[i]
-        local sort_key = string.sub(member, 1, 16)
-        if #member > 16 and data and string.sub(data, 1, 16) == sort_key then
-            -- A compact payload names only the sort key as its redis_message_id
-            -- (see encode_scheduled): append the message id to name the member.
+        if #member > 16 and data and string.sub(data, 1, 16) == string.sub(member, 1, 16) then
             local body = string.sub(data, 17)
-            local _, marker_end = string.find(body, '"redis_message_id":"' .. sort_key .. '"', 1, true)
-            if marker_end then
-                body = string.sub(body, 1, marker_end - 1) .. message_ids[i] .. string.sub(body, marker_end)
+            if not string.find(body, '"redis_message_id":"', 1, true) then
+                -- A compact payload (see encode_scheduled) left redis_message_id out:
+                -- the ready copy names its member, first among the options.
+                local _, open = string.find(body, '"options":{', 1, true)
+                if open then
+                    local rmid = '"redis_message_id":"' .. member .. '"'
+                    if string.sub(body, open + 1, open + 1) ~= "}" then
+                        rmid = rmid .. ","
+                    end
+                    body = string.sub(body, 1, open) .. rmid .. string.sub(body, open + 1)
+                end
             end
             ready_pairs[#ready_pairs + 1] = member
             ready_pairs[#ready_pairs + 1] = body
