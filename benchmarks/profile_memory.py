@@ -6,12 +6,12 @@ Offers ``n`` messages due in 1 h through each broker and prints MEMORY USAGE per
 divided by ``n``. Then writes the same messages in alternative RedissonBroker layouts
 with plain commands (no broker code changes) to price each idea:
 
-- current: ZSET member = sort key (16) + message id (36); backup LIST of members;
-  HASH message id -> sort key + encoded message (which carries options.redis_message_id);
-- list-of-keys: the backup list holds only the 16-char sort key;
-- no-rmid: the stored message omits options.redis_message_id (the consumer already
-  re-sets it from the member it fetched, see RedissonConsumer._decode);
-- both of the above.
+- full: the stored message carries options.redis_message_id (the layout before cfa1900,
+  and still the one for encoders other than JSON);
+- installed: what the broker stores (``encode_scheduled``: with JSON, redis_message_id is
+  left out and transfer.lua writes it back);
+- installed + list-of-keys: the backup list would hold only the 16-char sort key (its
+  entries are then useless for compaction, which checks them against the ZSET).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def _usage(server: Server, n: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dramatiq_redisson._broker import encode_scheduled
+
     from ._actor import declare
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_memory")
@@ -62,11 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         prepared: list[tuple[Any, str]] = [broker._prepare(actor.message(i), 1) for i in range(n)]
         print("\nRedissonBroker layouts written with plain commands: used_memory delta per message")
         results = {}
-        for name, short_list, no_rmid in (
-            ("current", False, False),
-            ("list-of-keys", True, False),
-            ("no-rmid", False, True),
-            ("both", True, True),
+        for name, short_list, compact in (
+            ("full", False, False),
+            ("installed", False, True),
+            ("installed + list-of-keys", True, True),
         ):
             server.flush()
             base = server.used_memory()
@@ -76,12 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                     members = {m.options["redis_message_id"]: 0 for m, _ in chunk}
                     pipe.zadd(keys.timeout_zset, {mem: 1 for mem in members})
                     pipe.rpush(keys.backup_list, *([k for _, k in chunk] if short_list else list(members)))
-                    payload = {}
-                    for m, k in chunk:
-                        if no_rmid:
-                            m = m.copy()
-                            m.options.pop("redis_message_id", None)
-                        payload[m.message_id] = k.encode() + m.encode()
+                    payload = {
+                        m.message_id: k.encode() + (encode_scheduled(m, k) if compact else m.encode()) for m, k in chunk
+                    }
                     pipe.hset(keys.payloads, mapping=payload)
                     pipe.execute()
             results[name] = round((server.used_memory() - base) / n, 1)
