@@ -305,17 +305,17 @@ class RedissonBroker(RedisBroker):
             by_queue[message.queue_name].append(index)
         # Encode everything before the first write: an argument that cannot be
         # encoded is bad input, and bad input writes nothing.
-        scheduled: list[tuple[QueueKeys, int, list[tuple[str, bytes]]]] = []
+        scheduled: list[tuple[QueueKeys, int, list[str | bytes]]] = []
         ready: list[tuple[QueueKeys, list[tuple[str, bytes]]]] = []
         for queue_name, indexes in by_queue.items():
             keys = self.keys(queue_name)
             for start in range(0, len(indexes), BULK_CHUNK_SIZE):
                 chunk = indexes[start : start + BULK_CHUNK_SIZE]
                 if delay_ms:
-                    entries = [
-                        (prepared[i].message_id, sort_keys[i].encode() + encode_scheduled(prepared[i], sort_keys[i]))
-                        for i in chunk
-                    ]
+                    entries: list[str | bytes] = []  # flat: fewer objects for the garbage collector
+                    for i in chunk:
+                        entries.append(prepared[i].message_id)
+                        entries.append(sort_keys[i].encode() + encode_scheduled(prepared[i], sort_keys[i]))
                     scheduled.append((keys, delay_ms, entries))
                 else:
                     ready.append(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from importlib import resources
-from itertools import chain
 from typing import Any
 
 import redis
@@ -93,17 +92,14 @@ class Scripts:
             client,
         )
 
-    def offer_bulk(self, calls: Iterable[tuple[QueueKeys, int, Sequence[tuple[str, bytes]]]]) -> list[Any]:
-        """Schedule ``(message_id, sort_key + data)`` entries ``delay_ms`` from now, one
-        script call per ``(keys, delay_ms, entries)``, streamed (see :meth:`stream`).
+    def offer_bulk(self, calls: Iterable[tuple[QueueKeys, int, Sequence[str | bytes]]]) -> list[Any]:
+        """Schedule entries ``delay_ms`` from now, one script call per ``(keys, delay_ms,
+        entries)``, streamed (see :meth:`stream`). ``entries`` is flat: message id,
+        sort key + data, message id, sort key + data, ...
 
         Returns per call ``[entries scheduled, their due time in epoch ms]``."""
         return self.stream(
-            "offer",
-            (
-                (_offer_keys(keys), ["bulk", delay_ms, *chain.from_iterable(entries)])
-                for keys, delay_ms, entries in calls
-            ),
+            "offer", ((_offer_keys(keys), ["bulk", delay_ms, *entries]) for keys, delay_ms, entries in calls)
         )
 
     def stream(self, name: str, calls: Iterable[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:

@@ -48,8 +48,10 @@ if mode == "bulk" then
     -- Many entries, one due time: a handful of variadic commands per call.
     local due_ms = now_ms + tonumber(ARGV[2])
     local ids, last = {}, {}
+    local repeated = false
     for i = 3, #ARGV, 2 do
         ids[#ids + 1] = ARGV[i]
+        repeated = repeated or last[ARGV[i]] ~= nil
         last[ARGV[i]] = i
     end
     local previous = {}
@@ -73,8 +75,10 @@ if mode == "bulk" then
             scored[#scored + 1] = due_text
             scored[#scored + 1] = member
             pushed[#pushed + 1] = member
-            stored[#stored + 1] = message_id
-            stored[#stored + 1] = value
+            if repeated then
+                stored[#stored + 1] = message_id
+                stored[#stored + 1] = value
+            end
             added[member] = true
             any_added = true
         end
@@ -85,7 +89,14 @@ if mode == "bulk" then
     if any_added then
         variadic("ZADD", zset, scored)
         variadic("RPUSH", backup, pushed)
-        variadic("HSET", payloads, stored)
+        if repeated then
+            variadic("HSET", payloads, stored)
+        else
+            -- Every entry is kept: its (message id, value) pairs are ARGV[3..] as they are.
+            for i = 3, #ARGV, 2 * CHUNK do
+                redis.call("HSET", payloads, unpack(ARGV, i, math.min(#ARGV, i + 2 * CHUNK - 1)))
+            end
+        end
     end
     result = {#ids, due_ms}
 else
