@@ -29,7 +29,4 @@ def next_sort_key() -> str:
     from different processes interleave by their clocks. Only the order among
     equal due times depends on it, never when a message runs.
     """
-    global _last
-    with _lock:
-        _last = max(time.time_ns() // 1_000_000 << COUNTER_BITS, _last + 1)
-        return f"{_last:016x}"
+    return next_sort_keys(1)[0]
