@@ -220,8 +220,10 @@ class RedissonBroker(RedisBroker):
         )
 
     def _hooked(self, signal: str) -> bool:
-        """Whether any middleware implements ``signal`` (else emitting it is a no-op)."""
-        return any(getattr(type(m), signal) is not getattr(Middleware, signal) for m in self.middleware)
+        """Whether any middleware implements ``signal`` (else emitting it is a no-op): only
+        the base class's own no-op method, looked up as ``emit_before`` does, counts as none."""
+        base = getattr(Middleware, signal)
+        return any(getattr(getattr(m, signal), "__func__", None) is not base for m in self.middleware)
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         """Enqueue a message, now or after ``delay`` milliseconds.

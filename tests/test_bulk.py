@@ -84,3 +84,18 @@ def test_enqueue_many_raises_a_server_error_and_leaves_the_client_usable(
         assert broker.client.ping() is True
     messages = broker.enqueue_many([noop.message(i) for i in range(5)], delay=60_000)
     assert redis_client.zcard(ZSET) == len(messages) == 5
+
+
+def test_enqueue_many_runs_hooks_set_on_a_middleware_instance(broker: RedissonBroker) -> None:
+    @dramatiq.actor
+    def noop(i: int) -> None: ...
+
+    # Given a middleware whose hook is an instance attribute, not a method of its class
+    seen: list[str] = []
+    spy = dramatiq.Middleware()
+    spy.before_enqueue = lambda broker, message, delay: seen.append(message.message_id)  # type: ignore[method-assign]
+    broker.add_middleware(spy)
+    # When messages are offered in bulk
+    messages = broker.enqueue_many([noop.message(i) for i in range(3)], delay=60_000)
+    # Then the hook saw every one
+    assert seen == [m.message_id for m in messages]
