@@ -195,11 +195,13 @@ class RedissonBroker(RedisBroker):
             return self.prepare_scheduled(message)
         return self._with_redis_id(message, str(uuid4())), ""
 
-    def prepare_scheduled(self, message: Message[Any]) -> tuple[Message[Any], str]:
-        """A copy of ``message`` ready to be offered to its delayed queue (new sort key,
-        ``redis_message_id`` = sort key + message id, canonical queue, no ``eta``), and
-        its sort key. Used for new offers and for messages migrated from ``.DQ``."""
-        sort_key = next_sort_key()
+    def prepare_scheduled(self, message: Message[Any], sort_key: str | None = None) -> tuple[Message[Any], str]:
+        """A copy of ``message`` ready to be offered to its delayed queue (``sort_key``, or
+        a new one, ``redis_message_id`` = sort key + message id, canonical queue, no
+        ``eta``), and its sort key. Used for new offers, bulk offers (with keys reserved
+        by ``next_sort_keys``) and messages migrated from ``.DQ``."""
+        if sort_key is None:
+            sort_key = next_sort_key()
         return self._with_redis_id(message, sort_key + message.message_id), sort_key
 
     @staticmethod
@@ -295,10 +297,10 @@ class RedissonBroker(RedisBroker):
         messages = list(messages)
         if delay_ms:
             sort_keys = next_sort_keys(len(messages))
-            prepared = [self._with_redis_id(m, key + m.message_id) for m, key in zip(messages, sort_keys, strict=True)]
+            prepared = [self.prepare_scheduled(m, key)[0] for m, key in zip(messages, sort_keys, strict=True)]
         else:
             sort_keys = [""] * len(messages)
-            prepared = [self._with_redis_id(m, str(uuid4())) for m in messages]
+            prepared = [self._prepare(m, None)[0] for m in messages]
         if self._hooked("before_enqueue"):
             for message in prepared:
                 self.emit_before("enqueue", message, delay)
