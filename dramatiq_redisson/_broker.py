@@ -21,6 +21,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
 from ._delayed_queue import DelayedQueue
+from ._held import HeldMessages
 from ._ids import next_sort_key, next_sort_keys
 from ._keys import QueueKeys
 from ._scripts import Scripts
@@ -163,6 +164,8 @@ class RedissonBroker(RedisBroker):
         self.safety_interval = safety_interval
         self.maintenance_interval = maintenance_interval
         self.redisson_scripts = Scripts(self.client)
+        #: Fetched ids this process's consumers still hold (see :mod:`._held`).
+        self.held = HeldMessages()
         self._owns_client = client is None
 
     def close(self) -> None:
@@ -175,6 +178,20 @@ class RedissonBroker(RedisBroker):
         from ._consumer import RedissonConsumer
 
         return RedissonConsumer
+
+    def do_ack(self, queue_name: str, redis_message_id: str) -> int:
+        """Ack a message this worker fetched from ``queue_name`` (the consumer's ack goes
+        through here, as the built-in consumer's does). Returns 1 if it was held."""
+        acked = self.redisson_scripts.ack(self.keys(queue_name), self.broker_id, redis_message_id)
+        self.held.discard(queue_name, (redis_message_id,))
+        return acked
+
+    def do_nack(self, queue_name: str, redis_message_id: str) -> int:
+        """Move a message this worker fetched from ``queue_name`` to its dead letters.
+        Returns 1 if it was moved."""
+        nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id)
+        self.held.discard(queue_name, (redis_message_id,))
+        return nacked
 
     def keys(self, queue_name: str) -> QueueKeys:
         """The Redis key names of a queue (see :mod:`dramatiq_redisson._keys`)."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
@@ -32,7 +33,24 @@ MIGRATION_BATCH_SIZE = 100
 #: Most dead letters expired per maintenance run.
 EXPIRE_LIMIT = 1000
 
+#: Longest back-off (ms) between two re-subscription attempts after the pub/sub
+#: connection was lost. The first attempt is immediate.
+MAX_RESUBSCRIBE_BACKOFF = 1000
+
+#: While not subscribed, a consumer hears no announcements, so it transfers at least
+#: this often (ms) instead of every ``safety_interval``.
+UNSUBSCRIBED_TRANSFER_INTERVAL = 250
+
+#: Longest back-off (ms) after a failed call (lost connection, server error) before the
+#: consumer tries again; the consumer itself never stops.
+MAX_ERROR_BACKOFF = 2000
+
+#: Least time (ms) between two log lines about the same kind of failure.
+ERROR_LOG_INTERVAL = 30_000
+
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+_T = TypeVar("_T")
 
 
 class RedissonConsumer(Consumer):
@@ -66,6 +84,16 @@ class RedissonConsumer(Consumer):
         self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
         self.checked_dead_workers: set[str] = set()
 
+        # Subscription and error recovery (see _subscribe, _failed).
+        self.resubscribe_attempts = 0
+        self.resubscribe_at = 0.0
+        self.next_poll_transfer_at = 0.0
+        self.error_attempts = 0
+        self.failing_since: float | None = None
+        self.last_error_log: dict[str, float] = {}
+        self.reconcile_due = True  # on (re)start: ids a lost reply left in our ack set
+        self.wakeup = threading.Event()
+
     @property
     def outstanding_message_count(self) -> int:
         return len(self.in_flight) + len(self.message_cache)
@@ -73,8 +101,8 @@ class RedissonConsumer(Consumer):
     # -- the Consumer interface ------------------------------------------------
 
     def __next__(self) -> MessageProxy | None:
-        try:
-            while True:
+        while True:
+            try:
                 if self.message_cache:
                     redis_message_id, data = self.message_cache.popleft()
                     message = self._decode(redis_message_id, data)
@@ -85,28 +113,28 @@ class RedissonConsumer(Consumer):
 
                 self.tick()
                 if self.outstanding_message_count < self.prefetch:
-                    fetched = self.scripts.fetch(
-                        self.keys, self.worker_id, self.prefetch - self.outstanding_message_count
-                    )
-                    if fetched:
-                        self.misses = 0
-                        self._cache(fetched)
+                    if self._fetch(self.prefetch - self.outstanding_message_count):
+                        self._recovered()
                         continue
+                    self._recovered()
                     self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
                     self._wait_for_announcement(min(backoff_ms / 1000, self.timer.seconds_until_due()))
                 else:
                     # Full: wait for an ack to free a slot, or for the timer.
+                    self._recovered()
                     self.capacity_freed.clear()
                     self.capacity_freed.wait(min(self.timeout / 1000, self.timer.seconds_until_due()))
-                return None
-        except _CONNECTION_ERRORS as e:
-            raise ConnectionClosed(e) from None
+            except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
+                # Dramatiq would restart the whole consumer after 3 s; instead keep
+                # this one, back off briefly and go on with what still works.
+                self._failed(e)
+            return None
 
     def ack(self, message: MessageProxy) -> None:
-        self._finish(message, self.scripts.ack)
+        self._finish(message, self.broker.do_ack)
 
     def nack(self, message: MessageProxy) -> None:
-        self._finish(message, self.scripts.nack)
+        self._finish(message, self.broker.do_nack)
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         ids = [message.options["redis_message_id"] for message in messages]
@@ -116,6 +144,9 @@ class RedissonConsumer(Consumer):
                 self.scripts.requeue(self.keys, self.worker_id, ids)
             except _CONNECTION_ERRORS as e:
                 raise ConnectionClosed(e) from None
+            # Put back (or acked meanwhile): either way no longer ours. Ids a lost
+            # reply left behind stay in the ack set, unheld, and are reconciled.
+            self.broker.held.discard(self.queue_name, ids)
 
     def close(self) -> None:
         try:
@@ -123,44 +154,164 @@ class RedissonConsumer(Consumer):
             self.message_cache.clear()
             if cached:
                 self.scripts.requeue(self.keys, self.worker_id, cached)
-        except _CONNECTION_ERRORS:
-            self.logger.warning(
-                "Could not requeue %d prefetched messages; they return after the heartbeat timeout.", len(cached)
-            )
+                self.broker.held.discard(self.queue_name, cached)
+        except (*_CONNECTION_ERRORS, redis.ResponseError):
+            # Unheld, they are requeued by this worker's next consumer on the queue
+            # (its first reconciliation), or after the heartbeat timeout if none comes.
+            self.broker.held.discard(self.queue_name, cached)
+            self.logger.warning("Could not requeue %d prefetched messages on queue %r.", len(cached), self.queue_name)
         finally:
             if self.pubsub is not None:
-                try:
-                    self.pubsub.close()
-                except Exception:  # pragma: no cover - closing a broken socket
-                    pass
+                _close_quietly(self.pubsub)
                 self.pubsub = None
 
     # -- one tick of the timer -------------------------------------------------
 
     def tick(self) -> None:
-        """Do the timer's work that is due: subscribe, transfer, migrate, maintain."""
-        if self.pubsub is None:
-            self.pubsub = self.broker.client.pubsub()
-            self.pubsub.subscribe(self.keys.channel)
+        """Do the timer's work that is due: subscribe, transfer, reconcile, migrate, maintain."""
+        now = time.monotonic()
+        if self.pubsub is None and now >= self.resubscribe_at:
+            self._subscribe()
+        if self.pubsub is None and now >= self.next_poll_transfer_at:
+            # No announcements reach us while unsubscribed: poll instead.
+            self.next_poll_transfer_at = now + UNSUBSCRIBED_TRANSFER_INTERVAL / 1000
             self.timer.force()
         self._drain_announcements()
+        # Each task below is on its own: a server error in one (say, a full server
+        # refusing a .DQ migration) is logged and retried later while the others, and
+        # fetching, go on. A lost connection stops them all (see __next__).
+        if self.reconcile_due:
+            self.reconcile_due = False
+            self._guarded(self.reconcile)
         if self.migrate_legacy:
-            self.migrate_legacy = self._migrate_legacy_batch()
-        if self.timer.is_due():
-            self._transfer()
-        now = time.monotonic()
+            self.migrate_legacy = False
+            self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
+        if self.timer.is_due() and self._guarded(self._transfer) is None:
+            self.error_attempts, backoff_ms = compute_backoff(self.error_attempts, max_backoff=MAX_ERROR_BACKOFF)
+            self.timer.retry_in(backoff_ms)
         if now >= self.next_housekeeping_at:
-            # Keep this worker's heartbeat fresh while all its threads are busy, and
-            # pick up legacy .DQ entries that built-in workers requeued meanwhile.
+            # Keep this worker's heartbeat fresh while all its threads are busy, requeue
+            # what a lost fetch reply stranded in our ack set, and pick up legacy .DQ
+            # entries that built-in workers requeued meanwhile.
             self.next_housekeeping_at = now + self.broker.safety_interval / 1000
-            if self.timer.server_now_ms():
-                self.broker.client.zadd(self.keys.heartbeats, {self.worker_id: self.timer.server_now_ms()})
+            self._guarded(self.scripts.heartbeat, self.keys, self.worker_id)
+            self.reconcile_due = True
             self.migrate_legacy = True
         if now >= self.next_maintenance_at:
             self.next_maintenance_at = now + self.broker.maintenance_interval / 1000
-            self._maintain()
+            self._guarded(self._maintain)
 
-    def _transfer(self) -> None:
+    def _guarded(self, task: Callable[..., _T], *args: Any) -> _T | None:
+        """Run one of the timer's tasks; a server error is logged and gives ``None``."""
+        try:
+            return task(*args)
+        except redis.ResponseError as e:
+            self._log_failure(e)
+            return None
+
+    def reconcile(self) -> int:
+        """Requeue ids in this worker's ack set that no consumer of this process holds.
+
+        A fetch whose reply was lost (timeout, killed connection, a retried call) left
+        them there: nothing would run or ack them until this process died and its
+        heartbeat timed out. Returns how many were requeued."""
+        with self.broker.held.lock(self.queue_name):
+            in_ack_set = cast("set[bytes]", self.broker.client.smembers(self.keys.acks(self.worker_id)))
+            held = self.broker.held.snapshot(self.queue_name)
+            stranded = [i for i in (m.decode() for m in in_ack_set) if i not in held]
+            if not stranded:
+                return 0
+            requeued = int(self.scripts.requeue(self.keys, self.worker_id, stranded))
+        if requeued:
+            self.logger.warning(
+                "Requeued %d messages of queue %r that a lost fetch reply had left in this worker's ack set.",
+                requeued,
+                self.queue_name,
+            )
+        return requeued
+
+    def _fetch(self, count: int) -> bool:
+        """Fetch up to ``count`` ready messages into the cache; returns whether any came."""
+        with self.broker.held.lock(self.queue_name):
+            try:
+                fetched = self.scripts.fetch(self.keys, self.worker_id, count)
+            except _CONNECTION_ERRORS:
+                # The script may have run: its ids would be stranded in our ack set.
+                self.reconcile_due = True
+                raise
+            self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None))
+        if not fetched:
+            return False
+        self.misses = 0
+        self._cache(fetched)
+        return True
+
+    # -- subscription and failures -------------------------------------------------
+
+    def _subscribe(self) -> None:
+        pubsub = self.broker.client.pubsub()
+        try:
+            pubsub.subscribe(self.keys.channel)
+        except _CONNECTION_ERRORS as e:
+            _close_quietly(pubsub)
+            self._subscription_failed(e)
+            return
+        self.pubsub = pubsub
+        if self.resubscribe_attempts:
+            self.logger.info("Subscribed to %r again.", self.keys.channel)
+        self.resubscribe_attempts = 0
+        self.timer.force()  # anything announced while we were away is unknown
+
+    def _subscription_failed(self, error: Exception) -> None:
+        """Drop the subscription only; fetching goes on, and the timer polls until a
+        re-subscription (immediate, then with back-off) succeeds."""
+        if self.pubsub is not None:
+            _close_quietly(self.pubsub)
+            self.pubsub = None
+        if self.resubscribe_attempts == 0:
+            self.logger.warning("Lost the subscription to %r (%s); subscribing again.", self.keys.channel, error)
+        attempts, backoff_ms = compute_backoff(self.resubscribe_attempts, max_backoff=MAX_RESUBSCRIBE_BACKOFF)
+        self.resubscribe_at = time.monotonic() + (backoff_ms / 1000 if self.resubscribe_attempts else 0)
+        self.resubscribe_attempts = attempts
+        self.timer.force()
+
+    def _failed(self, error: Exception) -> None:
+        """A call failed: log it, back off, and let ``__next__`` return so Dramatiq's
+        consumer thread stays responsive."""
+        self._log_failure(error)
+        self.error_attempts, backoff_ms = compute_backoff(self.error_attempts, max_backoff=MAX_ERROR_BACKOFF)
+        self.wakeup.wait(backoff_ms / 1000)
+
+    def _log_failure(self, error: Exception) -> None:
+        """Log a failed call, once per kind of failure and :data:`ERROR_LOG_INTERVAL`."""
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+        kind = f"{type(error).__name__}: {str(error).split(' ', 1)[0]}"
+        if now - self.last_error_log.get(kind, -math.inf) >= ERROR_LOG_INTERVAL / 1000:
+            self.last_error_log[kind] = now
+            if isinstance(error, redis.exceptions.NoPermissionError):
+                self.logger.error(
+                    "The Redis user lacks a permission on queue %r: %s. See 'Least privilege' in the README.",
+                    self.queue_name,
+                    error,
+                )
+            elif isinstance(error, redis.ResponseError):
+                self.logger.error("Redis refused a call on queue %r: %s. Retrying.", self.queue_name, error)
+            else:
+                self.logger.warning("Lost the connection to Redis on queue %r: %s. Retrying.", self.queue_name, error)
+
+    def _recovered(self) -> None:
+        if self.failing_since is not None:
+            self.logger.info(
+                "Calls on queue %r work again after %.1f s.", self.queue_name, time.monotonic() - self.failing_since
+            )
+            self.failing_since = None
+            self.error_attempts = 0
+            self.last_error_log.clear()
+
+    def _transfer(self) -> bool:
+        """Run the transfer script until no full batch moves; returns True."""
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
             result = self.scripts.transfer(
                 self.keys,
@@ -182,17 +333,31 @@ class RedissonConsumer(Consumer):
                 break
         else:
             self.timer.force()
+        return True
 
     def _wait_for_announcement(self, seconds: float) -> None:
-        self._handle(self.pubsub.get_message(timeout=seconds))
+        if self.pubsub is None:
+            now = time.monotonic()
+            self.wakeup.wait(max(0.0, min(seconds, self.resubscribe_at - now, self.next_poll_transfer_at - now)))
+            return
+        try:
+            self._handle(self.pubsub.get_message(timeout=seconds))
+        except _CONNECTION_ERRORS as e:
+            self._subscription_failed(e)
+            return
         self._drain_announcements()
 
     def _drain_announcements(self) -> None:
-        for _ in range(1000):
-            item = self.pubsub.get_message(timeout=0)
-            if item is None:
-                return
-            self._handle(item)
+        if self.pubsub is None:
+            return
+        try:
+            for _ in range(1000):
+                item = self.pubsub.get_message(timeout=0)
+                if item is None:
+                    return
+                self._handle(item)
+        except _CONNECTION_ERRORS as e:
+            self._subscription_failed(e)
 
     def _handle(self, item: dict[str, Any] | None) -> None:
         if item is None:
@@ -232,18 +397,29 @@ class RedissonConsumer(Consumer):
                 redis_message_id,
                 self.queue_name,
             )
-            self.scripts.nack(self.keys, self.worker_id, redis_message_id)
+            try:
+                self.broker.do_nack(self.queue_name, redis_message_id)
+            except (*_CONNECTION_ERRORS, redis.ResponseError):
+                # Unheld, the next reconciliation requeues it (and it is nacked then).
+                self.broker.held.discard(self.queue_name, (redis_message_id,))
+                self.reconcile_due = True
+                raise
             return None
         # The ack must name the entry this message was fetched as.
         if message.options.get("redis_message_id") != redis_message_id:
             message.options["redis_message_id"] = redis_message_id
         return message
 
-    def _finish(self, message: MessageProxy, script: Any) -> None:
+    def _finish(self, message: MessageProxy, operation: Callable[[str, str], int]) -> None:
         redis_message_id = message.options["redis_message_id"]
         try:
-            script(self.keys, self.worker_id, redis_message_id)
-        except _CONNECTION_ERRORS as e:
+            operation(self.queue_name, redis_message_id)
+        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
+            # Dramatiq retries a ConnectionClosed ack/nack until it goes through; a
+            # server error (a full server, a missing permission, a failover) is as
+            # transient as a lost connection, and giving up would strand the message.
+            if isinstance(e, redis.ResponseError):
+                self.logger.error("Redis refused to finish message %r: %s", message.message_id, e)
             raise ConnectionClosed(e) from None
         finally:
             self.in_flight.discard(redis_message_id)
@@ -310,3 +486,10 @@ class RedissonConsumer(Consumer):
             pattern = f"{self.broker.namespace}:__acks__.{worker_id}.*"
             if next(iter(client.scan_iter(match=pattern, count=1000)), None) is None:
                 client.zrem(self.keys.heartbeats, worker_id)
+
+
+def _close_quietly(pubsub: Any) -> None:
+    try:
+        pubsub.close()
+    except Exception:  # pragma: no cover - closing a broken socket
+        pass

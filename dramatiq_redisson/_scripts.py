@@ -28,6 +28,7 @@ _NAMES = (
     "requeue",
     "maintenance",
     "bury",
+    "heartbeat",
 )
 
 
@@ -216,3 +217,7 @@ class Scripts:
     def bury_legacy(self, keys: QueueKeys, ids: Sequence[str]) -> int:
         """Move undecodable entries of the built-in ``.DQ`` queue to the dead letters."""
         return int(self._run("bury", (keys.legacy_dq, keys.legacy_dq_msgs, keys.xq, keys.xq_msgs), ids))
+
+    def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
+        """Mark ``worker_id`` alive (runs on a full server too); returns the server time, epoch ms."""
+        return int(self._run("heartbeat", (keys.heartbeats,), (worker_id,)))

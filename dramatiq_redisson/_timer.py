@@ -39,6 +39,11 @@ class TransferTimer:
         """Run the transfer at the next tick (subscription (re)established, more to move)."""
         self._forced = True
 
+    def retry_in(self, delay_ms: int) -> None:
+        """The transfer failed: try again in ``delay_ms`` (not at once, which would spin)."""
+        self._forced = False
+        self._next_at = self.clock() + delay_ms / 1000
+
     def record(self, result: TransferResult) -> None:
         """Take the outcome of a transfer run: the next due time and the server clock."""
         now = self.clock()

@@ -8,6 +8,11 @@
 -- ARGV[1]  most messages to take
 -- ARGV[2]  worker id
 --
+-- Memory: the first write (ZREM of the heartbeat) never grows memory, so this runs on
+-- a server at its maxmemory limit: a full server keeps handing out work, and the
+-- acks that follow free the messages' memory. (Redis checks maxmemory only before a
+-- script's first write.)
+--
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
 --          no message (it is then dropped from the ack set too).
 
@@ -15,6 +20,7 @@ local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local count, worker_id = tonumber(ARGV[1]), ARGV[2]
 
 local t = redis.call("TIME")
+redis.call("ZREM", heartbeats, worker_id)
 redis.call("ZADD", heartbeats, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), worker_id)
 
 local ids = redis.call("LPOP", ready, count)
@@ -23,11 +29,15 @@ if not ids then
 end
 local data = redis.call("HMGET", ready_msgs, unpack(ids))
 local result = {}
+local held = {}
 for i = 1, #ids do
     result[#result + 1] = ids[i]
     result[#result + 1] = data[i]
     if data[i] then
-        redis.call("SADD", acks, ids[i])
+        held[#held + 1] = ids[i]
     end
+end
+if #held > 0 then
+    redis.call("SADD", acks, unpack(held))
 end
 return result

@@ -13,6 +13,9 @@
 -- ARGV[1]  dead-letter time to live in ms
 -- ARGV[2]  most dead letters to expire in this call
 --
+-- Memory: every growing write (LPUSH) follows a DEL of the ack set it empties, and
+-- expiry only deletes, so maintenance runs on a server at its maxmemory limit.
+--
 -- Returns: {messages requeued, dead letters expired}
 
 local ready, ready_msgs, xq, xq_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -22,13 +25,13 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local requeued = 0
 local function recover(acks, list, msgs)
     local ids = redis.call("SMEMBERS", acks)
+    redis.call("DEL", acks)
     for i = 1, #ids do
         if redis.call("HEXISTS", msgs, ids[i]) == 1 then
             redis.call("LPUSH", list, ids[i])
             requeued = requeued + 1
         end
     end
-    redis.call("DEL", acks)
 end
 for k = 7, #KEYS, 2 do
     recover(KEYS[k], ready, ready_msgs)

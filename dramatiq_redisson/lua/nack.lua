@@ -9,18 +9,22 @@
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
 --
+-- Memory: the first write is the SREM (never grows memory), so a nack runs on a full
+-- server too: the message moves between two hashes, it is never left half-moved.
+--
 -- Returns: 1 if the message was moved, else 0.
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call("ZADD", KEYS[5], now_ms, ARGV[2])
+local moved = 0
 if redis.call("SREM", KEYS[1], ARGV[1]) == 1 then
     local data = redis.call("HGET", KEYS[2], ARGV[1])
     if data then
+        redis.call("HDEL", KEYS[2], ARGV[1])
         redis.call("ZADD", KEYS[3], now_ms, ARGV[1])
         redis.call("HSET", KEYS[4], ARGV[1], data)
-        redis.call("HDEL", KEYS[2], ARGV[1])
-        return 1
+        moved = 1
     end
 end
-return 0
+redis.call("ZADD", KEYS[5], now_ms, ARGV[2])
+return moved

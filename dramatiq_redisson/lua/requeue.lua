@@ -6,6 +6,12 @@
 --
 -- ARGV[1..] redis message ids, in the order they were fetched
 --
+-- An id is put back only if this call removed it from the ack set: an id acked (or
+-- requeued) meanwhile is left alone, so a requeue never duplicates a message.
+--
+-- Memory: each LPUSH follows its SREM (never grows memory), so requeues run on a
+-- server at its maxmemory limit.
+--
 -- Returns: the number of messages put back.
 
 local count = 0

@@ -23,6 +23,13 @@
 -- Every step is a handful of variadic commands per call, not commands per entry:
 -- the cost is O(moved + examined + log n), never O(backlog).
 --
+-- Memory: Redis checks maxmemory only before a script's first write. The first write
+-- here is the ZREM of the due entries (never grows memory), so due messages keep
+-- moving on a server at its maxmemory limit (they move from one hash to another).
+-- A compaction step copies entries to a new list: when nothing else was written in
+-- the call it tries that copy with pcall and, on a full server, leaves the pass
+-- where it is until a later call.
+--
 -- Returns: {moved, next due time in epoch ms or -1, server time in epoch µs,
 --           entries sent to the dead letters}
 
@@ -58,6 +65,7 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
 local moved, dead = 0, 0
+local wrote = false
 local due = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "LIMIT", 0, limit)
 if #due > 0 then
     local message_ids = {}
@@ -97,16 +105,17 @@ if #due > 0 then
             dead = dead + 1
         end
     end
+    variadic("ZREM", zset, due)
+    wrote = true
     if moved > 0 then
+        variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
         variadic("RPUSH", ready, members)
-        variadic("HDEL", payloads, delivered)
     end
     if dead > 0 then
         variadic("ZADD", xq, xq_pairs)
         variadic("HSET", xq_msgs, xq_msg_pairs)
     end
-    variadic("ZREM", zset, due)
 end
 
 local cursor = redis.call("GET", cursor_key)
@@ -114,6 +123,7 @@ if cursor then
     -- A compaction pass is running: copy live entries, in order, to the new list.
     cursor = tonumber(cursor)
     local entries = redis.call("LRANGE", backup, cursor, cursor + compact_step - 1)
+    local copied = true
     if #entries > 0 then
         local scores = gather("ZMSCORE", zset, entries)
         local keep = {}
@@ -122,17 +132,31 @@ if cursor then
                 keep[#keep + 1] = entries[i]
             end
         end
-        variadic("RPUSH", compact, keep)
+        if #keep > 0 and not wrote then
+            -- The first write of this call: a full server refuses it (OOM).
+            local first = redis.pcall("RPUSH", compact, unpack(keep, 1, math.min(#keep, CHUNK)))
+            if type(first) == "table" and first.err then
+                if not string.find(first.err, "OOM", 1, true) then
+                    return redis.error_reply(first.err)
+                end
+                copied = false
+            else
+                variadic("RPUSH", compact, { unpack(keep, CHUNK + 1) })
+            end
+        else
+            variadic("RPUSH", compact, keep)
+        end
     end
-    cursor = cursor + #entries
-    if cursor >= redis.call("LLEN", backup) then
+    if not copied then
+        -- Server full: the pass resumes at the same cursor in a later call.
+    elseif cursor + #entries >= redis.call("LLEN", backup) then
         redis.call("UNLINK", backup)
         if redis.call("EXISTS", compact) == 1 then
             redis.call("RENAME", compact, backup)
         end
         redis.call("DEL", cursor_key)
     else
-        redis.call("SET", cursor_key, cursor)
+        redis.call("SET", cursor_key, cursor + #entries)
     end
 else
     -- Entries leave the backup list from its head once they are no longer scheduled.

@@ -1,0 +1,51 @@
+"""Which fetched messages a broker's consumers still hold, per queue.
+
+A fetch moves ids from the ready queue into this worker's ack set in one script. When
+the reply to that script is lost (a timeout, a killed connection), the ids sit in the
+ack set with no consumer to run or ack them; the built-in broker leaves them there
+until the whole process dies and its heartbeat times out. Consumers register every id
+they fetch here and forget it once it is acked, nacked or requeued, so an id in the
+ack set that is not held is stranded and can be requeued at once (see
+``RedissonConsumer.reconcile``).
+
+The registry lives on the broker, not the consumer: when Dramatiq restarts a consumer
+after an error, the messages the old one handed out are still running in worker
+threads, and their acks arrive through the new consumer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+
+
+class HeldMessages:
+    """Thread-safe sets of held redis message ids, one per queue.
+
+    ``lock(queue)`` serializes a fetch with its registration and a reconciliation's
+    read of the ack set with its requeue, so neither sees the other half done. Acks
+    need no lock: requeue.lua puts an id back only if it removes it from the ack set,
+    so an ack that wins the race leaves nothing to duplicate.
+    """
+
+    def __init__(self) -> None:
+        self._ids: defaultdict[str, set[str]] = defaultdict(set)
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()
+
+    def lock(self, queue_name: str) -> threading.Lock:
+        with self._guard:
+            return self._locks[queue_name]
+
+    def add(self, queue_name: str, redis_message_ids: Iterable[str]) -> None:
+        with self._guard:
+            self._ids[queue_name].update(redis_message_ids)
+
+    def discard(self, queue_name: str, redis_message_ids: Iterable[str]) -> None:
+        with self._guard:
+            self._ids[queue_name].difference_update(redis_message_ids)
+
+    def snapshot(self, queue_name: str) -> frozenset[str]:
+        with self._guard:
+            return frozenset(self._ids[queue_name])

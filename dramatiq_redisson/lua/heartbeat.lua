@@ -1,0 +1,18 @@
+-- heartbeat: mark a worker alive, even on a full server.
+--
+-- KEYS[1]  ZSET  <ns>:__heartbeats__     worker id -> last seen (epoch ms, server clock)
+--
+-- ARGV[1]  worker id
+--
+-- Memory: the first write is a ZREM, which never grows memory, so a server at its
+-- maxmemory limit (noeviction) runs the ZADD that follows instead of refusing the
+-- script: a busy worker stays alive while the server is full, and its in-flight
+-- messages are not requeued as a dead worker's.
+--
+-- Returns: the server time written, in epoch ms.
+
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("ZREM", KEYS[1], ARGV[1])
+redis.call("ZADD", KEYS[1], now_ms, ARGV[1])
+return now_ms
