@@ -180,9 +180,8 @@ class RedissonConsumer(Consumer):
         # Each task below is on its own: a server error in one (say, a full server
         # refusing a .DQ migration) is logged and retried later while the others, and
         # fetching, go on. A lost connection stops them all (see __next__).
-        if self.reconcile_due:
+        if self.reconcile_due and self._guarded(self.reconcile) is not None:
             self.reconcile_due = False
-            self._guarded(self.reconcile)
         if self.migrate_legacy:
             self.migrate_legacy = False
             self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
