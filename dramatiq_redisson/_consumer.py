@@ -89,6 +89,7 @@ class RedissonConsumer(Consumer):
         self.resubscribe_at = 0.0
         self.next_poll_transfer_at = 0.0
         self.error_attempts = 0
+        self.transfer_failures = 0
         self.failing_since: float | None = None
         self.last_error_log: dict[str, float] = {}
         self.reconcile_due = True  # on (re)start: ids a lost reply left in our ack set
@@ -144,9 +145,10 @@ class RedissonConsumer(Consumer):
                 self.scripts.requeue(self.keys, self.worker_id, ids)
             except _CONNECTION_ERRORS as e:
                 raise ConnectionClosed(e) from None
-            # Put back (or acked meanwhile): either way no longer ours. Ids a lost
-            # reply left behind stay in the ack set, unheld, and are reconciled.
-            self.broker.held.discard(self.queue_name, ids)
+            finally:
+                # Put back, acked meanwhile, or (on a failure) left in the ack set for
+                # a reconciliation to put back: no longer held either way.
+                self.broker.held.discard(self.queue_name, ids)
 
     def close(self) -> None:
         try:
@@ -185,9 +187,14 @@ class RedissonConsumer(Consumer):
         if self.migrate_legacy:
             self.migrate_legacy = False
             self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
-        if self.timer.is_due() and self._guarded(self._transfer) is None:
-            self.error_attempts, backoff_ms = compute_backoff(self.error_attempts, max_backoff=MAX_ERROR_BACKOFF)
-            self.timer.retry_in(backoff_ms)
+        if self.timer.is_due():
+            if self._guarded(self._transfer) is None:
+                self.transfer_failures, backoff_ms = compute_backoff(
+                    self.transfer_failures, max_backoff=MAX_ERROR_BACKOFF
+                )
+                self.timer.retry_in(backoff_ms)
+            else:
+                self.transfer_failures = 0
         if now >= self.next_housekeeping_at:
             # Keep this worker's heartbeat fresh while all its threads are busy, requeue
             # what a lost fetch reply stranded in our ack set, and pick up legacy .DQ

@@ -43,6 +43,7 @@ class TransferTimer:
         """The transfer failed: try again in ``delay_ms`` (not at once, which would spin)."""
         self._forced = False
         self._next_at = self.clock() + delay_ms / 1000
+        self._safety_at = max(self._safety_at, self._next_at)
 
     def record(self, result: TransferResult) -> None:
         """Take the outcome of a transfer run: the next due time and the server clock."""

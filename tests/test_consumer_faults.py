@@ -149,6 +149,41 @@ def test_a_server_error_on_fetch_backs_off_without_restarting_the_consumer(
     assert _no_restart(worker) is consumer
 
 
+def test_a_failing_transfer_backs_off_while_ready_messages_keep_running(
+    broker: RedissonBroker, worker: Worker, redis_client: redis.Redis, stamp: Actor[[int | None], None]
+) -> None:
+    # Given a delayed-queue ZSET of the wrong type: every transfer fails with WRONGTYPE
+    keys = broker.keys("default")
+    consumer = _no_restart(worker)
+    redis_client.set(keys.timeout_zset, "not a zset")
+    failures_before = _wrongtype_errors(redis_client)
+    # When ready messages are sent meanwhile
+    for i in range(5):
+        stamp.send(i)
+    # Then they run, on the same consumer, and the failing transfer is retried with
+    # back-off (100, 200, 400 ms, ... up to 2 s), not in a loop
+    started = time.monotonic()
+    assert wait_for(lambda: len(records(redis_client)) == 5, timeout=5)
+    time.sleep(max(0.0, 1.5 - (time.monotonic() - started)))
+    assert 1 <= _wrongtype_errors(redis_client) - failures_before <= 10
+    assert _no_restart(worker) is consumer
+    redis_client.delete(keys.timeout_zset)
+
+
+def _wrongtype_errors(client: redis.Redis) -> int:
+    return int(client.info("errorstats").get("errorstat_WRONGTYPE", {}).get("count", 0))
+
+
+def test_heartbeat_runs_on_a_full_server(broker: RedissonBroker, redis_client: redis.Redis, full_server: None) -> None:
+    # Given a full server
+    _fill(redis_client)
+    keys = broker.keys("default")
+    # When a busy worker (nothing to fetch or ack) beats its heartbeat
+    written = broker.redisson_scripts.heartbeat(keys, broker.broker_id)
+    # Then it goes through: the worker is not taken for dead and its messages not requeued
+    assert redis_client.zscore(keys.heartbeats, broker.broker_id) == written
+
+
 @pytest.fixture
 def full_server(redis_client: redis.Redis) -> Iterator[None]:
     """Restores ``maxmemory`` (and the policy) whatever the test did."""

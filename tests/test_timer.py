@@ -130,3 +130,14 @@ def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: Redisson
     consumer._handle({"type": "message", "data": b"999000"})
     assert consumer.timer.is_due()
     consumer.close()
+
+
+def test_timer_retries_a_failed_transfer_after_the_back_off_not_at_once(timer: TransferTimer, clock: FakeClock) -> None:
+    # Given a forced transfer (a new timer) that failed
+    assert timer.is_due()
+    timer.retry_in(400)
+    # Then the next attempt waits the back-off instead of spinning
+    assert not timer.is_due()
+    assert timer.seconds_until_due() == pytest.approx(0.4)
+    clock.now += 0.4
+    assert timer.is_due()
