@@ -71,6 +71,16 @@ class Scripts:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
         return self._s[name](keys=list(keys), args=list(args), client=client or self.client)
 
+    def _run_idempotent(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script whose second run changes nothing the first did not (ack, nack,
+        requeue, transfer, heartbeat): a connection found closed (a killed client, a
+        server restart) is retried once on a fresh connection before the error is
+        raised. A timeout is not retried: the server may be stalled."""
+        try:
+            return self._run(name, keys, args)
+        except redis.ConnectionError:
+            return self._run(name, keys, args)
+
     def offer(
         self,
         keys: QueueKeys,
@@ -142,7 +152,7 @@ class Scripts:
     def transfer(
         self, keys: QueueKeys, *, limit: int, trim_budget: int, compact_step: int, compact_slack: int
     ) -> TransferResult:
-        moved, next_due, now_us, dead = self._run(
+        moved, next_due, now_us, dead = self._run_idempotent(
             "transfer",
             (
                 keys.timeout_zset,
@@ -181,12 +191,14 @@ class Scripts:
 
     def ack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
         return int(
-            self._run("ack", (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats), (redis_message_id, worker_id))
+            self._run_idempotent(
+                "ack", (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats), (redis_message_id, worker_id)
+            )
         )
 
     def nack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
         return int(
-            self._run(
+            self._run_idempotent(
                 "nack",
                 (keys.acks(worker_id), keys.ready_msgs, keys.xq, keys.xq_msgs, keys.heartbeats),
                 (redis_message_id, worker_id),
@@ -194,7 +206,9 @@ class Scripts:
         )
 
     def requeue(self, keys: QueueKeys, worker_id: str, redis_message_ids: Sequence[str]) -> int:
-        return int(self._run("requeue", (keys.acks(worker_id), keys.ready_msgs, keys.ready), redis_message_ids))
+        return int(
+            self._run_idempotent("requeue", (keys.acks(worker_id), keys.ready_msgs, keys.ready), redis_message_ids)
+        )
 
     def maintenance(
         self, keys: QueueKeys, dead_workers: Sequence[str], *, dead_message_ttl_ms: int, expire_limit: int
@@ -220,4 +234,4 @@ class Scripts:
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too); returns the server time, epoch ms."""
-        return int(self._run("heartbeat", (keys.heartbeats,), (worker_id,)))
+        return int(self._run_idempotent("heartbeat", (keys.heartbeats,), (worker_id,)))
