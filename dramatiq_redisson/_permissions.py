@@ -1,0 +1,442 @@
+"""Least privilege: the ACL rule a deployment should give the broker's Redis user, and a
+probe that tells, in one error, everything such a user is missing.
+
+The rule is derived from every command the broker issues:
+
+* :data:`SCRIPT_COMMANDS`: inside the Lua scripts (``lua/*.lua``);
+* :data:`CLIENT_COMMANDS`: from Python (broker, consumer, delayed queue);
+* :data:`SCRIPTING_COMMANDS`: how redis-py runs scripts (:class:`redis.commands.core.Script`
+  sends EVALSHA and, on NOSCRIPT, SCRIPT LOAD; a pipeline first asks SCRIPT EXISTS and
+  loads what is missing; EVAL is never sent);
+* :data:`PUBSUB_COMMANDS`: the consumer's subscription (SUBSCRIBE; UNSUBSCRIBE and the
+  health-check PING of redis-py's PubSub);
+* :data:`CONNECTION_COMMANDS`: redis-py's connection setup (SELECT for a database other
+  than 0; CLIENT SETINFO, whose refusal redis-py ignores but the server writes to its
+  ACL log on every new connection).
+
+``tests/test_acl.py`` parses the Lua scripts and the Python sources and fails when they
+use a command missing here. :func:`acl_rule` renders the rule; ``docs/security.md``
+carries its output (checked by the same tests).
+
+:func:`check_permissions` runs ``lua/probe.lua`` and tries the Python-side commands in
+harmless forms, and raises :class:`MissingPermission` naming every missing command, key
+and channel at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.exceptions import NoPermissionError
+
+from ._keys import QueueKeys
+
+#: Commands the Lua scripts in ``lua/`` issue (``redis.call``/``redis.pcall``).
+SCRIPT_COMMANDS: tuple[str, ...] = (
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hget",
+    "hmget",
+    "hset",
+    "lindex",
+    "llen",
+    "lpop",
+    "lpush",
+    "lrange",
+    "lrem",
+    "ltrim",
+    "publish",
+    "rename",
+    "rpush",
+    "sadd",
+    "set",
+    "smembers",
+    "srem",
+    "time",  # in @fast, not @read: a rule built from categories like "+@read +@write" lacks it
+    "unlink",
+    "zadd",
+    "zcard",
+    "zmscore",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zscore",
+)
+
+#: Commands issued from Python: ``RedissonBroker`` (flush's UNLINK and pending's ZCARD and
+#: HLEN in MULTI/EXEC), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM)
+#: and ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET).
+CLIENT_COMMANDS: tuple[str, ...] = (
+    "exec",
+    "hexists",
+    "hlen",
+    "hmget",
+    "lrange",
+    "multi",
+    "scan",
+    "smembers",
+    "unlink",
+    "zcard",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+)
+
+#: How redis-py runs the scripts.
+SCRIPTING_COMMANDS: tuple[str, ...] = ("evalsha", "script|exists", "script|load")
+
+#: The consumer's subscription to its queue's channel.
+PUBSUB_COMMANDS: tuple[str, ...] = ("ping", "subscribe", "unsubscribe")
+
+#: redis-py's connection setup.
+CONNECTION_COMMANDS: tuple[str, ...] = ("client|setinfo", "select")
+
+#: Every command the broker's Redis user needs, sorted.
+COMMANDS: tuple[str, ...] = tuple(
+    sorted(
+        set(SCRIPT_COMMANDS)
+        | set(CLIENT_COMMANDS)
+        | set(SCRIPTING_COMMANDS)
+        | set(PUBSUB_COMMANDS)
+        | set(CONNECTION_COMMANDS)
+    )
+)
+
+#: Where the rule is explained.
+DOCS = "docs/security.md ('Least privilege') in the dramatiq-redisson README"
+
+_GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
+
+
+def _glob_escape(text: str) -> str:
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def key_patterns(namespace: str = "dramatiq") -> tuple[str, ...]:
+    """The key patterns of a namespace: its Dramatiq keys (``ns:*``: queues, messages,
+    acks, heartbeats, dead letters, legacy ``.DQ``) and its Redisson structures
+    (``redisson_delay_queue*:{ns:*}``; the channel name is one of the script KEYS too)."""
+    ns = _glob_escape(namespace)
+    return (f"{ns}:*", f"redisson_delay_queue*:{{{ns}:*}}")
+
+
+def channel_patterns(namespace: str = "dramatiq") -> tuple[str, ...]:
+    """The pub/sub channel pattern of a namespace's queues."""
+    return (f"redisson_delay_queue_channel:{{{_glob_escape(namespace)}:*}}",)
+
+
+def acl_tokens(namespace: str = "dramatiq") -> list[str]:
+    """The ACL SETUSER arguments of :func:`acl_rule`, one list item per argument."""
+    return [
+        "resetkeys",
+        "resetchannels",
+        "-@all",
+        *(f"+{command}" for command in COMMANDS),
+        *(f"~{pattern}" for pattern in key_patterns(namespace)),
+        *(f"&{pattern}" for pattern in channel_patterns(namespace)),
+    ]
+
+
+def acl_rule(namespace: str = "dramatiq") -> str:
+    """The ACL rule of the broker's Redis user for ``namespace``, as ACL SETUSER text
+    without user name, ``on`` and password::
+
+        ACL SETUSER worker on >secret <acl_rule()>
+
+    It grants exactly :data:`COMMANDS` on the namespace's keys and channels and nothing
+    else (``resetkeys resetchannels -@all`` first, so applying it to an existing user
+    also takes away what it had). Glob characters in ``namespace`` are escaped.
+
+    Raises:
+      ValueError: If ``namespace`` contains whitespace (it could not be written as
+        space-separated ACL text; pass :func:`acl_tokens` as separate arguments).
+    """
+    if any(c.isspace() for c in namespace):
+        raise ValueError(f"namespace {namespace!r} contains whitespace; use acl_tokens()")
+    return " ".join(acl_tokens(namespace))
+
+
+class MissingPermission(NoPermissionError):
+    """The broker's Redis user lacks commands, keys or channels the broker needs.
+
+    A subclass of :class:`redis.exceptions.NoPermissionError` (the class redis-py raises
+    for the server's NOPERM reply) rather than of ``dramatiq.errors.BrokerError``: it
+    stands for the same refusal, raised earlier and complete, so every handler of the
+    refusal it replaces keeps working — ``except redis.ResponseError`` around sends, and
+    the consumer, which backs off and retries on server errors (and logs a NOPERM as a
+    permission problem) so a worker recovers by itself once an operator fixes the ACL.
+    A ``BrokerError`` would be caught by no one and gives Dramatiq no special handling.
+
+    Attributes:
+      commands: Missing commands (``"time"``, ``"script|load"``), sorted.
+      keys: Key names the user may not access (``"key (read)"``-style notes included).
+      channels: Channels the user may not publish to or subscribe to.
+      unchecked: Commands the probe could not try until others are granted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        commands: Sequence[str] = (),
+        keys: Sequence[str] = (),
+        channels: Sequence[str] = (),
+        unchecked: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.commands = tuple(commands)
+        self.keys = tuple(keys)
+        self.channels = tuple(channels)
+        self.unchecked = tuple(unchecked)
+
+
+def is_permission_error(error: BaseException) -> bool:
+    """Whether ``error`` is an ACL refusal: a NOPERM reply (:class:`NoPermissionError`)
+    or a refusal inside a script, which reaches redis-py as a plain ``ResponseError``
+    starting ``ACL failure in script:``."""
+    if isinstance(error, NoPermissionError):
+        return True
+    return isinstance(error, redis.ResponseError) and "ACL failure in script" in str(error)
+
+
+_PROBE_SOURCE = resources.files(__package__).joinpath("lua", "probe.lua").read_bytes()
+_PROBE_SHA = hashlib.sha1(_PROBE_SOURCE).hexdigest()
+
+#: The field / member name the probe reads and "removes" on real keys (no entry has it).
+PROBE_TOKEN = "__dramatiq_redisson_permission_probe__"
+
+#: Longest wait (s) for the reply to the probe's SUBSCRIBE.
+SUBSCRIBE_TIMEOUT = 5.0
+
+_DENIED_COMMAND = re.compile(r"no permissions to run the '([^']+)' command", re.IGNORECASE)
+
+#: Commands in the probe that only read their key (for "(read)" / "(write)" notes).
+_READS = frozenset(
+    "exists get hexists hget hmget lindex llen lrange smembers zcard zmscore zrange zrangebyscore zscore hlen".split()
+)
+
+
+def scratch_key(keys: QueueKeys) -> str:
+    """A key of the queue's namespace that the broker never uses; the probe creates and
+    removes things there."""
+    return f"{keys.name}.__permission_probe__"
+
+
+def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
+    pairs = (
+        ("list", keys.ready),
+        ("hash", keys.ready_msgs),
+        ("set", keys.acks(worker_id)),
+        ("zset", keys.heartbeats),
+        ("zset", keys.xq),
+        ("hash", keys.xq_msgs),
+        ("list", keys.legacy_dq),
+        ("hash", keys.legacy_dq_msgs),
+        ("set", keys.legacy_dq_acks(worker_id)),
+        ("zset", keys.timeout_zset),
+        ("list", keys.backup_list),
+        ("hash", keys.payloads),
+        ("list", keys.compact_list),
+        ("string", keys.compact_cursor),
+        ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
+    )
+    return [item for pair in pairs for item in pair]
+
+
+def _client_calls(keys: QueueKeys, worker_id: str) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """``(command, target, arguments)``: every call the broker makes from Python, in a
+    harmless form, then the probe script. MULTI/EXEC come last (an empty transaction)."""
+    token = PROBE_TOKEN
+    argv = (token, scratch_key(keys), keys.channel, *_typed_keys(keys, worker_id))
+    return [
+        ("ping", "", ("PING",)),
+        ("script|exists", "", ("SCRIPT", "EXISTS", _PROBE_SHA)),
+        ("script|load", "", ("SCRIPT", "LOAD", _PROBE_SOURCE)),
+        ("evalsha", "", ("EVALSHA", _PROBE_SHA, 0, *argv)),
+        ("scan", "", ("SCAN", 0, "MATCH", f"{_glob_escape(keys.namespace)}:__acks__.{token}.*", "COUNT", 1)),
+        ("smembers", keys.acks(worker_id), ("SMEMBERS", keys.acks(worker_id))),
+        ("lrange", keys.legacy_dq, ("LRANGE", keys.legacy_dq, 1, 0)),
+        ("hmget", keys.legacy_dq_msgs, ("HMGET", keys.legacy_dq_msgs, token)),
+        ("zrangebyscore", keys.heartbeats, ("ZRANGEBYSCORE", keys.heartbeats, 1, 0)),
+        ("zrem", keys.heartbeats, ("ZREM", keys.heartbeats, token)),
+        ("zcard", keys.timeout_zset, ("ZCARD", keys.timeout_zset)),
+        ("hexists", keys.payloads, ("HEXISTS", keys.payloads, token)),
+        ("zrange", keys.timeout_zset, ("ZRANGE", keys.timeout_zset, 1, 0)),
+        ("hlen", keys.ready_msgs, ("HLEN", keys.ready_msgs)),
+        ("unlink", scratch_key(keys), ("UNLINK", scratch_key(keys))),
+        ("multi", "", ("MULTI",)),
+        ("exec", "", ("EXEC",)),
+    ]
+
+
+def check_permissions(
+    client: redis.Redis, keys: QueueKeys, *, worker_id: str = PROBE_TOKEN, subscribe: bool = True
+) -> None:
+    """Check that ``client``'s user may run everything the broker does on one queue.
+
+    Changes nothing: every command is tried in a form that reads, or writes a probe
+    token that does not exist, or fails after the ACL check (see ``lua/probe.lua``).
+    The one visible effect is a ``PUBLISH "0"`` on the queue's channel, which makes idle
+    consumers of the queue fetch once. One round trip on a connection of its own (closed
+    afterwards, as it ends in MULTI/EXEC), plus, with ``subscribe``, SUBSCRIBE and
+    UNSUBSCRIBE of the queue's channel on a pub/sub connection.
+
+    Parameters:
+      client: The broker's client (``broker.client``).
+      keys: The queue's key names (``broker.keys(queue_name)``).
+      worker_id: Whose ack set to check (``broker.broker_id``); any id checks the same
+        key pattern.
+      subscribe: Also check the subscription (consumers need it; producers do not).
+
+    Raises:
+      MissingPermission: Naming every missing command, key and channel, and the rule.
+      redis.ConnectionError, redis.TimeoutError: The server could not be reached.
+      redis.ResponseError: A reply that is no ACL refusal and not expected (say, a
+        server that runs no Lua).
+    """
+    calls = _client_calls(keys, worker_id)
+    denials: list[tuple[str, str, str]] = []
+    unchecked: list[str] = []
+    probe_reply: Any = None
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_packed_command(connection.pack_commands([call for _, _, call in calls]), check_health=False)
+        for command, target, _ in calls:
+            try:
+                reply = connection.read_response()
+            except NoPermissionError as e:
+                denials.append((command, target, str(e)))
+                continue
+            except redis.ResponseError as e:
+                if is_permission_error(e):
+                    denials.append((command, target, str(e)))
+                elif command == "evalsha" and "NOSCRIPT" in str(e):
+                    unchecked.extend(SCRIPT_COMMANDS)  # SCRIPT LOAD was refused: no probe
+                elif command not in ("exec", "multi"):  # EXEC without MULTI when MULTI is refused
+                    raise
+                continue
+            if command == "evalsha":
+                probe_reply = reply
+    finally:
+        # Never reuse it: it may be inside MULTI, or hold unread replies after an error.
+        connection.disconnect()
+        pool.release(connection)
+
+    if probe_reply is not None:
+        flat, probe_unchecked = probe_reply
+        for i in range(0, len(flat), 3):
+            command, target, error = (_text(x) for x in flat[i : i + 3])
+            denials.append((command, target, error))
+        unchecked.extend(_text(x) for x in probe_unchecked)
+    elif not unchecked:
+        unchecked.extend(SCRIPT_COMMANDS)  # EVALSHA itself was refused
+
+    if subscribe:
+        denial = _check_subscribe(client, keys.channel)
+        if denial is not None:
+            denials.append(denial)
+
+    if denials or unchecked:
+        _raise(keys, denials, unchecked)
+
+
+def _check_subscribe(client: redis.Redis, channel: str) -> tuple[str, str, str] | None:
+    pubsub = client.pubsub()
+    try:
+        try:
+            pubsub.subscribe(channel)
+            _await_reply(pubsub, "subscribe")
+        except redis.ResponseError as e:
+            if is_permission_error(e):
+                return ("subscribe", channel, str(e))
+            raise
+        try:
+            pubsub.unsubscribe(channel)
+            _await_reply(pubsub, "unsubscribe")
+        except redis.ResponseError as e:
+            if is_permission_error(e):
+                return ("unsubscribe", channel, str(e))
+            raise
+        return None
+    finally:
+        pubsub.close()
+
+
+def _await_reply(pubsub: Any, kind: str) -> None:
+    deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise redis.TimeoutError(f"no reply to {kind.upper()} within {SUBSCRIBE_TIMEOUT} s")
+        item = pubsub.get_message(timeout=min(remaining, 0.5))
+        if item is not None and item.get("type") == kind:
+            return
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list[str]) -> None:
+    commands: set[str] = set()
+    key_notes: dict[str, set[str]] = {}
+    channels: set[str] = set()
+    other: list[str] = []
+    for command, target, error in denials:
+        match = _DENIED_COMMAND.search(error)
+        if match:
+            commands.add(match.group(1).lower())
+        elif "access a channel" in error:
+            channels.add(target)
+        elif "access a key" in error:
+            key_notes.setdefault(target, set()).add("read" if command in _READS else "write")
+        else:
+            other.append(f"{command} {target}: {error}".strip())
+    missing_unchecked = sorted(set(unchecked) - commands)
+    key_list = [f"{key} ({'/'.join(sorted(modes))})" for key, modes in sorted(key_notes.items())]
+    parts: list[str] = []
+    if commands:
+        parts.append("commands " + ", ".join(sorted(commands)))
+    if key_list:
+        parts.append("keys " + ", ".join(key_list))
+    if channels:
+        parts.append("channels " + ", ".join(sorted(channels)))
+    if other:
+        parts.append("other refusals: " + "; ".join(other))
+    message = (
+        f"The Redis user lacks permissions dramatiq-redisson needs on queue {keys.queue_name!r}: "
+        + "; ".join(parts or ["none refused, but some could not be tried"])
+        + "."
+    )
+    if set(SCRIPT_COMMANDS) <= set(unchecked):
+        message += " The scripts' commands could not be checked: the probe script could not run."
+    elif missing_unchecked:
+        message += f" Not checked until those are granted: {', '.join(missing_unchecked)}."
+    if scratch_key(keys) in key_notes:
+        message += f" ({scratch_key(keys)} is a key the check itself uses, in the namespace's key pattern.)"
+    message += f" Grant the least-privilege rule (see {DOCS}): ACL SETUSER <user> {_rule_text(keys.namespace)}"
+    raise MissingPermission(
+        message,
+        commands=sorted(commands),
+        keys=key_list,
+        channels=sorted(channels),
+        unchecked=missing_unchecked,
+    )
+
+
+def _rule_text(namespace: str) -> str:
+    """:func:`acl_rule`, or the quoted tokens when the namespace has whitespace."""
+    try:
+        return acl_rule(namespace)
+    except ValueError:
+        return " ".join(repr(token) for token in acl_tokens(namespace))

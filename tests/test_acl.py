@@ -1,0 +1,539 @@
+"""Least privilege: the ACL rule (``dramatiq_redisson._permissions``) covers every command
+the broker issues, a user with exactly that rule runs the whole flow, and the permission
+probe names what a user lacks."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Worker
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import default_middleware
+
+import dramatiq_redisson
+from dramatiq_redisson import QueueKeys, RedissonBroker
+from dramatiq_redisson._permissions import (
+    CLIENT_COMMANDS,
+    COMMANDS,
+    CONNECTION_COMMANDS,
+    PUBSUB_COMMANDS,
+    SCRIPT_COMMANDS,
+    SCRIPTING_COMMANDS,
+    MissingPermission,
+    _client_calls,
+    acl_rule,
+    acl_tokens,
+    channel_patterns,
+    check_permissions,
+    is_permission_error,
+    key_patterns,
+    scratch_key,
+)
+
+from .helpers import wait_for
+
+PACKAGE = Path(dramatiq_redisson.__file__).parent
+LUA = PACKAGE / "lua"
+DOCS = Path(__file__).parent.parent / "docs" / "security.md"
+
+# -- the rule covers every command the code issues ---------------------------------
+
+_CALL = re.compile(r"redis\.p?call\(\s*([^,)\s]+)")
+_LITERAL = re.compile(r"""^["']([A-Za-z|]+)["']$""")
+
+
+def lua_commands(path: Path) -> set[str]:
+    """Every command a Lua script issues: literal first arguments of redis.call and
+    redis.pcall, and literal first arguments of local helpers that pass their first
+    parameter on as the command (``variadic("ZREM", key, items)``).
+
+    Raises AssertionError for a command that cannot be resolved that way."""
+    source = re.sub(r"--[^\n]*", "", path.read_text())
+    found: set[str] = set()
+    for match in _CALL.finditer(source):
+        first = match.group(1)
+        literal = _LITERAL.match(first)
+        if literal:
+            found.add(literal.group(1).lower())
+            continue
+        # A variable: the first parameter of the enclosing local function?
+        head = source[: match.start()]
+        helpers = list(re.finditer(r"local\s+function\s+(\w+)\s*\(\s*(\w+)", head))
+        assert helpers and helpers[-1].group(2) == first, (
+            f"{path.name}: redis.call({first}, ...) with a command this test cannot resolve; "
+            "pass commands as string literals (or through a local helper's first parameter)"
+        )
+        name = helpers[-1].group(1)
+        uses = re.findall(rf"\b{name}\(\s*[\"']([A-Za-z|]+)[\"']", source)
+        assert uses, f"{path.name}: helper {name}() is never called with a literal command"
+        found.update(u.lower() for u in uses)
+    return found
+
+
+def test_rule_has_every_command_of_every_lua_script() -> None:
+    scripts = sorted(p for p in LUA.glob("*.lua") if p.name != "probe.lua")
+    assert len(scripts) >= 10, scripts
+    used: dict[str, set[str]] = {p.name: lua_commands(p) for p in scripts}
+    every = set().union(*used.values())
+    missing = {name: sorted(cmds - set(SCRIPT_COMMANDS)) for name, cmds in used.items() if cmds - set(COMMANDS)}
+    assert not missing, f"add these to SCRIPT_COMMANDS in _permissions.py (and probe.lua): {missing}"
+    unused = set(SCRIPT_COMMANDS) - every
+    assert not unused, f"no script uses these any more; drop them from SCRIPT_COMMANDS: {sorted(unused)}"
+    # A sanity check of the parser itself: the helpers' commands are found too.
+    assert {"zmscore", "time", "publish", "rename"} <= every
+
+
+def test_the_lua_parser_catches_a_new_command(tmp_path: Path) -> None:
+    script = tmp_path / "new.lua"
+    script.write_text(
+        '-- redis.call("FLUSHALL") in a comment does not count\n'
+        "local function each(command, key) return redis.call(command, key) end\n"
+        'each("GETDEL", KEYS[1])\nredis.pcall("ZPOPMIN", KEYS[1])\n'
+    )
+    assert lua_commands(script) == {"getdel", "zpopmin"}
+    script.write_text("local c = ARGV[1]\nredis.call(c, KEYS[1])\n")
+    with pytest.raises(AssertionError, match="cannot resolve"):
+        lua_commands(script)
+
+
+# Client methods that are not commands, and the ones whose command differs from the name.
+_NOT_COMMANDS = {
+    "close",
+    "disconnect",
+    "execute",
+    "get_connection",
+    "get_message",
+    "pack_command",
+    "pack_commands",
+    "read_response",
+    "release",
+    "send_packed_command",
+}
+_METHOD_COMMANDS = {
+    "scan_iter": {"scan"},
+    "script_load": {"script|load"},
+    # Script.__call__: EVALSHA, SCRIPT LOAD on NOSCRIPT; in a pipeline SCRIPT EXISTS first.
+    "register_script": {"evalsha", "script|load", "script|exists"},
+    "pubsub": {"subscribe"},
+}
+_METHOD = re.compile(r"\b(?:client|pipe|pubsub|connection|pool)\.(\w+)\(")
+_PACKED = re.compile(r"""(?:pack_command|execute_command)\(\s*["']([A-Za-z| ]+)["']""")
+_PIPELINE = re.compile(r"\bpipeline\(([^)]*)\)")
+
+
+def python_commands(source: str) -> set[str]:
+    """The commands Python source issues through a redis client, pipeline or pub/sub."""
+    found: set[str] = set()
+    for method in _METHOD.findall(source):
+        if method in _NOT_COMMANDS or method == "pipeline":
+            continue
+        if method in _METHOD_COMMANDS:
+            found |= _METHOD_COMMANDS[method]
+            continue
+        assert hasattr(redis.Redis, method) or hasattr(redis.client.PubSub, method), (
+            f"unknown client method {method}(): map it to its commands in tests/test_acl.py"
+        )
+        found.add(method.lower())
+    for command in _PACKED.findall(source):
+        found.add(command.lower().replace(" ", "|"))
+    for arguments in _PIPELINE.findall(source):
+        if "transaction=False" not in arguments:  # redis-py's default is a MULTI/EXEC transaction
+            found |= {"multi", "exec"}
+    return found
+
+
+def test_rule_has_every_command_the_python_code_issues() -> None:
+    sources = sorted(p for p in PACKAGE.glob("*.py") if p.name not in {"_permissions.py", "embedded.py"})
+    used = {p.name: python_commands(p.read_text()) for p in sources}
+    every = set().union(*used.values())
+    allowed = set(CLIENT_COMMANDS) | set(SCRIPTING_COMMANDS) | set(PUBSUB_COMMANDS)
+    missing = {name: sorted(cmds - allowed) for name, cmds in used.items() if cmds - allowed}
+    assert not missing, f"add these to CLIENT_COMMANDS in _permissions.py: {missing}"
+    unused = set(CLIENT_COMMANDS) - every
+    assert not unused, f"no Python code issues these any more; drop them from CLIENT_COMMANDS: {sorted(unused)}"
+    assert {"evalsha", "script|load", "subscribe", "scan", "multi"} <= every
+
+
+def test_the_python_parser_catches_a_new_command() -> None:
+    assert python_commands("self.broker.client.getdel(key)\nwith client.pipeline() as pipe: pipe.zpopmin(k)") == {
+        "getdel",
+        "zpopmin",
+        "multi",
+        "exec",
+    }
+    with pytest.raises(AssertionError, match="unknown client method"):
+        python_commands("client.frobnicate(key)")
+
+
+def test_probe_tries_every_command_of_the_rule() -> None:
+    in_script = {c.lower() for c in re.findall(r"check\(\"([A-Z]+)\"", (LUA / "probe.lua").read_text())}
+    assert set(SCRIPT_COMMANDS) <= in_script, sorted(set(SCRIPT_COMMANDS) - in_script)
+    from_python = {command for command, _, _ in _client_calls(QueueKeys("dramatiq", "q"), "w")}
+    tried = in_script | from_python | {"subscribe", "unsubscribe"}
+    # SELECT and CLIENT SETINFO are redis-py's connection setup: it runs them (or fails
+    # on SELECT) before any probe could.
+    assert set(COMMANDS) - set(CONNECTION_COMMANDS) <= tried, sorted(set(COMMANDS) - tried)
+    assert tried <= set(COMMANDS), sorted(tried - set(COMMANDS))
+
+
+# -- the rule's text ------------------------------------------------------------------
+
+
+def test_rule_text() -> None:
+    rule = acl_rule()
+    assert rule == " ".join(acl_tokens())
+    assert rule.startswith("resetkeys resetchannels -@all +")
+    assert "+time" in rule and "+evalsha" in rule and "+script|load" in rule and "+subscribe" in rule
+    assert "+eval " not in rule and "@" not in rule.replace("-@all", "")  # explicit commands only
+    assert rule.endswith("~dramatiq:* ~redisson_delay_queue*:{dramatiq:*} &redisson_delay_queue_channel:{dramatiq:*}")
+    assert key_patterns("shop") == ("shop:*", "redisson_delay_queue*:{shop:*}")
+    assert channel_patterns("shop") == ("redisson_delay_queue_channel:{shop:*}",)
+    assert key_patterns("a*b?[c]") == (r"a\*b\?\[c\]:*", r"redisson_delay_queue*:{a\*b\?\[c\]:*}")
+    with pytest.raises(ValueError, match="whitespace"):
+        acl_rule("my app")
+    # Each key of a queue matches a pattern, each channel a channel pattern (Redis glob
+    # semantics = fnmatch's for these patterns, which hold no [ or \).
+    from fnmatch import fnmatchcase
+
+    keys = QueueKeys("shop", "mail")
+    names = [
+        keys.ready,
+        keys.ready_msgs,
+        keys.acks("w1"),
+        keys.heartbeats,
+        keys.xq,
+        keys.xq_msgs,
+        keys.legacy_dq,
+        keys.legacy_dq_msgs,
+        keys.legacy_dq_acks("w1"),
+        *keys.scheduled_keys,
+        keys.channel,
+        scratch_key(keys),
+    ]
+    for name in names:
+        assert any(fnmatchcase(name, p) for p in key_patterns("shop")), name
+        assert not any(fnmatchcase(name, p) for p in key_patterns("other")), name
+    assert fnmatchcase(keys.channel, channel_patterns("shop")[0])
+
+
+def test_docs_carry_the_generated_rule() -> None:
+    text = DOCS.read_text()
+    assert acl_rule() in text, "docs/security.md: paste acl_rule()'s output again"
+    assert acl_rule("myapp") in text, "docs/security.md: paste acl_rule('myapp')'s output again"
+
+
+# -- a restricted user on the session's server -----------------------------------------
+
+
+@pytest.fixture
+def make_user(redis_url: str, redis_client: redis.Redis) -> Iterator[Callable[[list[str]], str]]:
+    """Create ACL users (``on``, a random password, the given tokens); returns their
+    URL. Every user is deleted at teardown."""
+    made: list[str] = []
+
+    def make(tokens: list[str]) -> str:
+        name = f"dramatiq-redisson-test-{secrets.token_hex(4)}"
+        password = secrets.token_urlsafe(16)
+        redis_client.execute_command("ACL SETUSER", name, "reset", "on", f">{password}", *tokens)
+        made.append(name)
+        parts = urlsplit(redis_url)
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, f"{quote(name)}:{quote(password)}@{host}", parts.path, parts.query, ""))
+
+    yield make
+    for name in made:
+        redis_client.execute_command("ACL DELUSER", name)
+
+
+def _acl_log(admin: redis.Redis, user: str) -> list[dict[str, Any]]:
+    return [dict(e) for e in admin.acl_log(count=1000) if e["username"] == user]
+
+
+def _user_of(url: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(urlsplit(url).username or "")
+
+
+def test_whole_flow_as_a_user_with_exactly_the_rule(
+    redis_url: str, redis_client: redis.Redis, make_user: Callable[[list[str]], str]
+) -> None:
+    url = make_user(acl_tokens())
+    user = _user_of(url)
+    redis_client.acl_log_reset()
+    # The user can do nothing outside its namespace.
+    outsider = redis.Redis.from_url(url)
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            outsider.get("elsewhere")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            outsider.flushdb()
+    finally:
+        outsider.close()
+    redis_client.acl_log_reset()
+
+    broker = RedissonBroker(url=url, middleware=[m() for m in default_middleware])
+    broker.safety_interval = 1000
+    broker.maintenance_interval = 200  # run maintenance (dead workers: SCAN, ZREM) within the test
+    dramatiq.set_broker(broker)
+    queue = "acl"
+    keys = broker.keys(queue)
+    ran: list[str] = []
+    attempts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    @dramatiq.actor(queue_name=queue, max_retries=0)
+    def job(name: str) -> None:
+        with lock:
+            ran.append(name)
+
+    @dramatiq.actor(queue_name=queue, max_retries=3, min_backoff=100, max_backoff=100)
+    def flaky(name: str) -> None:
+        with lock:
+            attempts[name] = attempts.get(name, 0) + 1
+            if attempts[name] == 1:
+                raise RuntimeError("first attempt fails")
+            ran.append(name)
+
+    @dramatiq.actor(queue_name=queue, max_retries=0)
+    def doomed() -> None:
+        raise RuntimeError("dead letter")
+
+    # A dead worker with stranded work, and a legacy .DQ message of the built-in broker:
+    # the consumer's maintenance and migration run as the restricted user too.
+    redis_client.zadd(keys.heartbeats, {"dead-worker": 0})
+    redis_client.sadd(keys.acks("dead-worker"), "stranded-id")
+    builtin = RedisBroker(url=redis_url)
+    try:
+        builtin.enqueue(job.message("legacy"), delay=50)
+    finally:
+        builtin.client.close()
+
+    check_permissions(broker.client, keys, worker_id=broker.broker_id)  # nothing missing
+
+    job.send("now")
+    job.send_with_options(args=("later",), delay=200)
+    flaky.send("retried")
+    doomed.send()
+    cancelled = job.send_with_options(args=("cancelled",), delay=60_000)
+    delayed = broker.delayed_queue(queue)
+    assert delayed.contains(cancelled.message_id)
+    assert delayed.size() >= 2
+    assert delayed.next_due() is not None
+    assert any(m.message_id == cancelled.message_id for _, m in delayed.read_all())
+    assert delayed.remove(cancelled.message_id)
+    assert not delayed.contains(cancelled.message_id)
+    broker.enqueue_many([job.message(f"bulk-now-{i}") for i in range(3)])
+    broker.enqueue_many([job.message(f"bulk-later-{i}") for i in range(3)], delay=100)
+    to_clear = broker.delayed_queue("acl-cleared")
+    broker.declare_queue("acl-cleared")
+    broker.enqueue(job.message("never").copy(queue_name="acl-cleared"), delay=60_000)
+    assert to_clear.clear() == 1
+
+    worker = Worker(broker, worker_timeout=100, worker_threads=2)
+    worker.start()
+    try:
+        expected = {"now", "later", "retried", "legacy", *(f"bulk-{w}-{i}" for w in ("now", "later") for i in range(3))}
+        assert wait_for(lambda: expected <= set(ran), timeout=15), sorted(ran)
+        broker.join(queue, timeout=10_000)
+        # Maintenance found the dead worker, requeued nothing it could decode... and forgot it.
+        assert wait_for(lambda: redis_client.zscore(keys.heartbeats, "dead-worker") is None, timeout=10)
+        worker.join()
+    finally:
+        worker.stop()
+
+    assert "cancelled" not in ran and "never" not in ran
+    assert attempts["retried"] == 2
+    assert redis_client.zcard(keys.xq) >= 1  # doomed, dead-lettered by the nack script
+    assert redis_client.llen(keys.legacy_dq) == 0
+
+    broker.flush_all()
+    assert redis_client.keys("redisson_delay_queue*") == []
+    assert not redis_client.exists(keys.ready, keys.ready_msgs, keys.xq, keys.xq_msgs)
+    broker.close()
+
+    # Not one refusal on the server, not even an ignored one (CLIENT SETINFO).
+    assert _acl_log(redis_client, user) == []
+
+
+def test_without_the_rule_the_symptom_is_a_refused_delayed_send(
+    redis_url: str, redis_client: redis.Redis, make_user: Callable[[list[str]], str]
+) -> None:
+    """The failure the probe exists for: without TIME, delayed sends fail (immediate
+    ones are accepted), and the error is recognised as a permission problem."""
+    url = make_user([t for t in acl_tokens() if t != "+time"])
+    broker = RedissonBroker(url=url)
+    try:
+
+        @dramatiq.actor(queue_name="acl-notime", broker=broker)
+        def job() -> None:  # pragma: no cover - never runs
+            pass
+
+        job.send()
+        with pytest.raises(redis.ResponseError) as info:
+            job.send_with_options(delay=1000)
+        assert is_permission_error(info.value), info.value
+        assert not is_permission_error(redis.ResponseError("WRONGTYPE Operation against a key"))
+
+        with pytest.raises(MissingPermission) as missing:
+            check_permissions(broker.client, broker.keys("acl-notime"))
+        error = missing.value
+        assert error.commands == ("time",)
+        assert error.keys == () and error.channels == () and error.unchecked == ()
+        assert "time" in str(error) and acl_rule() in str(error)
+        assert isinstance(error, redis.exceptions.NoPermissionError)
+        assert is_permission_error(error)
+    finally:
+        broker.flush_all()
+        broker.close()
+
+
+def _probe(url: str, namespace: str = "dramatiq", queue: str = "default", **kwargs: Any) -> MissingPermission:
+    client = redis.Redis.from_url(url)
+    try:
+        with pytest.raises(MissingPermission) as info:
+            check_permissions(client, QueueKeys(namespace, queue), **kwargs)
+        return info.value
+    finally:
+        client.close()
+
+
+def test_probe_names_every_missing_command_key_and_channel_in_one_error(
+    make_user: Callable[[list[str]], str],
+) -> None:
+    tokens = [t for t in acl_tokens() if t not in ("+time", "+zadd", "+subscribe", "+scan")]
+    tokens = [t for t in tokens if not t.startswith("&") and not t.startswith("~redisson")]
+    error = _probe(make_user(tokens))
+    # SUBSCRIBE is refused before the channel is looked at; the channel is named through
+    # PUBLISH inside the probe.
+    assert error.commands == ("scan", "subscribe", "time", "zadd")
+    assert error.channels == ("redisson_delay_queue_channel:{dramatiq:default}",)
+    named = {k.split(" ")[0] for k in error.keys}
+    assert named == {
+        "redisson_delay_queue_timeout:{dramatiq:default}",
+        "redisson_delay_queue:{dramatiq:default}",
+        "redisson_delay_queue_msgs:{dramatiq:default}",
+        "redisson_delay_queue_compact:{dramatiq:default}",
+        "redisson_delay_queue_cursor:{dramatiq:default}",
+        "redisson_delay_queue_channel:{dramatiq:default}",
+    }
+    message = str(error)
+    for name in ("scan", "subscribe", "time", "zadd", *named):
+        assert name in message
+
+
+def test_probe_checks_the_subscription_channel(make_user: Callable[[list[str]], str]) -> None:
+    # PUBLISH allowed on the channel, SUBSCRIBE not: only the subscription can tell.
+    tokens = [t for t in acl_tokens() if not t.startswith("&")] + ["&nothing-useful"]
+    url = make_user(tokens)
+    error = _probe(url)
+    assert error.channels == ("redisson_delay_queue_channel:{dramatiq:default}",)
+    # Producers need no subscription.
+    client = redis.Redis.from_url(url)
+    try:
+        with pytest.raises(MissingPermission):  # PUBLISH in the probe still needs the channel
+            check_permissions(client, QueueKeys("dramatiq", "default"), subscribe=False)
+    finally:
+        client.close()
+
+
+def test_probe_with_read_only_keys_and_no_way_to_delete(
+    redis_client: redis.Redis, make_user: Callable[[list[str]], str]
+) -> None:
+    tokens = [("%R" + t) if t.startswith("~") else t for t in acl_tokens()]
+    tokens = [t for t in tokens if t not in ("+del", "+unlink", "+ltrim", "+srem")]
+    error = _probe(make_user(tokens))
+    assert set(error.commands) == {"del", "ltrim", "srem", "unlink"}
+    assert "redisson_delay_queue_timeout:{dramatiq:default} (write)" in error.keys
+    assert "dramatiq:default (write)" in error.keys
+    assert set(error.unchecked) == {"lpush", "rpush", "sadd"}
+    assert "Not checked until those are granted: lpush, rpush, sadd" in str(error)
+    assert redis_client.keys("*") == []  # nothing left behind
+
+
+def test_probe_when_scripts_cannot_run(make_user: Callable[[list[str]], str]) -> None:
+    error = _probe(make_user([t for t in acl_tokens() if t != "+evalsha"]))
+    assert error.commands == ("evalsha",)
+    assert set(error.unchecked) == set(SCRIPT_COMMANDS)
+    assert "could not be checked" in str(error)
+
+
+def test_probe_changes_nothing(
+    redis_url: str, redis_client: redis.Redis, make_user: Callable[[list[str]], str]
+) -> None:
+    """Real data in every structure of a queue: the probe leaves each key byte-identical
+    (and its TTL), as the rule's user and as the admin."""
+    broker = RedissonBroker(url=redis_url)
+    try:
+        keys = broker.keys("busy")
+
+        @dramatiq.actor(queue_name="busy", broker=broker)
+        def job(i: int) -> None:  # pragma: no cover - never runs
+            pass
+
+        for i in range(5):
+            job.send(i)
+            job.send_with_options(args=(i,), delay=60_000 + i)
+        fetched = broker.redisson_scripts.fetch(keys, "w1", 2)
+        assert len(fetched) == 2
+        redis_client.set(keys.compact_cursor, "3", px=600_000)
+        redis_client.rpush(keys.compact_list, "a", "b")
+        redis_client.zadd(keys.xq, {"dead": 1})
+        redis_client.hset(keys.xq_msgs, "dead", "x")
+        redis_client.rpush(keys.legacy_dq, "l1")
+        redis_client.hset(keys.legacy_dq_msgs, "l1", "x")
+        redis_client.sadd(keys.legacy_dq_acks("w1"), "l0")
+
+        def state() -> dict[bytes, tuple[bytes | None, int]]:
+            return {k: (redis_client.dump(k), redis_client.pttl(k) > 0) for k in sorted(redis_client.keys("*"))}
+
+        before = state()
+        assert len(before) >= 12
+        check_permissions(broker.client, keys, worker_id="w1")
+        check_permissions(redis.Redis.from_url(make_user(acl_tokens())), keys, worker_id="w1")
+        assert state() == before
+    finally:
+        broker.flush("busy")
+        broker.close()
+
+
+def test_custom_namespace(redis_url: str, make_user: Callable[[list[str]], str]) -> None:
+    url = make_user(acl_tokens("myapp"))
+    client = redis.Redis.from_url(url)
+    try:
+        check_permissions(client, QueueKeys("myapp", "default"))
+        broker = RedissonBroker(client=client, namespace="myapp")
+
+        @dramatiq.actor(queue_name="ns", broker=broker)
+        def job() -> None:  # pragma: no cover - never runs
+            pass
+
+        message = job.send_with_options(delay=60_000)
+        assert broker.delayed_queue("ns").remove(message.message_id)
+        broker.flush_all()
+    finally:
+        client.close()
+    # The default namespace's queues are out of this user's reach.
+    error = _probe(url)
+    assert "dramatiq:default (read/write)" in error.keys
+    assert error.channels == ("redisson_delay_queue_channel:{dramatiq:default}",)
+
+
+def test_probe_is_quick(redis_url: str, make_user: Callable[[list[str]], str]) -> None:
+    client = redis.Redis.from_url(make_user(acl_tokens()))
+    try:
+        started = time.monotonic()
+        check_permissions(client, QueueKeys("dramatiq", "default"))
+        assert time.monotonic() - started < 1
+    finally:
+        client.close()
