@@ -126,8 +126,15 @@ _METHOD_COMMANDS = {
     "register_script": {"evalsha", "script|load", "script|exists"},
     "pubsub": {"subscribe"},
 }
-_METHOD = re.compile(r"\b(?:client|pipe|pubsub|connection|pool)\.(\w+)\(")
-_PACKED = re.compile(r"""(?:pack_command|execute_command)\(\s*["']([A-Za-z| ]+)["']""")
+# Calls on a client, pipeline or pub/sub (connections and pools send what they are given:
+# see _PACKED).
+_METHOD = re.compile(r"\b(?:client|pipe|pubsub)\.(\w+)\(")
+# A command written out: pack_command("SCRIPT", "LOAD", ...), execute_command("TIME"), or a
+# tuple of arguments such as ("EVALSHA", sha, ...): an upper-case string opening a call or
+# tuple, kept when redis-py knows it as a command.
+_PACKED = re.compile(r"""\(\s*["']([A-Z][A-Z_]+)["'](?:\s*,\s*["']([A-Z][A-Za-z_-]+)["'])?""")
+#: Commands whose second word is a subcommand with its own ACL bit.
+_CONTAINERS = {"ACL", "CLIENT", "CLUSTER", "COMMAND", "CONFIG", "FUNCTION", "MEMORY", "OBJECT", "PUBSUB", "SCRIPT"}
 _PIPELINE = re.compile(r"\bpipeline\(([^)]*)\)")
 
 
@@ -144,8 +151,11 @@ def python_commands(source: str) -> set[str]:
             f"unknown client method {method}(): map it to its commands in tests/test_acl.py"
         )
         found.add(method.lower())
-    for command in _PACKED.findall(source):
-        found.add(command.lower().replace(" ", "|"))
+    for command, sub in _PACKED.findall(source):
+        if command in _CONTAINERS and sub:
+            found.add(f"{command}|{sub}".lower())
+        elif hasattr(redis.Redis, command.lower()) or command in {"MULTI", "EXEC"}:
+            found.add(command.lower())
     for arguments in _PIPELINE.findall(source):
         if "transaction=False" not in arguments:  # redis-py's default is a MULTI/EXEC transaction
             found |= {"multi", "exec"}
@@ -171,6 +181,9 @@ def test_the_python_parser_catches_a_new_command() -> None:
         "multi",
         "exec",
     }
+    assert python_commands(
+        'connection.pack_command("SCRIPT", "LOAD", src)\ncalls.append(("EVAL", src, 0))\nlog(("NOT A COMMAND", 1))'
+    ) == {"script|load", "eval"}
     with pytest.raises(AssertionError, match="unknown client method"):
         python_commands("client.frobnicate(key)")
 
