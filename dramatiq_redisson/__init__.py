@@ -3,8 +3,18 @@ Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws f
 
 from ._broker import MAX_DELAY, RedissonBroker, validate_delay
 from ._delayed_queue import DelayedQueue
+from ._errors import EnqueueError, ServerMemoryFull
 from ._keys import QueueKeys
 
 __version__ = "0.1.0"
 
-__all__ = ["DelayedQueue", "MAX_DELAY", "QueueKeys", "RedissonBroker", "validate_delay", "__version__"]
+__all__ = [
+    "DelayedQueue",
+    "EnqueueError",
+    "MAX_DELAY",
+    "QueueKeys",
+    "RedissonBroker",
+    "ServerMemoryFull",
+    "validate_delay",
+    "__version__",
+]

@@ -21,10 +21,11 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
 from ._delayed_queue import DelayedQueue
+from ._errors import EnqueueError, ServerMemoryFull
 from ._held import HeldMessages
 from ._ids import next_sort_key, next_sort_keys
 from ._keys import QueueKeys
-from ._scripts import Scripts
+from ._scripts import Scripts, Unanswered
 
 #: Most scheduled messages one transfer call moves to the ready queue.
 DEFAULT_TRANSFER_BATCH_SIZE = 100
@@ -41,6 +42,15 @@ MAX_DELAY = 10 * 366 * 86_400_000
 #: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries (keeps
 #: each call to a few ms even with a million scheduled).
 BULK_CHUNK_SIZE = 100
+
+#: Time (ms) during which an immediate message's redis id is remembered per queue after
+#: it was enqueued, so that sending it again (a client's automatic retry of a call whose
+#: reply was lost, a producer's retry) does not enqueue it twice even once the first
+#: copy has been acked. Covers redis-py's default ``Retry`` (10 retries, backoff capped
+#: at 1 s, 5 s socket and connect timeouts: at most ~110 s from a call's first run to
+#: its last retry); the broker widens it to its client's retry span when that is longer
+#: (see :func:`client_retry_span_ms`).
+DEFAULT_DEDUPE_WINDOW = 120_000
 
 
 #: The fields of a message, in the order ``Message.asdict`` gives them.
@@ -78,6 +88,41 @@ def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
     ):
         return data
     return _encode(message)
+
+
+def client_retry_span_ms(client: redis.Redis) -> int | None:
+    """The longest time (ms) from a command's first run to the last automatic retry of it
+    by ``client`` (redis-py retries a command on a connection error or timeout, and the
+    first attempt may have run before its reply was lost), estimated from the client's
+    ``Retry`` (retries, backoff cap) and socket timeouts; ``None`` when it retries
+    forever or its settings cannot be read. A socket timeout of ``None`` counts as 0:
+    such a client waits for a reply instead of retrying.
+    """
+    try:
+        pool = client.connection_pool
+        connection = pool.connection_class(**pool.connection_kwargs)  # not connected
+        retry = connection.retry
+        retries = int(retry.get_retries())
+        socket_timeout = float(connection.socket_timeout or 0)
+        connect_timeout = float(connection.socket_connect_timeout or 0)
+        backoff = retry._backoff
+    except Exception:
+        return None
+    if retries < 0:
+        return None
+    if retries == 0:
+        return 0
+    cap = getattr(backoff, "_cap", None)
+    base = getattr(backoff, "_base", None)
+    total = 0.0
+    for failures in range(1, retries + 1):
+        if type(backoff).__name__ == "DecorrelatedJitterBackoff" and cap is not None:
+            total += float(cap)
+        elif cap is not None and base is not None:  # exponential ones, with or without jitter
+            total += min(float(cap), float(base) * 2**failures)
+        else:  # constant (or unknown): its value
+            total += float(backoff.compute(failures))
+    return math.ceil(1000 * (socket_timeout + retries * (connect_timeout + socket_timeout) + total))
 
 
 def validate_delay(delay: Any) -> int | None:
@@ -128,7 +173,16 @@ class RedissonBroker(RedisBroker):
       transfer_batch_size: Most scheduled messages one transfer call moves.
       safety_interval: Longest time (ms) between two transfers of a consumer.
       maintenance_interval: Time (ms) between two maintenance runs of a consumer.
+      dedupe_window: Time (ms) an immediate message stays remembered after it was
+        enqueued (see :data:`DEFAULT_DEDUPE_WINDOW`); widened to the client's retry
+        span. 0 keeps only the check against messages still queued or in flight.
       **parameters: Connection parameters passed to :class:`redis.Redis`.
+
+    One message id is enqueued at most once per queue: an immediate message is pushed
+    under its message id as redis message id and is not pushed again while it is
+    queued, in flight or within ``dedupe_window`` of its first send (a message being
+    processed, re-enqueued by ``Retries``, gets a fresh redis id); a delayed message
+    id is scheduled at most once (offering it again reschedules it).
     """
 
     def __init__(
@@ -144,6 +198,7 @@ class RedissonBroker(RedisBroker):
         transfer_batch_size: int = DEFAULT_TRANSFER_BATCH_SIZE,
         safety_interval: int = DEFAULT_SAFETY_INTERVAL,
         maintenance_interval: int = DEFAULT_MAINTENANCE_INTERVAL,
+        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         **parameters: Any,
     ) -> None:
         super().__init__(
@@ -160,6 +215,19 @@ class RedissonBroker(RedisBroker):
             raise ValueError("transfer_batch_size must be at least 1")
         if safety_interval < 1 or maintenance_interval < 1:
             raise ValueError("safety_interval and maintenance_interval must be positive")
+        if dedupe_window < 0:
+            raise ValueError("dedupe_window must not be negative")
+        span = client_retry_span_ms(self.client)
+        if span is None:
+            self.logger.warning(
+                "Cannot bound how long the redis client retries a command; immediate sends "
+                "are deduplicated within dedupe_window=%d ms.",
+                dedupe_window,
+            )
+        elif dedupe_window and span > dedupe_window:
+            dedupe_window = span
+        #: Time (ms) an immediate message's redis id stays remembered after its send.
+        self.dedupe_window = dedupe_window
         self.transfer_batch_size = transfer_batch_size
         self.safety_interval = safety_interval
         self.maintenance_interval = maintenance_interval
@@ -210,7 +278,16 @@ class RedissonBroker(RedisBroker):
         message and its sort key ("" if it is not delayed)."""
         if delay_ms:
             return self.prepare_scheduled(message)
-        return self._with_redis_id(message, str(uuid4())), ""
+        return self._with_redis_id(message, self._ready_id(message)), ""
+
+    @staticmethod
+    def _ready_id(message: Message[Any]) -> str:
+        """The redis message id of an immediate send: the message id, so that sending
+        the same message again is recognised (see enqueue.lua); a fresh one for a
+        message being processed (a retry), whose current copy is still in flight."""
+        if isinstance(message, MessageProxy):
+            return str(uuid4())
+        return message.message_id
 
     def prepare_scheduled(self, message: Message[Any], sort_key: str | None = None) -> tuple[Message[Any], str]:
         """A copy of ``message`` ready to be offered to its delayed queue (``sort_key``, or
@@ -254,11 +331,18 @@ class RedissonBroker(RedisBroker):
           message: The message to enqueue.
           delay: The minimum time, in milliseconds, to delay the message by.
 
+        An immediate message is pushed once: sending the same message again while it is
+        queued, in flight or within ``dedupe_window`` ms of its first send (a retry after
+        a lost reply) pushes nothing and returns it as enqueued.
+
         Raises:
           TypeError: If ``delay`` is not an int (or integral float, or timedelta).
           ValueError: If ``delay`` is negative, NaN, fractional or over ten years.
             (A message being processed — a retry — is re-enqueued with a fractional
             delay rounded up and a negative one as 0, as the built-in broker does.)
+          ServerMemoryFull: The server is at its ``maxmemory`` limit; nothing was written.
+          redis.RedisError: Any other error of the client (a connection error: the
+            message may or may not have been enqueued; sending it again is safe).
         """
         if isinstance(message, MessageProxy):
             delay_ms = self._redelivery_delay(message, delay)
@@ -270,13 +354,65 @@ class RedissonBroker(RedisBroker):
             "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
         )
         self.emit_before("enqueue", message, delay)
-        if delay_ms:
-            data = encode_scheduled(message, sort_key)
-            self.redisson_scripts.offer(keys, [(delay_ms, sort_key, message.message_id, data, "")])
-        else:
-            self.redisson_scripts.enqueue(keys, [(message.options["redis_message_id"], message.encode())])
+        try:
+            if delay_ms:
+                data = encode_scheduled(message, sort_key)
+                self.redisson_scripts.offer(keys, [(delay_ms, sort_key, message.message_id, data, "")])
+            else:
+                redis_id = message.options["redis_message_id"]
+                _, pushed = self.redisson_scripts.enqueue(keys, [(redis_id, message.encode())], self.dedupe_window)
+                if not pushed:
+                    self._log_duplicates(keys.queue_name, [redis_id])
+        except redis.exceptions.OutOfMemoryError as e:
+            raise self._memory_full(e, enqueued=[], failed=[message], unknown=[]) from e
         self.emit_after("enqueue", message, delay)
         return message
+
+    def _log_duplicates(self, queue_name: str, redis_ids: list[str]) -> None:
+        self.logger.info(
+            "Not enqueued again on queue %r, already there (queued, in flight or sent within the last %d ms): %s",
+            queue_name,
+            self.dedupe_window,
+            ", ".join(redis_ids),
+        )
+
+    def _memory_full(
+        self,
+        error: redis.exceptions.OutOfMemoryError,
+        *,
+        enqueued: list[Message[Any]],
+        failed: list[Message[Any]],
+        unknown: list[Message[Any]],
+    ) -> ServerMemoryFull:
+        """The error for a server that refused a write at its memory limit."""
+        queue_names = sorted({m.queue_name for m in failed})
+        maxmemory = used = None
+        policy = "?"
+        try:
+            info = self.client.info("memory")
+            maxmemory, used = int(info["maxmemory"]), int(info["used_memory"])
+            policy = str(info.get("maxmemory_policy", "?"))
+        except Exception:  # INFO may be refused (ACL) or the connection gone: the message says less
+            pass
+        usage = (
+            f"used memory {used} B is over maxmemory {maxmemory} B (maxmemory-policy {policy})"
+            if maxmemory is not None
+            else "used memory is over maxmemory"
+        )
+        text = (
+            f"Redis refused to enqueue {len(failed)} message(s) on queue(s) {', '.join(map(repr, queue_names))}: "
+            f"the server is full ({usage}); nothing of the refused message(s) was written. "
+            f"Free memory (let workers drain the queues) or raise maxmemory. Server said: {error}"
+        )
+        return ServerMemoryFull(
+            text,
+            enqueued=enqueued,
+            failed=failed,
+            unknown=unknown,
+            queue_names=queue_names,
+            maxmemory=maxmemory,
+            used_memory=used,
+        )
 
     def _redelivery_delay(self, message: MessageProxy, delay: Any) -> int | None:
         """The delay for re-enqueueing a message that is being processed (Retries does
@@ -307,8 +443,17 @@ class RedissonBroker(RedisBroker):
         hooks run for every message as with :meth:`enqueue`. The messages of one
         call share a delay but not a due time: each chunk reads the server clock.
 
+        Calls answered NOSCRIPT (the script cache was flushed meanwhile: they did not
+        run) are sent again. Immediate messages already enqueued are skipped as in
+        :meth:`enqueue`, so sending a batch again after an error enqueues each message
+        once.
+
         Raises:
           TypeError, ValueError: As :meth:`enqueue`, before anything is written.
+          ServerMemoryFull: The server refused a call at its ``maxmemory`` limit (an
+            :class:`EnqueueError`: its lists say what was written).
+          EnqueueError: Any other failure: ``enqueued``, ``failed`` and ``unknown``
+            (sent, reply lost) partition the prepared messages; the error is the cause.
         """
         delay_ms = validate_delay(delay)
         messages = list(messages)
@@ -328,10 +473,12 @@ class RedissonBroker(RedisBroker):
         # encoded is bad input, and bad input writes nothing.
         scheduled: list[tuple[QueueKeys, int, list[str | bytes]]] = []
         ready: list[tuple[QueueKeys, list[tuple[str, bytes]]]] = []
+        chunks: list[list[int]] = []  # per script call, the indexes of its messages
         for queue_name, indexes in by_queue.items():
             keys = self.keys(queue_name)
             for start in range(0, len(indexes), BULK_CHUNK_SIZE):
                 chunk = indexes[start : start + BULK_CHUNK_SIZE]
+                chunks.append(chunk)
                 if delay_ms:
                     entries: list[str | bytes] = []  # flat: fewer objects for the garbage collector
                     for i in chunk:
@@ -343,16 +490,67 @@ class RedissonBroker(RedisBroker):
                         (keys, [(prepared[i].options["redis_message_id"], _encode(prepared[i])) for i in chunk])
                     )
         if scheduled:
-            self.redisson_scripts.offer_bulk(scheduled)
-        if ready:
-            with self.client.pipeline(transaction=False) as pipe:
-                for keys, pairs in ready:
-                    self.redisson_scripts.enqueue(keys, pairs, client=pipe)
-                pipe.execute()
+            outcomes = self.redisson_scripts.offer_bulk(scheduled)
+        elif ready:
+            outcomes = self.redisson_scripts.enqueue_bulk(ready, self.dedupe_window)
+        else:
+            outcomes = []
+        enqueued: list[int] = []
+        failed: list[int] = []
+        unknown: list[int] = []
+        errors: list[Exception] = []
+        for chunk, outcome in zip(chunks, outcomes, strict=True):
+            if isinstance(outcome, Unanswered):
+                (unknown if outcome.sent else failed).extend(chunk)
+                errors.append(outcome.error)
+            elif isinstance(outcome, Exception):
+                failed.extend(chunk)
+                errors.append(outcome)
+            else:
+                enqueued.extend(chunk)
+                if not delay_ms and int(outcome[1]) < len(chunk):
+                    self.logger.info(
+                        "%d of %d messages were not enqueued again on queue %r, already there "
+                        "(queued, in flight or sent within the last %d ms).",
+                        len(chunk) - int(outcome[1]),
+                        len(chunk),
+                        prepared[chunk[0]].queue_name,
+                        self.dedupe_window,
+                    )
+        enqueued.sort()
         if self._hooked("after_enqueue"):
-            for message in prepared:
-                self.emit_after("enqueue", message, delay)
+            for i in enqueued:
+                self.emit_after("enqueue", prepared[i], delay)
+        if errors:
+            raise self._enqueue_error(prepared, errors, enqueued, sorted(failed), sorted(unknown))
         return prepared
+
+    def _enqueue_error(
+        self,
+        prepared: list[Message[Any]],
+        errors: list[Exception],
+        enqueued: list[int],
+        failed: list[int],
+        unknown: list[int],
+    ) -> EnqueueError:
+        lists = {
+            "enqueued": [prepared[i] for i in enqueued],
+            "failed": [prepared[i] for i in failed],
+            "unknown": [prepared[i] for i in unknown],
+        }
+        oom = next((e for e in errors if isinstance(e, redis.exceptions.OutOfMemoryError)), None)
+        error: EnqueueError
+        if oom is not None:
+            error = self._memory_full(oom, **lists)
+            error.__cause__ = oom
+            return error
+        error = EnqueueError(
+            f"{len(failed)} of {len(prepared)} messages were not enqueued and {len(unknown)} may or may not "
+            f"have been ({len(enqueued)} were): {type(errors[0]).__name__}: {errors[0]}",
+            **lists,
+        )
+        error.__cause__ = errors[0]
+        return error
 
     def delayed_queue(self, queue_name: str) -> DelayedQueue:
         """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``)."""
@@ -371,6 +569,7 @@ class RedissonBroker(RedisBroker):
                 keys.legacy_dq,
                 keys.legacy_dq_msgs,
                 keys.legacy_dq_acks(self.broker_id),
+                keys.sent,
                 *keys.scheduled_keys,
             )
             pipe.execute()

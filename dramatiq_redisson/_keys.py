@@ -22,6 +22,8 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_msgs:{N}``          HASH     message id -> sort key + encoded message
 ``redisson_delay_queue_compact:{N}``       LIST     backup list being rebuilt (compaction)
 ``redisson_delay_queue_cursor:{N}``        STRING   read position of a compaction pass
+``redisson_delay_queue_sent:{N}``          ZSET     redis message id -> enqueue time (epoch
+                                                    ms) of recent immediate sends (dedupe)
 =========================================  =======  =====================================
 
 A member is a 16-character sort key (offer time and a per-process counter, so that
@@ -104,6 +106,11 @@ class QueueKeys:
     @property
     def compact_cursor(self) -> str:
         return f"redisson_delay_queue_cursor:{{{self.name}}}"
+
+    @property
+    def sent(self) -> str:
+        """Redis message ids enqueued to the ready queue within the dedupe window."""
+        return f"redisson_delay_queue_sent:{{{self.name}}}"
 
     @property
     def scheduled_keys(self) -> tuple[str, str, str, str, str]:

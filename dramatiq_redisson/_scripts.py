@@ -2,17 +2,19 @@
 
 Every script's contract (KEYS, ARGV, return value) is the header of its file in
 ``lua/``. Scripts run through :class:`redis.commands.core.Script` (EVALSHA with a
-reload on NOSCRIPT).
+reload on NOSCRIPT); the producer's scripts (offer, enqueue) resend a call that got
+NOSCRIPT as EVAL with the source, which cannot miss (see :meth:`Scripts.stream`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from ._keys import QueueKeys
 
@@ -43,6 +45,17 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
     return (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.legacy_dq, keys.legacy_dq_msgs)
 
 
+def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (keys.ready, keys.ready_msgs, keys.channel, keys.sent)
+
+
+def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int) -> list[Any]:
+    args: list[Any] = [window_ms]
+    for pair in pairs:
+        args.extend(pair)
+    return args
+
+
 class TransferResult:
     """What one run of the transfer script did."""
 
@@ -59,6 +72,27 @@ class TransferResult:
             f"TransferResult(moved={self.moved}, next_due_ms={self.next_due_ms}, "
             f"server_now_us={self.server_now_us}, dead={self.dead})"
         )
+
+
+class Unanswered:
+    """The outcome of a streamed call whose reply never came: the connection failed.
+
+    ``sent`` tells whether the call went out (it may or may not have run: its outcome
+    is unknown) or never left the client (it did not run).
+    """
+
+    __slots__ = ("error", "sent")
+
+    def __init__(self, error: Exception, *, sent: bool) -> None:
+        self.error = error
+        self.sent = sent
+
+    def __repr__(self) -> str:
+        return f"Unanswered({self.error!r}, sent={self.sent})"
+
+
+#: A failed connection: the replies still due on it are lost.
+_CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 class Scripts:
@@ -81,6 +115,18 @@ class Scripts:
         except redis.ConnectionError:
             return self._run(name, keys, args)
 
+    def _run_resending(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
+        """Run a producer script once: EVALSHA, and on NOSCRIPT (the call did not run:
+        the script cache was flushed) EVAL with the source, which cannot miss and puts
+        the script back in the cache. A pipeline ``client`` loads scripts itself."""
+        if client is not None:
+            return self._run(name, keys, args, client)
+        script = self._s[name]
+        try:
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return self.client.eval(_SOURCES[name].decode(), len(keys), *keys, *args)
+
     def offer(
         self,
         keys: QueueKeys,
@@ -96,58 +142,114 @@ class Scripts:
         args: list[Any] = ["abs" if absolute else "rel"]
         for entry in entries:
             args.extend(entry)
-        return self._run(
-            "offer",
-            _offer_keys(keys),
-            args,
-            client,
-        )
+        return self._run_resending("offer", _offer_keys(keys), args, client)
 
-    def offer_bulk(self, calls: Iterable[tuple[QueueKeys, int, Sequence[str | bytes]]]) -> list[Any]:
+    def offer_bulk(self, calls: Sequence[tuple[QueueKeys, int, Sequence[str | bytes]]]) -> list[Any]:
         """Schedule entries ``delay_ms`` from now, one script call per ``(keys, delay_ms,
         entries)``, streamed (see :meth:`stream`). ``entries`` is flat: message id,
         sort key + data, message id, sort key + data, ...
 
-        Returns per call ``[entries scheduled, their due time in epoch ms]``."""
+        Returns per call its outcome (see :meth:`stream`); a reply is
+        ``[entries scheduled, their due time in epoch ms]``."""
         return self.stream(
-            "offer", ((_offer_keys(keys), ["bulk", delay_ms, *entries]) for keys, delay_ms, entries in calls)
+            "offer", [(_offer_keys(keys), ("bulk", delay_ms, *entries)) for keys, delay_ms, entries in calls]
         )
 
-    def stream(self, name: str, calls: Iterable[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+    def enqueue_bulk(self, calls: Sequence[tuple[QueueKeys, Sequence[tuple[str, bytes]]]], window_ms: int) -> list[Any]:
+        """Push ``(redis_message_id, data)`` pairs, one script call per ``(keys, pairs)``,
+        streamed (see :meth:`stream`; duplicates are skipped as in :meth:`enqueue`).
+
+        Returns per call its outcome; a reply is ``[queue length, ids pushed]``."""
+        return self.stream("enqueue", [(_enqueue_keys(keys), _enqueue_args(pairs, window_ms)) for keys, pairs in calls])
+
+    def stream(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Run many calls of one script on one connection, each sent as soon as it is
-        built and the replies read at the end: the server runs earlier calls while
+        packed and the replies read at the end: the server runs earlier calls while
         the client packs later ones (a pipeline packs everything before it sends).
 
-        Raises:
-          redis.ResponseError: The first error reply, after every reply was read.
+        A call answered NOSCRIPT did not run (the script cache was flushed meanwhile):
+        those calls, and only those, are sent again as EVAL with the script's source,
+        which cannot miss. Nothing is raised for a failed call; the outcome of each
+        call, in order, is one of:
+
+        - its reply;
+        - a :class:`redis.ResponseError`: the server ran it to an error reply (the
+          producer scripts check every key before their first write, so such a call
+          wrote nothing);
+        - an :class:`Unanswered`: the connection failed before its reply was read
+          (``sent``: it may have run; not sent: it did not run).
         """
         script = self._s[name]
-        self.client.script_load(script.script)  # EVALSHA below must find it
+        outcomes: list[Any] = [None] * len(calls)
         pool = self.client.connection_pool
-        connection = pool.get_connection()
         try:
-            sent = 0
-            for keys, args in calls:
-                command = connection.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                connection.send_packed_command(command, check_health=False)
-                sent += 1
-            replies: list[Any] = []
-            error: redis.ResponseError | None = None
-            for _ in range(sent):
-                try:
-                    replies.append(connection.read_response())
-                except redis.ResponseError as e:
-                    error = error or e
-                    replies.append(e)
+            connection = pool.get_connection()
+        except _CONNECTION_ERRORS as e:
+            return [Unanswered(e, sent=False)] * len(calls)
+        try:
+            # Load the script in the same stream, so that EVALSHA normally finds it.
+            load = [connection.pack_command("SCRIPT", "LOAD", script.script)]
+            sha, source = script.sha, script.script
+            noscript, alive = self._exchange(
+                connection, calls, range(len(calls)), outcomes, lambda k, a: ("EVALSHA", sha, len(k), *k, *a), load
+            )
+            if noscript and alive:
+                self._exchange(connection, calls, noscript, outcomes, lambda k, a: ("EVAL", source, len(k), *k, *a), [])
         except BaseException:
             # Replies may be left unread on this connection: never reuse it.
             connection.disconnect()
             raise
         finally:
             pool.release(connection)
-        if error is not None:
-            raise error
-        return replies
+        return outcomes
+
+    @staticmethod
+    def _exchange(
+        connection: Any,
+        calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
+        indexes: Sequence[int],
+        outcomes: list[Any],
+        command: Callable[[Sequence[str], Sequence[Any]], tuple[Any, ...]],
+        preamble: list[Any],
+    ) -> tuple[list[int], bool]:
+        """Send ``preamble`` then ``command(keys, args)`` for each call of ``indexes``, read
+        every reply and store each call's outcome. Returns the indexes answered NOSCRIPT
+        and whether the connection is still usable. On a connection error the
+        connection is closed and every call without a reply gets an :class:`Unanswered`."""
+        sent = 0
+        try:
+            for packed in preamble:
+                connection.send_packed_command(packed, check_health=False)
+            for i in indexes:
+                keys, args = calls[i]
+                packed = connection.pack_command(*command(keys, args))
+                sent += 1  # counted before it goes: a send that fails part-way may have gone
+                connection.send_packed_command(packed, check_health=False)
+            for _ in preamble:
+                try:
+                    connection.read_response()
+                except redis.ResponseError:
+                    pass  # e.g. SCRIPT LOAD refused: EVALSHA then misses and EVAL follows
+        except _CONNECTION_ERRORS as e:
+            connection.disconnect()
+            for n, i in enumerate(indexes):
+                outcomes[i] = Unanswered(e, sent=n < sent)
+            return [], False
+        noscript: list[int] = []
+        for n, i in enumerate(indexes):
+            try:
+                outcomes[i] = connection.read_response()
+            except NoScriptError as e:
+                outcomes[i] = e
+                noscript.append(i)
+            except redis.ResponseError as e:
+                outcomes[i] = e
+            except _CONNECTION_ERRORS as e:
+                connection.disconnect()
+                for j in indexes[n:]:
+                    outcomes[j] = Unanswered(e, sent=True)
+                return noscript, False
+        return noscript, True
 
     def transfer(
         self, keys: QueueKeys, *, limit: int, trim_budget: int, compact_step: int, compact_slack: int
@@ -176,12 +278,11 @@ class Scripts:
         """Returns how many were scheduled, or the pipeline when ``client`` is one."""
         return self._run("clear", keys.scheduled_keys, (), client)
 
-    def enqueue(self, keys: QueueKeys, entries: Sequence[tuple[str, bytes]], client: Any = None) -> Any:
-        """Push ``(redis_message_id, data)`` pairs; returns the queue length, or the pipeline."""
-        args: list[Any] = []
-        for entry in entries:
-            args.extend(entry)
-        return self._run("enqueue", (keys.ready, keys.ready_msgs, keys.channel), args, client)
+    def enqueue(self, keys: QueueKeys, entries: Sequence[tuple[str, bytes]], window_ms: int, client: Any = None) -> Any:
+        """Push ``(redis_message_id, data)`` pairs, skipping ids already queued, in flight
+        or enqueued within the last ``window_ms``. Returns ``[queue length, ids pushed]``,
+        or the pipeline when ``client`` is one."""
+        return self._run_resending("enqueue", _enqueue_keys(keys), _enqueue_args(entries, window_ms), client)
 
     def fetch(self, keys: QueueKeys, worker_id: str, count: int) -> list[tuple[str, bytes | None]]:
         flat = self._run(

@@ -6,7 +6,7 @@ import dramatiq
 import pytest
 import redis
 
-from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson import EnqueueError, RedissonBroker
 from dramatiq_redisson._broker import BULK_CHUNK_SIZE
 
 from .helpers import server_ms
@@ -76,8 +76,12 @@ def test_enqueue_many_raises_a_server_error_and_leaves_the_client_usable(
     # Given a queue whose ZSET key holds the wrong type
     redis_client.set(ZSET, "not a zset")
     # When messages are offered in bulk
-    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+    with pytest.raises(EnqueueError, match="WRONGTYPE") as raised:
         broker.enqueue_many([noop.message(i) for i in range(2 * BULK_CHUNK_SIZE)], delay=60_000)
+    # Then the error says that none was enqueued, with the server's error as its cause
+    assert isinstance(raised.value.__cause__, redis.ResponseError)
+    assert len(raised.value.failed) == 2 * BULK_CHUNK_SIZE
+    assert raised.value.enqueued == raised.value.unknown == []
     # Then the broker's connections still answer correctly afterwards
     redis_client.delete(ZSET)
     for _ in range(3):

@@ -60,6 +60,7 @@ def test_namespace_prefixes_every_key(
         b"redisson_delay_queue_timeout:{shop:mail}",
         b"redisson_delay_queue:{shop:mail}",
         b"redisson_delay_queue_msgs:{shop:mail}",
+        b"redisson_delay_queue_sent:{shop:mail}",
     }
 
 

@@ -1,26 +1,85 @@
--- enqueue: put messages on a ready queue, and wake idle consumers when it was empty.
+-- enqueue: put messages on a ready queue, each redis message id at most once, and wake
+-- idle consumers when the queue was empty.
 --
 -- KEYS[1]  LIST     <ns>:<queue>        ready queue (redis message ids)
 -- KEYS[2]  HASH     <ns>:<queue>.msgs   redis message id -> encoded message
 -- KEYS[3]  CHANNEL  redisson_delay_queue_channel:{N}
+-- KEYS[4]  ZSET     redisson_delay_queue_sent:{N}   redis message id -> enqueue time (epoch ms)
 --
--- ARGV[1..] repeated pairs: redis message id, encoded message
+-- ARGV[1]   dedupe window in ms (0: only the check against KEYS[2])
+-- ARGV[2..] repeated pairs: redis message id, encoded message
+--
+-- An id is skipped (a duplicate) when it is already in KEYS[2] (queued or in flight),
+-- when KEYS[4] recorded it within the window (the first copy may already be acked),
+-- or when it came earlier in the same call. So a call that runs twice (a client retry
+-- after a lost reply, a producer sending the same message again) enqueues it once.
+-- KEYS[4] is trimmed to the window on every call and expires after a window of quiet.
+--
+-- Memory: every key is read (type-checked) before the first write, and the first write
+-- is the HSET, which may grow memory: on a server at its maxmemory limit (noeviction)
+-- the whole call is refused with OOM and writes nothing. (Redis checks maxmemory only
+-- before a script's first write.) A call whose ids are all duplicates writes nothing.
 --
 -- The announcement is "0": "a message is ready" (never a due time, so idle consumers
 -- fetch at once without running a transfer). A busy queue (already non-empty) costs
 -- no PUBLISH.
 --
--- Returns: the length of the ready queue afterwards.
+-- Returns: {length of the ready queue afterwards, ids pushed by this call}.
 
-local ready, ready_msgs, channel = KEYS[1], KEYS[2], KEYS[3]
-local length = 0
-local pushed = 0
-for i = 1, #ARGV, 2 do
-    redis.call("HSET", ready_msgs, ARGV[i], ARGV[i + 1])
-    length = redis.call("RPUSH", ready, ARGV[i])
-    pushed = pushed + 1
+local ready, ready_msgs, channel, sent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local window = tonumber(ARGV[1])
+
+-- Variadic calls go in chunks, far below Lua's unpack() stack limit.
+local CHUNK = 1000
+
+local function variadic(command, key, items)
+    for i = 1, #items, CHUNK do
+        redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
+    end
 end
-if pushed > 0 and length == pushed then
+
+-- Reads first: a key of the wrong type fails the call before anything is written.
+local length = redis.call("LLEN", ready)
+redis.call("HLEN", ready_msgs)
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if window > 0 then
+    redis.call("ZCARD", sent)
+end
+
+local pairs_, ids, recorded = {}, {}, {}
+local seen = {}
+for i = 2, #ARGV, 2 do
+    local id = ARGV[i]
+    if not seen[id] then
+        seen[id] = true
+        local fresh = redis.call("HEXISTS", ready_msgs, id) == 0
+        if fresh and window > 0 and redis.call("ZSCORE", sent, id) then
+            fresh = false
+        end
+        if fresh then
+            pairs_[#pairs_ + 1] = id
+            pairs_[#pairs_ + 1] = ARGV[i + 1]
+            ids[#ids + 1] = id
+            recorded[#recorded + 1] = now_ms
+            recorded[#recorded + 1] = id
+        end
+    end
+end
+if #ids == 0 then
+    return {length, 0}
+end
+
+variadic("HSET", ready_msgs, pairs_)
+for i = 1, #ids, CHUNK do
+    length = redis.call("RPUSH", ready, unpack(ids, i, math.min(#ids, i + CHUNK - 1)))
+end
+if window > 0 then
+    redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+    variadic("ZADD", sent, recorded)
+    redis.call("PEXPIRE", sent, window)
+end
+if length == #ids then
     redis.call("PUBLISH", channel, "0")
 end
-return length
+return {length, #ids}

@@ -18,7 +18,16 @@
 --
 -- A member is sort_key .. message_id: equal due times order by sort key (offer order).
 -- Offering a message id that is already scheduled on this queue reschedules it (within
--- one call too: the last offer of an id wins).
+-- one call too: the last offer of an id wins). Offering the same member again (the same
+-- prepared message, e.g. a retry of a call whose reply was lost) moves its due time
+-- and leaves it scheduled once.
+--
+-- Memory: a fresh offer reads (type-checks) every key it writes before its first write,
+-- and that first write is the ZADD of the new members, which may grow memory: on a
+-- server at its maxmemory limit (noeviction) the whole call is refused with OOM and
+-- writes nothing. (Redis checks maxmemory only before a script's first write; a ZREM of
+-- the previous member first would let every later write through.) A legacy claim
+-- (KEYS[5]) writes its LREM first: a migration moves data and runs on a full server.
 --
 -- Returns: rel/abs: a list with, per entry, the due time in epoch ms, or -1 when its
 --          claim id no longer existed (another process migrated it first);
@@ -35,6 +44,10 @@ local function variadic(command, key, items)
         redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
     end
 end
+
+-- Reads first: a key of the wrong type fails the call before anything is written.
+redis.call("LLEN", backup)
+redis.call("HLEN", payloads)
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -66,15 +79,23 @@ if mode == "bulk" then
     for n = 1, #ids do
         local i = 2 * n + 1
         local message_id, value = ARGV[i], ARGV[i + 1]
-        -- The last offer of a message id wins; an earlier schedule of it leaves the ZSET.
+        -- The last offer of a message id wins; an earlier schedule of it leaves the ZSET
+        -- (unless it is the same member: the ZADD below then only moves its due time).
         if last[message_id] == i then
-            if previous[n] then
-                stale[#stale + 1] = string.sub(previous[n], 1, 16) .. message_id
-            end
             local member = string.sub(value, 1, 16) .. message_id
+            local same = false
+            if previous[n] then
+                local old = string.sub(previous[n], 1, 16) .. message_id
+                same = old == member
+                if not same then
+                    stale[#stale + 1] = old
+                end
+            end
             scored[#scored + 1] = due_text
             scored[#scored + 1] = member
-            pushed[#pushed + 1] = member
+            if not same then
+                pushed[#pushed + 1] = member
+            end
             if repeated then
                 stored[#stored + 1] = message_id
                 stored[#stored + 1] = value
@@ -83,12 +104,15 @@ if mode == "bulk" then
             any_added = true
         end
     end
-    if #stale > 0 then
-        variadic("ZREM", zset, stale)
-    end
     if any_added then
+        -- The first write grows memory (see the header), then the stale members go.
         variadic("ZADD", zset, scored)
-        variadic("RPUSH", backup, pushed)
+        if #stale > 0 then
+            variadic("ZREM", zset, stale)
+        end
+        if #pushed > 0 then
+            variadic("RPUSH", backup, pushed)
+        end
         if repeated then
             variadic("HSET", payloads, stored)
         else
@@ -120,12 +144,18 @@ else
                 due_ms = now_ms + time_ms
             end
             local previous = redis.call("HGET", payloads, message_id)
-            if previous then
-                redis.call("ZREM", zset, string.sub(previous, 1, 16) .. message_id)
-            end
             local member = sort_key .. message_id
-            redis.call("ZADD", zset, string.format("%d", due_ms), member)
-            redis.call("RPUSH", backup, member)
+            -- ZADD first: on a fresh offer it is the call's first write (see the header).
+            local new = redis.call("ZADD", zset, string.format("%d", due_ms), member)
+            if previous then
+                local old = string.sub(previous, 1, 16) .. message_id
+                if old ~= member then
+                    redis.call("ZREM", zset, old)
+                end
+            end
+            if new == 1 then
+                redis.call("RPUSH", backup, member)
+            end
             redis.call("HSET", payloads, message_id, sort_key .. data)
             added[member] = true
             any_added = true
