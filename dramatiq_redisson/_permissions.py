@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 from redis.exceptions import NoPermissionError
@@ -308,7 +308,12 @@ def check_permissions(
     unchecked: list[str] = []
     probe_reply: Any = None
     pool = client.connection_pool
-    connection = pool.get_connection()
+    try:
+        connection = pool.get_connection()
+    except NoPermissionError as e:
+        # The connection setup itself was refused (SELECT of a database other than 0):
+        # nothing else can be tried.
+        _raise(keys, [("select", "", str(e))], [c for c in COMMANDS if c != "select"])
     try:
         connection.send_packed_command(connection.pack_commands([call for _, _, call in calls]), check_health=False)
         for command, target, _ in calls:
@@ -387,7 +392,7 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list[str]) -> None:
+def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list[str]) -> NoReturn:
     commands: set[str] = set()
     key_notes: dict[str, set[str]] = {}
     channels: set[str] = set()
@@ -418,7 +423,9 @@ def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list
         + "; ".join(parts or ["none refused, but some could not be tried"])
         + "."
     )
-    if set(SCRIPT_COMMANDS) <= set(unchecked):
+    if set(COMMANDS) - commands <= set(unchecked):
+        message += " Nothing else could be checked: the connection could not be set up."
+    elif set(SCRIPT_COMMANDS) <= set(unchecked):
         message += " The scripts' commands could not be checked: the probe script could not run."
     elif missing_unchecked:
         message += f" Not checked until those are granted: {', '.join(missing_unchecked)}."

@@ -481,6 +481,19 @@ def test_probe_when_scripts_cannot_run(make_user: Callable[[list[str]], str]) ->
     assert "could not be checked" in str(error)
 
 
+def test_probe_when_the_connection_setup_is_refused(redis_url: str, make_user: Callable[[list[str]], str]) -> None:
+    url = make_user([t for t in acl_tokens() if t != "+select"])
+    parts = urlsplit(url)
+    error = _probe(urlunsplit(parts._replace(path="/1")))
+    assert error.commands == ("select",)
+    assert "Nothing else could be checked" in str(error)
+    on_db_0 = redis.Redis.from_url(urlunsplit(parts._replace(path="/0")))
+    try:
+        check_permissions(on_db_0, QueueKeys("dramatiq", "q"))  # database 0 needs no SELECT
+    finally:
+        on_db_0.close()
+
+
 def test_probe_changes_nothing(
     redis_url: str, redis_client: redis.Redis, make_user: Callable[[list[str]], str]
 ) -> None:
