@@ -1,0 +1,42 @@
+"""``python -m tests.faults [SCENARIO ...|all] [--size small|full] [--json] [--product DIR]``
+
+Prints a Markdown table (or JSON) with one row per scenario; exits 1 when any scenario
+fails its criteria (see ``scenarios.Criteria``), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .procs import DEFAULT_PRODUCT_ROOT
+from .runner import SCENARIOS, SIZES, as_json, markdown, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__)
+    parser.add_argument("scenarios", nargs="*", default=["all"], help=f"all, or any of: {', '.join(SCENARIOS)}")
+    parser.add_argument("--size", choices=sorted(SIZES), default="full")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    parser.add_argument(
+        "--product",
+        type=Path,
+        default=DEFAULT_PRODUCT_ROOT,
+        help="tree whose dramatiq_redisson the workers and producer import (default: this repository)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep every scenario's temp dir (logs, AOF)")
+    args = parser.parse_args(argv)
+    names = list(SCENARIOS) if args.scenarios in (["all"], []) else args.scenarios
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
+    if not (args.product / "dramatiq_redisson" / "__init__.py").exists():
+        parser.error(f"{args.product} has no dramatiq_redisson package")
+    results = run(names, SIZES[args.size], args.product.resolve(), keep=args.keep)
+    print(as_json(results) if args.json else markdown(results))
+    return 0 if all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""Runs scenarios: starts the two servers, the worker fleet, the producer and the fault;
+waits; stops everything by pid; analyses; renders the table."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from .analysis import Stats, analyse
+from .fault_common import FINISH, PRODUCER_DONE, READY, REFUSED, SENT, Record, records_key
+from .procs import (
+    DEFAULT_PRODUCT_ROOT,
+    ValkeyProcess,
+    WorkerCommand,
+    WorkerFleet,
+    python_module_argv,
+    start_server,
+    subprocess_env,
+)
+from .scenarios import BASE_SERVER_CONFIG, SCENARIOS, SIZES, FaultContext, Scenario, Size, acl_rule
+
+#: Longest delay the producer uses (ms); the last message is due at most this long
+#: after the last send.
+DELAY_MAX_MS = 5000
+ACL_USER, ACL_PASSWORD = "app", "faults-pw"
+_LOG_LEVEL = re.compile(r"\] \[(ERROR|CRITICAL)\] (.*)")
+
+
+@dataclass
+class Result:
+    scenario: str
+    size: str
+    stats: Stats
+    failures: list[str]
+    log_levels: dict[str, int] = field(default_factory=dict)
+    log_samples: dict[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    workdir: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passed"] = self.passed
+        return data
+
+
+@contextlib.contextmanager
+def record_server() -> Iterator[ValkeyProcess]:
+    """The record server: no persistence, never faulted, stopped by pid at the end."""
+    workdir = Path(tempfile.mkdtemp(prefix="faults-records-"))
+    server = start_server("records", workdir, {"appendonly": "no"})
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class RecordReader:
+    """Reads a scenario's records incrementally (the list only grows)."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.key = records_key(prefix)
+        self.records: list[Record] = []
+        self.finished: set[int] = set()
+        self.sent: set[int] = set()
+        self.refused: set[int] = set()
+        self.ready = 0
+        self.producer_done = False
+
+    def poll(self) -> None:
+        raw = self.client.lrange(self.key, len(self.records), -1)
+        for item in raw:
+            record = Record.parse(item)
+            self.records.append(record)
+            if record.kind == FINISH:
+                self.finished.add(record.seq)
+            elif record.kind == SENT:
+                self.sent.add(record.seq)
+            elif record.kind == REFUSED:
+                self.refused.add(record.seq)
+            elif record.kind == READY:
+                self.ready += 1
+            elif record.kind == PRODUCER_DONE:
+                self.producer_done = True
+
+    def complete(self) -> bool:
+        return self.producer_done and self.sent <= (self.finished | self.refused)
+
+    def now_ms(self) -> int:
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def close(self) -> None:
+        self.client.delete(self.key)
+        self.client.close()
+
+
+def _wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _scan_logs(paths: list[Path]) -> tuple[dict[str, int], dict[str, int]]:
+    """ERROR/CRITICAL line counts, and the most common such messages (digits masked)."""
+    levels: Counter[str] = Counter()
+    samples: Counter[str] = Counter()
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            match = _LOG_LEVEL.search(line)
+            if match:
+                levels[match.group(1)] += 1
+                samples[f"{match.group(1)} {re.sub(r'[0-9a-f]{8,}|[0-9]+', '#', match.group(2))[:120]}"] += 1
+            if "Consumer encountered" in line:
+                levels["Consumer encountered"] += 1
+    return dict(levels), dict(samples.most_common(8))
+
+
+def check(scenario: Scenario, stats: Stats) -> list[str]:
+    """The scenario's pass/fail criteria, as failure messages."""
+    failures: list[str] = []
+    c = scenario.criteria
+    if c.max_lost is not None and stats.lost > c.max_lost:
+        failures.append(f"lost {stats.lost} > {c.max_lost} (e.g. seq {stats.lost_seqs[:10]})")
+    if c.max_unexplained_dups is not None and stats.dup_unexplained > c.max_unexplained_dups:
+        failures.append(
+            f"unexplained duplicates {stats.dup_unexplained} > {c.max_unexplained_dups} "
+            f"(e.g. seq {stats.dup_unexplained_seqs[:10]})"
+        )
+    if c.max_early is not None and stats.early > c.max_early:
+        failures.append(f"early {stats.early} > {c.max_early} (worst {stats.early_worst_ms} ms)")
+    if "fault error" in stats.notes:
+        failures.append(f"fault could not be injected: {stats.notes['fault error']}")
+    if stats.sent == 0:
+        failures.append("nothing was sent")
+    return failures
+
+
+def run_scenario(
+    scenario: Scenario, size: Size, records: ValkeyProcess, product_root: Path = DEFAULT_PRODUCT_ROOT
+) -> Result:
+    """One scenario on a fresh faulted server and fresh record keys."""
+    began = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix=f"faults-{scenario.name}-"))
+    prefix = f"run:{scenario.name}:{uuid.uuid4().hex[:8]}"
+    reader = RecordReader(records.url, prefix)
+    server = ValkeyProcess("faulted", workdir / "faulted", {**BASE_SERVER_CONFIG, **scenario.server_config})
+    fleet: WorkerFleet | None = None
+    producer: subprocess.Popen[bytes] | None = None
+    producer_log = open(workdir / "producer.log", "wb")  # noqa: SIM115 - closed below
+    stop = threading.Event()
+    notes: dict[str, Any] = {}
+    try:
+        try:
+            server.start()
+        except RuntimeError:  # the probed port was taken meanwhile: one more try
+            server = ValkeyProcess("faulted", workdir / "faulted2", server.config)
+            server.start()
+        broker_url = server.url
+        if scenario.acl_user:
+            rule, source = acl_rule(product_root)
+            admin = redis.Redis(host="127.0.0.1", port=server.port)
+            admin.execute_command("ACL", "SETUSER", ACL_USER, "reset", "on", f">{ACL_PASSWORD}", *rule.split())
+            admin.close()
+            broker_url = f"redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{server.port}/0"
+            notes["acl rule"] = source
+        env = subprocess_env(
+            product_root,
+            {
+                "FAULTS_BROKER_URL": broker_url,
+                "FAULTS_RECORD_URL": records.url,
+                "FAULTS_PREFIX": prefix,
+                "FAULTS_QUEUE": "faults",
+                "FAULTS_N": str(size.messages),
+                "FAULTS_RATE": str(size.rate),
+                "FAULTS_DELAY_MAX_MS": str(DELAY_MAX_MS),
+            },
+        )
+        exits: list[int] = []
+
+        def on_exit(command: WorkerCommand, code: int) -> None:
+            exits.append(code)
+
+        argv = python_module_argv(
+            "dramatiq", "fault_app:broker", "--processes", str(size.processes), "--threads", str(size.threads)
+        )
+        fleet = WorkerFleet(
+            [WorkerCommand(i, argv, env, workdir, workdir / f"worker-{i}.log") for i in range(size.commands)],
+            on_exit=on_exit,
+        )
+        fleet.start()
+        expected = size.commands * size.processes
+        reader.poll()
+        _wait(lambda: reader.poll() or reader.ready >= expected, 90, f"{expected} worker processes")
+
+        ctx = FaultContext(server=server, fleet=fleet, size=size, stop=stop, clock=reader.now_ms, notes=notes)
+        producer = subprocess.Popen(
+            python_module_argv("fault_producer"), env=env, cwd=workdir, stdout=producer_log, stderr=producer_log
+        )
+
+        def inject() -> None:
+            try:
+                scenario.fault(ctx)
+            except Exception as e:  # noqa: BLE001 - reported as a failure of the scenario
+                notes["fault error"] = f"{type(e).__name__}: {e}"
+
+        fault_thread = threading.Thread(target=inject, name=f"fault-{scenario.name}", daemon=True)
+        fault_thread.start()
+        fault_stop_at = time.monotonic() + size.messages / size.rate + DELAY_MAX_MS / 1000
+        while time.monotonic() < fault_stop_at and fault_thread.is_alive():
+            reader.poll()
+            time.sleep(0.2)
+        stop.set()
+        fault_thread.join(timeout=120)
+        if fault_thread.is_alive():
+            notes["fault error"] = "fault thread did not stop within 120 s"
+        fault_end = time.monotonic()
+        if server.pid is None:  # a fault left it down: bring it back for the drain
+            server.start()
+            notes["server restarted after fault"] = True
+        settle_until = fault_end + scenario.settle_s
+        deadline = fault_end + size.grace_s + scenario.settle_s
+        while time.monotonic() < deadline:
+            reader.poll()
+            if reader.complete() and time.monotonic() >= settle_until:
+                break
+            time.sleep(0.2)
+        else:
+            notes["waited to deadline"] = True
+        if producer.poll() is None:
+            notes["producer unfinished"] = True
+        codes = fleet.stop()
+        if any(code not in (0, None) for code in codes):
+            notes["worker exit codes at stop"] = codes
+        if exits:
+            notes["worker command restarts"] = len(exits)
+        reader.poll()
+        stats = analyse(reader.records, ctx.events)
+        stats.notes = {**notes, **stats.notes}
+        levels, samples = _scan_logs([command.log_path for command in fleet.commands])
+        result = Result(scenario.name, size.name, stats, check(scenario, stats), levels, samples)
+        result.duration_s = round(time.monotonic() - began, 1)
+        result.workdir = str(workdir)
+        return result
+    finally:
+        stop.set()
+        if producer is not None and producer.poll() is None:
+            producer.kill()
+            producer.wait()
+        producer_log.close()
+        if fleet is not None:
+            fleet.stop()
+        server.stop()
+        reader.close()
+
+
+def run(names: list[str], size: Size, product_root: Path, keep: bool = False) -> list[Result]:
+    results: list[Result] = []
+    with record_server() as records:
+        for name in names:
+            print(f"[faults] {name} ({size.name}) ...", file=sys.stderr, flush=True)
+            result = run_scenario(SCENARIOS[name], size, records, product_root)
+            verdict = "PASS" if result.passed else "FAIL: " + "; ".join(result.failures)
+            print(f"[faults] {name}: {verdict} ({result.duration_s} s, {result.workdir})", file=sys.stderr, flush=True)
+            if result.passed and not keep:
+                shutil.rmtree(result.workdir, ignore_errors=True)
+            results.append(result)
+    return results
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def markdown(results: list[Result]) -> str:
+    header = (
+        "| fault | sent | refused | lost | dup expl. | dup unexpl. | early | late p50/p99/max ms "
+        "| ready late p50/max ms | worker ERROR/CRIT | notes | verdict |"
+    )
+    lines = [header, "|" + "---|" * 12]
+    for r in results:
+        s = r.stats
+        notes = dict(s.notes)
+        if s.refused_ran:
+            notes["refused but ran"] = s.refused_ran
+        if s.unfinished_runs:
+            notes["runs never ended"] = s.unfinished_runs
+        note_text = "; ".join(f"{k}: {v}" for k, v in notes.items()).replace("|", "/")
+        verdict = "PASS" if r.passed else "**FAIL**"
+        lines.append(
+            f"| {r.scenario} | {s.sent} | {s.refused} | {s.lost} | {s.dup_explained} | {s.dup_unexplained} "
+            f"| {s.early} | {_ms(s.late_p50)}/{_ms(s.late_p99)}/{_ms(s.late_max)} "
+            f"| {_ms(s.ready_p50)}/{_ms(s.ready_max)} "
+            f"| {r.log_levels.get('ERROR', 0)}/{r.log_levels.get('CRITICAL', 0)} | {note_text} | {verdict} |"
+        )
+    products = sorted({p for r in results for p in r.stats.products})
+    lines += ["", f"Workers imported dramatiq_redisson from: {', '.join(products) or 'unknown'}"]
+    return "\n".join(lines)
+
+
+def as_json(results: list[Result]) -> str:
+    return json.dumps([r.as_json() for r in results], indent=2)
+
+
+__all__ = ["SCENARIOS", "SIZES", "Result", "as_json", "markdown", "run", "run_scenario", "record_server"]

@@ -1,0 +1,374 @@
+"""The faults (one function each, in :data:`FAULTS`) and the scenarios built on them
+(:data:`SCENARIOS`: server configuration, how the fault explains duplicates, and the
+pass/fail criteria).
+
+A fault function runs in its own thread from the moment the producer starts until
+``ctx.stop`` is set (the last message's due time); it injects its fault repeatedly and
+records each injection as an :class:`Event` on the record server's clock. It must leave
+the server running and usable when it returns (SIGCONT, limits raised, server restarted).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from .procs import ValkeyProcess, WorkerFleet, subprocess_env
+
+#: The AOF ``appendfsync everysec`` policy may lose about the last second of writes on a
+#: crash (the background fsync runs every second and may be up to another second late).
+EVERYSEC_LOSS_MS = 2000
+
+
+@dataclass(frozen=True)
+class Size:
+    """Workload size. ``scale`` stretches the fault schedule (``small`` compresses it)."""
+
+    name: str
+    messages: int
+    rate: float
+    commands: int
+    processes: int
+    threads: int
+    scale: float
+    grace_s: float
+
+
+SIZES = {
+    "full": Size("full", messages=3000, rate=200, commands=2, processes=2, threads=4, scale=1.0, grace_s=20),
+    "small": Size("small", messages=300, rate=100, commands=1, processes=1, threads=2, scale=0.5, grace_s=10),
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One injection. A run of a message is *disrupted* by it (and a later repeat of that
+    message is an explained duplicate) when the run, from its start to its finish plus
+    the ack slack, overlaps ``[start_ms - loss_ms, end_ms]``; with ``pid`` set only runs
+    in that process count. ``loss_ms`` is how far back the fault may erase writes (AOF)."""
+
+    kind: str
+    start_ms: int
+    end_ms: int
+    pid: int | None = None
+    loss_ms: int = 0
+
+
+@dataclass
+class FaultContext:
+    """What a fault function may touch."""
+
+    server: ValkeyProcess
+    fleet: WorkerFleet
+    size: Size
+    stop: threading.Event
+    clock: Callable[[], int]  # the record server's clock, epoch ms
+    events: list[Event] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+    rng: random.Random = field(default_factory=lambda: random.Random(11))
+
+    def admin(self) -> redis.Redis:
+        """A fresh admin connection (default user) to the faulted server."""
+        return redis.Redis(host="127.0.0.1", port=self.server.port, socket_timeout=30, socket_connect_timeout=5)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` scaled by the size; False once the fault must stop."""
+        return not self.stop.wait(seconds * self.size.scale)
+
+    def event(self, kind: str, start_ms: int, end_ms: int | None = None, **kw: Any) -> None:
+        self.events.append(Event(kind, start_ms, start_ms if end_ms is None else end_ms, **kw))
+
+    def count(self, note: str, by: float = 1) -> None:
+        self.notes[note] = self.notes.get(note, 0) + by
+
+
+# -- the faults ---------------------------------------------------------------------
+
+
+def no_fault(ctx: FaultContext) -> None:
+    """Baseline (also used by ``acl-user``, whose 'fault' is the restricted user)."""
+
+
+def worker_kill9(ctx: FaultContext) -> None:
+    """SIGKILL one forked worker process every ~5 s (full size). The CLI parent then
+    shuts its other children down and exits; the fleet restarts the command."""
+    while ctx.wait(5.0):
+        pids = ctx.fleet.worker_pids()
+        if not pids:
+            continue
+        pid = ctx.rng.choice(pids)
+        at = ctx.clock()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        ctx.event("kill9", at, pid=pid)
+        ctx.count("kills")
+
+
+def _server_restart(ctx: FaultContext, signum: int, loss_ms: int) -> None:
+    while ctx.wait(5.0):
+        at = ctx.clock()
+        ctx.server.signal(signum)
+        ctx.server.wait_exit()
+        time.sleep(1.0)
+        ctx.server.start()
+        ctx.event(signal.Signals(signum).name, at, ctx.clock(), loss_ms=loss_ms)
+        ctx.count("restarts")
+
+
+def server_sigterm(ctx: FaultContext) -> None:
+    """Clean shutdown (AOF flushed) every ~5 s, restart on the same port after 1 s."""
+    _server_restart(ctx, signal.SIGTERM, loss_ms=0)
+
+
+def server_sigkill(ctx: FaultContext) -> None:
+    """Crash every ~5 s, restart on the same port after 1 s. With ``appendfsync
+    everysec`` up to ~1-2 s of acknowledged writes may be gone after the restart."""
+    fsync = ctx.server.config.get("appendfsync", "everysec")
+    _server_restart(ctx, signal.SIGKILL, loss_ms=0 if fsync == "always" else EVERYSEC_LOSS_MS)
+
+
+def _client_kill(ctx: FaultContext, client_type: str) -> None:
+    admin = ctx.admin()
+    try:
+        while ctx.wait(2.0 / ctx.size.scale):  # every 2 s at every size
+            at = ctx.clock()
+            killed = admin.execute_command("CLIENT", "KILL", "TYPE", client_type, "SKIPME", "yes")
+            ctx.event(f"client-kill-{client_type}", at)
+            ctx.count("injections")
+            ctx.count("connections killed", int(killed))
+    finally:
+        admin.close()
+
+
+def pubsub_kill(ctx: FaultContext) -> None:
+    """``CLIENT KILL TYPE pubsub`` every 2 s: every consumer loses its subscription."""
+    _client_kill(ctx, "pubsub")
+
+
+def normal_kill(ctx: FaultContext) -> None:
+    """``CLIENT KILL TYPE normal SKIPME yes`` every 2 s: every command connection
+    (workers' and producer's) is cut, possibly with a reply in flight."""
+    _client_kill(ctx, "normal")
+
+
+def sigstop(ctx: FaultContext) -> None:
+    """SIGSTOP the server for 5 s, then SIGCONT; twice at full size, once at small."""
+    for _ in range(2 if ctx.size.scale >= 1 else 1):
+        if not ctx.wait(3.0):
+            return
+        at = ctx.clock()
+        ctx.server.signal(signal.SIGSTOP)
+        try:
+            time.sleep(5.0)
+        finally:
+            ctx.server.signal(signal.SIGCONT)
+        ctx.event("sigstop", at, ctx.clock())
+        ctx.count("stops")
+
+
+def debug_sleep(ctx: FaultContext) -> None:
+    """``DEBUG SLEEP 5`` (the server blocks, sockets stay open); twice at full size,
+    once at small."""
+    admin = ctx.admin()
+    try:
+        for _ in range(2 if ctx.size.scale >= 1 else 1):
+            if not ctx.wait(3.0):
+                return
+            at = ctx.clock()
+            admin.execute_command("DEBUG", "SLEEP", "5")
+            ctx.event("debug-sleep", at, ctx.clock())
+            ctx.count("sleeps")
+    finally:
+        admin.close()
+
+
+def script_flush(ctx: FaultContext) -> None:
+    """``SCRIPT FLUSH`` every 2 s: every EVALSHA answers NOSCRIPT until reloaded."""
+    admin = ctx.admin()
+    try:
+        while ctx.wait(2.0 / ctx.size.scale):
+            at = ctx.clock()
+            admin.script_flush()
+            ctx.event("script-flush", at)
+            ctx.count("flushes")
+    finally:
+        admin.close()
+
+
+#: Ballast written per step while filling the server (bytes).
+BALLAST_CHUNK = 256 * 1024
+
+
+def maxmemory(ctx: FaultContext) -> None:
+    """Fill the server: ``maxmemory`` = used + 2 MB with ``noeviction``, then a ballast
+    key grows until writes are refused; hold it full ~15 s (full size), then lift the
+    limit and drop the ballast. Records the full window as an event."""
+    admin = ctx.admin()
+    try:
+        if not ctx.wait(3.0):
+            return
+        used = int(admin.info("memory")["used_memory"])
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", str(used + 2 * 1024 * 1024))
+        chunk = b"x" * BALLAST_CHUNK
+        for i in range(1000):
+            try:
+                admin.set(f"ballast:{i}", chunk)
+            except redis.ResponseError as e:
+                if "OOM" not in str(e):
+                    raise
+                break
+        at = ctx.clock()
+        full_since = time.monotonic()
+        try:
+            # Held full even past ctx.stop; acks free memory, so keep topping up.
+            top_up = b"y" * (32 * 1024)
+            n = 0
+            while time.monotonic() - full_since < 15.0 * ctx.size.scale:
+                time.sleep(0.25)
+                for _ in range(64):
+                    try:
+                        admin.set(f"ballast:top:{n}", top_up)
+                        n += 1
+                    except redis.ResponseError:
+                        break
+        finally:
+            admin.config_set("maxmemory", "0")
+            for key in admin.scan_iter(match="ballast:*"):
+                admin.delete(key)
+        ctx.event("memory-full", at, ctx.clock())
+        ctx.notes["memory-full s"] = round(time.monotonic() - full_since, 1)
+    finally:
+        admin.close()
+
+
+FAULTS: dict[str, Callable[[FaultContext], None]] = {
+    "none": no_fault,
+    "worker-kill9": worker_kill9,
+    "server-sigterm": server_sigterm,
+    "server-sigkill": server_sigkill,
+    "server-sigkill-fsync-always": server_sigkill,
+    "pubsub-kill": pubsub_kill,
+    "normal-kill": normal_kill,
+    "sigstop": sigstop,
+    "debug-sleep": debug_sleep,
+    "script-flush": script_flush,
+    "maxmemory": maxmemory,
+    "acl-user": no_fault,
+}
+
+
+# -- ACL (provisional) --------------------------------------------------------------
+
+#: Used when the product under test has no ``acl_rule()`` (e.g. the BEFORE commit).
+PROVISIONAL_ACL_RULE = (
+    "resetkeys resetchannels ~dramatiq:* ~redisson_delay_queue* &redisson_delay_queue_channel:* +@all -@dangerous +info"
+)
+
+
+def acl_rule(product_root: Path) -> tuple[str, str]:
+    """The ACL rule (ACL SETUSER text after ``on >password``) for the broker's user and
+    where it came from: ``$FAULTS_ACL_RULE``, else the product's own
+    ``dramatiq_redisson.acl_rule()`` (or ``dramatiq_redisson._permissions.acl_rule()``),
+    asked in a subprocess that imports the product under test, else the provisional rule."""
+    if os.environ.get("FAULTS_ACL_RULE"):
+        return os.environ["FAULTS_ACL_RULE"], "FAULTS_ACL_RULE"
+    probe = (
+        "try:\n from dramatiq_redisson import acl_rule\n"
+        "except ImportError:\n from dramatiq_redisson._permissions import acl_rule\n"
+        "print(acl_rule())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=subprocess_env(product_root, {}),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if result.returncode == 0 and result.stdout.strip():
+        return result.stdout.strip(), "product acl_rule()"
+    return PROVISIONAL_ACL_RULE, "provisional"
+
+
+# -- scenarios ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """Pass/fail thresholds; ``None`` means reported, never failed."""
+
+    max_lost: int | None = 0
+    max_unexplained_dups: int | None = 0
+    max_early: int | None = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fault: Callable[[FaultContext], None]
+    doc: str
+    server_config: dict[str, str] = field(default_factory=dict)
+    criteria: Criteria = field(default_factory=Criteria)
+    acl_user: bool = False
+    #: Seconds to keep watching after the fault stopped even when all messages ran, so a
+    #: late duplicate shows up (kill -9: stranded messages return after the heartbeat
+    #: timeout plus a maintenance interval; see fault_app).
+    settle_s: float = 2.0
+
+
+KILL9_SETTLE_S = (15_000 + 5_000) / 1000 + 3
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in [
+        Scenario("none", no_fault, "baseline, no fault"),
+        Scenario(
+            "worker-kill9",
+            worker_kill9,
+            "SIGKILL a forked worker process every 5 s; the command is restarted",
+            settle_s=KILL9_SETTLE_S,
+        ),
+        Scenario("server-sigterm", server_sigterm, "clean server shutdown every 5 s, restart after 1 s"),
+        Scenario(
+            "server-sigkill",
+            server_sigkill,
+            "server crash every 5 s, restart after 1 s, appendfsync everysec: "
+            "loss of the last ~1 s of writes is reported, not failed",
+            criteria=Criteria(max_lost=None),
+        ),
+        Scenario(
+            "server-sigkill-fsync-always",
+            server_sigkill,
+            "server crash every 5 s, restart after 1 s, appendfsync always",
+            server_config={"appendfsync": "always"},
+        ),
+        Scenario("pubsub-kill", pubsub_kill, "CLIENT KILL TYPE pubsub every 2 s"),
+        Scenario("normal-kill", normal_kill, "CLIENT KILL TYPE normal SKIPME yes every 2 s"),
+        Scenario("sigstop", sigstop, "SIGSTOP the server 5 s, then SIGCONT"),
+        Scenario("debug-sleep", debug_sleep, "DEBUG SLEEP 5"),
+        Scenario("script-flush", script_flush, "SCRIPT FLUSH every 2 s"),
+        Scenario("maxmemory", maxmemory, "server full (maxmemory, noeviction) for ~15 s, then limit lifted"),
+        Scenario("acl-user", no_fault, "no fault; workers and producer run as a restricted ACL user", acl_user=True),
+    ]
+}
+
+#: The faulted server's configuration before a scenario's ``server_config``.
+BASE_SERVER_CONFIG = {
+    "appendonly": "yes",
+    "appendfsync": "everysec",
+    "enable-debug-command": "yes",
+}
