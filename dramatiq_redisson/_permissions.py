@@ -5,9 +5,9 @@ The rule is derived from every command the broker issues:
 
 * :data:`SCRIPT_COMMANDS`: inside the Lua scripts (``lua/*.lua``);
 * :data:`CLIENT_COMMANDS`: from Python (broker, consumer, delayed queue);
-* :data:`SCRIPTING_COMMANDS`: how redis-py runs scripts (:class:`redis.commands.core.Script`
+* :data:`SCRIPTING_COMMANDS`: how scripts run (:class:`redis.commands.core.Script`
   sends EVALSHA and, on NOSCRIPT, SCRIPT LOAD; a pipeline first asks SCRIPT EXISTS and
-  loads what is missing; EVAL is never sent);
+  loads what is missing; the producer's streamed calls fall back to EVAL);
 * :data:`PUBSUB_COMMANDS`: the consumer's subscription (SUBSCRIBE; UNSUBSCRIBE and the
   health-check PING of redis-py's PubSub);
 * :data:`CONNECTION_COMMANDS`: redis-py's connection setup (SELECT for a database other
@@ -15,8 +15,9 @@ The rule is derived from every command the broker issues:
   ACL log on every new connection).
 
 ``tests/test_acl.py`` parses the Lua scripts and the Python sources and fails when they
-use a command missing here. :func:`acl_rule` renders the rule; ``docs/security.md``
-carries its output (checked by the same tests).
+use a command missing here (or from :data:`OPTIONAL_COMMANDS`, which the rule leaves out).
+:func:`acl_rule` renders the rule; ``docs/security.md`` carries its output (checked by
+the same tests).
 
 :func:`check_permissions` runs ``lua/probe.lua`` and tries the Python-side commands in
 harmless forms, and raises :class:`MissingPermission` naming every missing command, key
@@ -45,6 +46,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "hdel",
     "hexists",
     "hget",
+    "hlen",
     "hmget",
     "hset",
     "lindex",
@@ -54,6 +56,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "lrange",
     "lrem",
     "ltrim",
+    "pexpire",
     "publish",
     "rename",
     "rpush",
@@ -69,6 +72,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "zrange",
     "zrangebyscore",
     "zrem",
+    "zremrangebyscore",
     "zscore",
 )
 
@@ -91,14 +95,20 @@ CLIENT_COMMANDS: tuple[str, ...] = (
     "zrem",
 )
 
-#: How redis-py runs the scripts.
-SCRIPTING_COMMANDS: tuple[str, ...] = ("evalsha", "script|exists", "script|load")
+#: How the scripts run: EVALSHA (redis-py's ``Script``; SCRIPT LOAD on NOSCRIPT, SCRIPT
+#: EXISTS first in a pipeline) and, for the producer's scripts, EVAL with the source when
+#: EVALSHA misses (``Scripts.stream``).
+SCRIPTING_COMMANDS: tuple[str, ...] = ("eval", "evalsha", "script|exists", "script|load")
 
 #: The consumer's subscription to its queue's channel.
 PUBSUB_COMMANDS: tuple[str, ...] = ("ping", "subscribe", "unsubscribe")
 
 #: redis-py's connection setup.
 CONNECTION_COMMANDS: tuple[str, ...] = ("client|setinfo", "select")
+
+#: Commands the broker may issue but does without when refused, left out of the rule:
+#: INFO (``@dangerous``) only words the message of ``ServerMemoryFull``.
+OPTIONAL_COMMANDS: tuple[str, ...] = ("info",)
 
 #: Every command the broker's Redis user needs, sorted.
 COMMANDS: tuple[str, ...] = tuple(
@@ -221,7 +231,7 @@ _DENIED_COMMAND = re.compile(r"no permissions to run the '([^']+)' command", re.
 
 #: Commands in the probe that only read their key (for "(read)" / "(write)" notes).
 _READS = frozenset(
-    "exists get hexists hget hmget lindex llen lrange smembers zcard zmscore zrange zrangebyscore zscore hlen".split()
+    "exists get hexists hget hlen hmget lindex llen lrange smembers zcard zmscore zrange zrangebyscore zscore".split()
 )
 
 
@@ -247,6 +257,7 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("hash", keys.payloads),
         ("list", keys.compact_list),
         ("string", keys.compact_cursor),
+        ("zset", keys.sent),
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
     )
     return [item for pair in pairs for item in pair]
@@ -262,6 +273,7 @@ def _client_calls(keys: QueueKeys, worker_id: str) -> list[tuple[str, str, tuple
         ("script|exists", "", ("SCRIPT", "EXISTS", _PROBE_SHA)),
         ("script|load", "", ("SCRIPT", "LOAD", _PROBE_SOURCE)),
         ("evalsha", "", ("EVALSHA", _PROBE_SHA, 0, *argv)),
+        ("eval", "", ("EVAL", "return 0", 0)),
         ("scan", "", ("SCAN", 0, "MATCH", f"{_glob_escape(keys.namespace)}:__acks__.{token}.*", "COUNT", 1)),
         ("smembers", keys.acks(worker_id), ("SMEMBERS", keys.acks(worker_id))),
         ("lrange", keys.legacy_dq, ("LRANGE", keys.legacy_dq, 1, 0)),

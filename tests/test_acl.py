@@ -26,6 +26,7 @@ from dramatiq_redisson._permissions import (
     CLIENT_COMMANDS,
     COMMANDS,
     CONNECTION_COMMANDS,
+    OPTIONAL_COMMANDS,
     PUBSUB_COMMANDS,
     SCRIPT_COMMANDS,
     SCRIPTING_COMMANDS,
@@ -166,12 +167,16 @@ def test_rule_has_every_command_the_python_code_issues() -> None:
     sources = sorted(p for p in PACKAGE.glob("*.py") if p.name not in {"_permissions.py", "embedded.py"})
     used = {p.name: python_commands(p.read_text()) for p in sources}
     every = set().union(*used.values())
-    allowed = set(CLIENT_COMMANDS) | set(SCRIPTING_COMMANDS) | set(PUBSUB_COMMANDS)
+    allowed = set(CLIENT_COMMANDS) | set(SCRIPTING_COMMANDS) | set(PUBSUB_COMMANDS) | set(OPTIONAL_COMMANDS)
     missing = {name: sorted(cmds - allowed) for name, cmds in used.items() if cmds - allowed}
-    assert not missing, f"add these to CLIENT_COMMANDS in _permissions.py: {missing}"
+    assert not missing, (
+        f"add these to CLIENT_COMMANDS in _permissions.py (or to OPTIONAL_COMMANDS if the "
+        f"broker works on when they are refused): {missing}"
+    )
     unused = set(CLIENT_COMMANDS) - every
     assert not unused, f"no Python code issues these any more; drop them from CLIENT_COMMANDS: {sorted(unused)}"
     assert {"evalsha", "script|load", "subscribe", "scan", "multi"} <= every
+    assert not set(OPTIONAL_COMMANDS) & set(COMMANDS)
 
 
 def test_the_python_parser_catches_a_new_command() -> None:
@@ -199,6 +204,21 @@ def test_probe_tries_every_command_of_the_rule() -> None:
     assert tried <= set(COMMANDS), sorted(tried - set(COMMANDS))
 
 
+def test_probe_covers_every_key_of_a_queue() -> None:
+    """Every key name QueueKeys knows is in the probe's arguments: a new key in
+    _keys.py must be added to _permissions._typed_keys (and to the key patterns)."""
+    keys = QueueKeys("ns", "q")
+    argv = next(call for command, _, call in _client_calls(keys, "w") if command == "evalsha")
+    names: set[str] = set()
+    for attribute in dir(QueueKeys):
+        if attribute.startswith("_") or attribute in {"namespace", "queue_name", "name"}:
+            continue
+        value = getattr(keys, attribute)
+        value = value("w") if callable(value) else value
+        names.update([value] if isinstance(value, str) else value)
+    assert names <= set(argv), sorted(names - set(argv))
+
+
 # -- the rule's text ------------------------------------------------------------------
 
 
@@ -207,7 +227,8 @@ def test_rule_text() -> None:
     assert rule == " ".join(acl_tokens())
     assert rule.startswith("resetkeys resetchannels -@all +")
     assert "+time" in rule and "+evalsha" in rule and "+script|load" in rule and "+subscribe" in rule
-    assert "+eval " not in rule and "@" not in rule.replace("-@all", "")  # explicit commands only
+    assert "@" not in rule.replace("-@all", "")  # explicit commands only
+    assert "+info" not in rule and "+keys" not in rule and "+flushdb" not in rule
     assert rule.endswith("~dramatiq:* ~redisson_delay_queue*:{dramatiq:*} &redisson_delay_queue_channel:{dramatiq:*}")
     assert key_patterns("shop") == ("shop:*", "redisson_delay_queue*:{shop:*}")
     assert channel_patterns("shop") == ("redisson_delay_queue_channel:{shop:*}",)
@@ -230,6 +251,7 @@ def test_rule_text() -> None:
         keys.legacy_dq_msgs,
         keys.legacy_dq_acks("w1"),
         *keys.scheduled_keys,
+        keys.sent,
         keys.channel,
         scratch_key(keys),
     ]
@@ -382,8 +404,9 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
 def test_without_the_rule_the_symptom_is_a_refused_delayed_send(
     redis_url: str, redis_client: redis.Redis, make_user: Callable[[list[str]], str]
 ) -> None:
-    """The failure the probe exists for: without TIME, delayed sends fail (immediate
-    ones are accepted), and the error is recognised as a permission problem."""
+    """The failure the probe exists for: without TIME, the scripts that read the
+    server's clock fail (every delayed send among them) with an error that is only a
+    plain ResponseError, recognised as a permission problem by is_permission_error."""
     url = make_user([t for t in acl_tokens() if t != "+time"])
     broker = RedissonBroker(url=url)
     try:
@@ -392,7 +415,6 @@ def test_without_the_rule_the_symptom_is_a_refused_delayed_send(
         def job() -> None:  # pragma: no cover - never runs
             pass
 
-        job.send()
         with pytest.raises(redis.ResponseError) as info:
             job.send_with_options(delay=1000)
         assert is_permission_error(info.value), info.value
@@ -438,6 +460,7 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_msgs:{dramatiq:default}",
         "redisson_delay_queue_compact:{dramatiq:default}",
         "redisson_delay_queue_cursor:{dramatiq:default}",
+        "redisson_delay_queue_sent:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}",
     }
     message = str(error)

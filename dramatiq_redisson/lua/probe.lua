@@ -12,9 +12,9 @@
 -- ARGV[4..] pairs: type ("list", "hash", "set", "zset", "string" or "none"), key name
 --
 -- Every call below is a no-op on real keys: reads, writes of the token that does not
--- exist (HDEL, SREM, ZREM, ZADD XX), LTRIM 0 -1, LPOP with count 0, RENAME of a key to
--- itself, and invalid forms that fail after the ACL check (HSET with an odd field list,
--- SET with NX and XX). Errors other than ACL denials (OOM, WRONGTYPE, "no such key",
+-- exist (HDEL, SREM, ZREM, ZADD XX), ZREMRANGEBYSCORE of an empty range (min 1 > max 0),
+-- LTRIM 0 -1, LPOP with count 0, RENAME of a key to itself, and invalid forms that fail
+-- after the ACL check (HSET with an odd field list, SET with NX and XX). Errors other than ACL denials (OOM, WRONGTYPE, "no such key",
 -- syntax) mean the call was allowed and are ignored.
 --
 -- Returns {denied, unchecked}: denied is a flat list of command, target, error text per
@@ -45,6 +45,7 @@ local read = {
         check("LRANGE", k, k, 1, 0)
     end,
     hash = function(k)
+        check("HLEN", k, k)
         check("HEXISTS", k, k, token)
         check("HGET", k, k, token)
         check("HMGET", k, k, token)
@@ -84,6 +85,7 @@ local write = {
     zset = function(k)
         check("ZREM", k, k, token)
         check("ZADD", k, k, "XX", 0, token)
+        check("ZREMRANGEBYSCORE", k, k, 1, 0)
     end,
     string = function(k)
         check("SET", k, k, token, "NX", "XX")
@@ -110,6 +112,7 @@ local unlink = check("UNLINK", scratch, scratch)
 local ltrim = check("LTRIM", scratch, scratch, 0, -1)
 local srem = check("SREM", scratch, scratch, token)
 check("LREM", scratch, scratch, 0, token)
+check("PEXPIRE", scratch, scratch, 60000)
 
 local function remove(fallback, ...)
     if del then
