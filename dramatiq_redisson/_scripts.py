@@ -214,9 +214,35 @@ class Scripts:
     ) -> tuple[list[int], bool]:
         """Send ``preamble`` then ``command(keys, args)`` for each call of ``indexes``, read
         every reply and store each call's outcome. Returns the indexes answered NOSCRIPT
-        and whether the connection is still usable. On a connection error the
-        connection is closed and every call without a reply gets an :class:`Unanswered`."""
-        sent = 0
+        and whether the connection is still usable.
+
+        Replies already waiting are read between sends, so that when the connection
+        fails, every reply that arrived before is known. On a connection error the
+        connection is closed and every call without a reply gets an :class:`Unanswered`
+        (``sent`` when its command went out, even part-way)."""
+        noscript: list[int] = []
+        preamble_due = len(preamble)
+        sent = read = 0
+
+        def read_next() -> None:
+            nonlocal preamble_due, read
+            if preamble_due:
+                preamble_due -= 1
+                try:
+                    connection.read_response()
+                except redis.ResponseError:
+                    pass  # e.g. SCRIPT LOAD refused: EVALSHA then misses and EVAL follows
+                return
+            i = indexes[read]
+            try:
+                outcomes[i] = connection.read_response()
+            except NoScriptError as e:
+                outcomes[i] = e
+                noscript.append(i)
+            except redis.ResponseError as e:
+                outcomes[i] = e
+            read += 1
+
         try:
             for packed in preamble:
                 connection.send_packed_command(packed, check_health=False)
@@ -225,30 +251,16 @@ class Scripts:
                 packed = connection.pack_command(*command(keys, args))
                 sent += 1  # counted before it goes: a send that fails part-way may have gone
                 connection.send_packed_command(packed, check_health=False)
-            for _ in preamble:
-                try:
-                    connection.read_response()
-                except redis.ResponseError:
-                    pass  # e.g. SCRIPT LOAD refused: EVALSHA then misses and EVAL follows
+                while (preamble_due or read < sent) and connection.can_read(timeout=0):
+                    read_next()
+            while preamble_due or read < sent:
+                read_next()
         except _CONNECTION_ERRORS as e:
             connection.disconnect()
             for n, i in enumerate(indexes):
-                outcomes[i] = Unanswered(e, sent=n < sent)
-            return [], False
-        noscript: list[int] = []
-        for n, i in enumerate(indexes):
-            try:
-                outcomes[i] = connection.read_response()
-            except NoScriptError as e:
-                outcomes[i] = e
-                noscript.append(i)
-            except redis.ResponseError as e:
-                outcomes[i] = e
-            except _CONNECTION_ERRORS as e:
-                connection.disconnect()
-                for j in indexes[n:]:
-                    outcomes[j] = Unanswered(e, sent=True)
-                return noscript, False
+                if n >= read:
+                    outcomes[i] = Unanswered(e, sent=n < sent)
+            return [i for i in noscript], False
         return noscript, True
 
     def transfer(
