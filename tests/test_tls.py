@@ -190,6 +190,15 @@ def test_wrong_ca_fails_fast_with_a_verification_error(
             pubsub.subscribe(broker.keys("tls-bad").channel)
     finally:
         pubsub.close()
+    # A worker on it keeps failing (and logging) without hanging, and stops promptly.
+    worker = Worker(broker, worker_timeout=100, worker_threads=1)
+    worker.start()
+    try:
+        time.sleep(0.5)
+    finally:
+        started = time.monotonic()
+        worker.stop()
+    assert time.monotonic() - started < 10
     assert sum(c.handshake_ok for c in proxy.snapshot()) == handshaken
 
 
