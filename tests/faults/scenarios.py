@@ -227,9 +227,7 @@ def maxmemory(ctx: FaultContext) -> None:
         for i in range(1000):
             try:
                 admin.set(f"ballast:{i}", chunk)
-            except redis.ResponseError as e:
-                if "OOM" not in str(e):
-                    raise
+            except redis.exceptions.OutOfMemoryError:
                 break
         at = ctx.clock()
         full_since = time.monotonic()
@@ -243,7 +241,7 @@ def maxmemory(ctx: FaultContext) -> None:
                     try:
                         admin.set(f"ballast:top:{n}", top_up)
                         n += 1
-                    except redis.ResponseError:
+                    except redis.exceptions.OutOfMemoryError:
                         break
         finally:
             admin.config_set("maxmemory", "0")
