@@ -122,7 +122,7 @@ COMMANDS: tuple[str, ...] = tuple(
 )
 
 #: Where the rule is explained.
-DOCS = "docs/security.md ('Least privilege') in the dramatiq-redisson README"
+DOCS = "'Least privilege' in docs/security.md of dramatiq-redisson"
 
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 
@@ -423,11 +423,11 @@ def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list
     key_list = [f"{key} ({'/'.join(sorted(modes))})" for key, modes in sorted(key_notes.items())]
     parts: list[str] = []
     if commands:
-        parts.append("commands " + ", ".join(sorted(commands)))
+        parts.append("missing commands: " + ", ".join(sorted(commands)))
     if key_list:
-        parts.append("keys " + ", ".join(key_list))
+        parts.append("no access to keys: " + ", ".join(key_list))
     if channels:
-        parts.append("channels " + ", ".join(sorted(channels)))
+        parts.append("no access to channels: " + ", ".join(sorted(channels)))
     if other:
         parts.append("other refusals: " + "; ".join(other))
     message = (
