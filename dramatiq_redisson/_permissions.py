@@ -215,7 +215,10 @@ def is_permission_error(error: BaseException) -> bool:
     starting ``ACL failure in script:``."""
     if isinstance(error, NoPermissionError):
         return True
-    return isinstance(error, redis.ResponseError) and "ACL failure in script" in str(error)
+    text = str(error)
+    return isinstance(error, redis.ResponseError) and (
+        "ACL failure in script" in text or "The user executing the script can't" in text  # Redis 7+/Valkey, 6.2
+    )
 
 
 _PROBE_SOURCE = resources.files(__package__).joinpath("lua", "probe.lua").read_bytes()
@@ -410,12 +413,18 @@ def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list
     channels: set[str] = set()
     other: list[str] = []
     for command, target, error in denials:
+        # Wordings: Valkey and Redis 7+ ("... to run the 'time' command", "No permissions
+        # to access a key/channel"); Redis 6.2 ("... to access one of the keys/channels
+        # used as arguments"; in scripts "can't run this command or subcommand", "can't
+        # access at least one of the keys", the latter for channels too).
         match = _DENIED_COMMAND.search(error)
         if match:
             commands.add(match.group(1).lower())
-        elif "access a channel" in error:
+        elif "run this command" in error:
+            commands.add(command)
+        elif "channel" in error or (command in ("publish", "subscribe") and "key" in error):
             channels.add(target)
-        elif "access a key" in error:
+        elif "key" in error:
             key_notes.setdefault(target, set()).add("read" if command in _READS else "write")
         else:
             other.append(f"{command} {target}: {error}".strip())

@@ -504,6 +504,35 @@ def test_probe_when_scripts_cannot_run(make_user: Callable[[list[str]], str]) ->
     assert "could not be checked" in str(error)
 
 
+def test_refusals_worded_by_older_servers() -> None:
+    """Redis 6.2 words refusals differently (and without names inside scripts)."""
+    from dramatiq_redisson._permissions import _raise
+
+    keys = QueueKeys("dramatiq", "q")
+    with pytest.raises(MissingPermission) as info:
+        _raise(
+            keys,
+            [
+                ("time", "", "The user executing the script can't run this command or subcommand"),
+                ("zadd", keys.timeout_zset, "The user executing the script can't access at least one of the keys"),
+                ("publish", keys.channel, "The user executing the script can't access at least one of the keys"),
+                ("scan", "", "this user has no permissions to run the 'scan' command or its subcommand"),
+                ("hlen", keys.ready_msgs, "this user has no permissions to access one of the keys used as arguments"),
+                (
+                    "subscribe",
+                    keys.channel,
+                    "this user has no permissions to access one of the channels used as arguments",
+                ),
+            ],
+            [],
+        )
+    error = info.value
+    assert error.commands == ("scan", "time")
+    assert error.keys == (f"{keys.ready_msgs} (read)", f"{keys.timeout_zset} (write)")
+    assert error.channels == (keys.channel,)
+    assert is_permission_error(redis.ResponseError("The user executing the script can't run this command"))
+
+
 def test_probe_when_the_connection_setup_is_refused(redis_url: str, make_user: Callable[[list[str]], str]) -> None:
     url = make_user([t for t in acl_tokens() if t != "+select"])
     parts = urlsplit(url)

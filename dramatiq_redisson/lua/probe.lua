@@ -24,11 +24,19 @@
 local token, scratch, channel = ARGV[1], ARGV[2], ARGV[3]
 local denied, unchecked = {}, {}
 
+-- An ACL refusal, as Redis 7+ and Valkey word it inside scripts ("ACL failure in
+-- script: ...", or NOPERM) and as Redis 6.2 does ("The user executing the script can't ...").
+local function refusal(e)
+    return string.find(e, "ACL failure", 1, true)
+        or string.find(e, "NOPERM", 1, true)
+        or string.find(e, "The user executing the script can't", 1, true)
+end
+
 local function check(command, target, ...)
     local reply = redis.pcall(command, ...)
     if type(reply) == "table" and reply.err then
         local e = reply.err
-        if string.find(e, "ACL failure", 1, true) or string.find(e, "NOPERM", 1, true) then
+        if refusal(e) then
             denied[#denied + 1] = string.lower(command)
             denied[#denied + 1] = target
             denied[#denied + 1] = e
