@@ -7,8 +7,10 @@ fails its criteria (see ``scenarios.Criteria``), 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 from .procs import DEFAULT_PRODUCT_ROOT
 from .runner import SCENARIOS, SIZES, as_json, markdown, run
@@ -25,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_PRODUCT_ROOT,
         help="tree whose dramatiq_redisson the workers and producer import (default: this repository)",
     )
+    parser.add_argument("--json-out", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--keep", action="store_true", help="keep every scenario's temp dir (logs, AOF)")
     args = parser.parse_args(argv)
     names = list(SCENARIOS) if args.scenarios in (["all"], []) else args.scenarios
@@ -33,9 +36,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
     if not (args.product / "dramatiq_redisson" / "__init__.py").exists():
         parser.error(f"{args.product} has no dramatiq_redisson package")
+    signal.signal(signal.SIGTERM, _interrupt)  # stop every server and worker on SIGTERM too
     results = run(names, SIZES[args.size], args.product.resolve(), keep=args.keep)
+    if args.json_out:
+        args.json_out.write_text(as_json(results))
     print(as_json(results) if args.json else markdown(results))
     return 0 if all(r.passed for r in results) else 1
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM unwinds like Ctrl-C, through the ``finally`` blocks that stop by pid every
+    process the suite started (a background job ignores SIGINT)."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

@@ -299,7 +299,7 @@ def _ms(value: float | None) -> str:
 def markdown(results: list[Result]) -> str:
     header = (
         "| fault | sent | refused | lost | dup expl. | dup unexpl. | early | late p50/p99/max ms "
-        "| ready late p50/max ms | worker ERROR/CRIT | notes | verdict |"
+        "| ready late p50/max ms | worker ERROR/CRIT (consumer restarts) | notes | verdict |"
     )
     lines = [header, "|" + "---|" * 12]
     for r in results:
@@ -315,7 +315,8 @@ def markdown(results: list[Result]) -> str:
             f"| {r.scenario} | {s.sent} | {s.refused} | {s.lost} | {s.dup_explained} | {s.dup_unexplained} "
             f"| {s.early} | {_ms(s.late_p50)}/{_ms(s.late_p99)}/{_ms(s.late_max)} "
             f"| {_ms(s.ready_p50)}/{_ms(s.ready_max)} "
-            f"| {r.log_levels.get('ERROR', 0)}/{r.log_levels.get('CRITICAL', 0)} | {note_text} | {verdict} |"
+            f"| {r.log_levels.get('ERROR', 0)}/{r.log_levels.get('CRITICAL', 0)} "
+            f"({r.log_levels.get('Consumer encountered', 0)}) | {note_text} | {verdict} |"
         )
     products = sorted({p for r in results for p in r.stats.products})
     lines += ["", f"Workers imported dramatiq_redisson from: {', '.join(products) or 'unknown'}"]
