@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,7 +115,7 @@ class RecordReader:
         self.client.close()
 
 
-def _wait(predicate: Any, timeout: float, what: str) -> None:
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -214,8 +214,12 @@ def run_scenario(
         )
         fleet.start()
         expected = size.commands * size.processes
-        reader.poll()
-        _wait(lambda: reader.poll() or reader.ready >= expected, 90, f"{expected} worker processes")
+
+        def booted() -> bool:
+            reader.poll()
+            return reader.ready >= expected
+
+        _wait(booted, 90, f"{expected} worker processes")
 
         ctx = FaultContext(server=server, fleet=fleet, size=size, stop=stop, clock=reader.now_ms, notes=notes)
         producer = subprocess.Popen(
