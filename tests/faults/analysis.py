@@ -180,6 +180,12 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
             1 for run in runs.values() if any(e.start_ms <= run.start_ms <= e.end_ms for e in windows)
         )
         stats.notes["fault window s"] = round(sum(e.end_ms - e.start_ms for e in windows) / 1000, 1)
+    if stats.lost:
+        # Lost after a failing attempt: the retry was never scheduled or never ran.
+        stats.notes["lost after a failed attempt"] = sum(
+            1 for seq in stats.lost_seqs if any(run.end == FAIL for run in by_seq.get(seq, []))
+        )
+        stats.notes["lost never started"] = sum(1 for seq in stats.lost_seqs if not by_seq.get(seq))
     lossy = [e for e in events if e.loss_ms]
     if lossy and stats.lost:
         stats.notes["lost sent in AOF loss window"] = sum(
