@@ -287,7 +287,12 @@ def run(names: list[str], size: Size, product_root: Path, keep: bool = False) ->
     with record_server() as records:
         for name in names:
             print(f"[faults] {name} ({size.name}) ...", file=sys.stderr, flush=True)
-            result = run_scenario(SCENARIOS[name], size, records, product_root)
+            try:
+                result = run_scenario(SCENARIOS[name], size, records, product_root)
+            except Exception as e:  # noqa: BLE001 - one broken scenario must not hide the others' rows
+                stats = Stats()
+                stats.notes["crashed"] = f"{type(e).__name__}: {e}"
+                result = Result(name, size.name, stats, [f"scenario crashed: {type(e).__name__}: {e}"])
             verdict = "PASS" if result.passed else "FAIL: " + "; ".join(result.failures)
             print(f"[faults] {name}: {verdict} ({result.duration_s} s, {result.workdir})", file=sys.stderr, flush=True)
             if result.passed and not keep:
