@@ -161,7 +161,8 @@ class RedissonBroker(RedisBroker):
     moved to the ready queue by a timer that runs inside each worker's consumer.
 
     Parameters:
-      url: An optional connection URL; wins over connection parameters.
+      url: An optional connection URL; its query options win over connection parameters,
+        which apply too (unlike the built-in broker, which drops them when given a url).
       middleware: The middleware to add to this broker.
       namespace: The prefix of every Dramatiq key.
       maintenance_chance: Accepted for compatibility; maintenance runs every
@@ -201,8 +202,14 @@ class RedissonBroker(RedisBroker):
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         **parameters: Any,
     ) -> None:
+        owns_client = client is None
+        if url and client is None:
+            # The built-in broker drops every connection parameter when a url is given;
+            # here they apply too (url query options still win), so ``url="rediss://…",
+            # ssl_ca_certs=…`` verifies against that CA instead of failing.
+            client = redis.Redis.from_url(url, **parameters)
+            parameters = {}
         super().__init__(
-            url=url,
             middleware=middleware,
             namespace=namespace,
             maintenance_chance=maintenance_chance,
@@ -234,7 +241,7 @@ class RedissonBroker(RedisBroker):
         self.redisson_scripts = Scripts(self.client)
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
-        self._owns_client = client is None
+        self._owns_client = owns_client
 
     def close(self) -> None:
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""

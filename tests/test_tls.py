@@ -127,6 +127,17 @@ def test_connection_parameters_form(
     _offer_and_cancel(broker)
 
 
+def test_url_with_connection_parameters_form(
+    redis_url: str, proxy: TLSProxy, certs: Certificates, brokers: list[RedissonBroker]
+) -> None:
+    """``url="rediss://…"`` with ``ssl_ca_certs=`` as a keyword: the parameters apply
+    (the built-in broker drops them when given a url, so verification would fail)."""
+    broker = RedissonBroker(url=tls_url(redis_url, proxy), ssl_ca_certs=str(certs.ca_file))
+    brokers.append(broker)
+    _ssl_connections(broker)
+    _offer_and_cancel(broker)
+
+
 def test_client_form(redis_url: str, proxy: TLSProxy, certs: Certificates, brokers: list[RedissonBroker]) -> None:
     """``client=redis.Redis.from_url(url, ssl_ca_certs=...)``: keyword arguments of
     ``from_url`` do reach the connections."""
