@@ -241,6 +241,8 @@ class RedissonBroker(RedisBroker):
         self.redisson_scripts = Scripts(self.client)
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
+        #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
+        self.permissions_checked: set[str] = set()
         self._owns_client = owns_client
 
     def close(self) -> None:

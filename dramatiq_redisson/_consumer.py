@@ -19,6 +19,7 @@ from dramatiq.message import Message
 
 from ._broker import encode_scheduled
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+from ._permissions import DOCS, MissingPermission, check_permissions, is_permission_error
 from ._timer import TransferTimer
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ UNSUBSCRIBED_TRANSFER_INTERVAL = 250
 #: Longest back-off (ms) after a failed call (lost connection, server error) before the
 #: consumer tries again; the consumer itself never stops.
 MAX_ERROR_BACKOFF = 2000
+
+#: First back-off (ms) after a failure; it doubles (with jitter) up to the maxima above.
+ERROR_BACKOFF_FACTOR = 100
 
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
@@ -190,7 +194,7 @@ class RedissonConsumer(Consumer):
         if self.timer.is_due():
             if self._guarded(self._transfer) is None:
                 self.transfer_failures, backoff_ms = compute_backoff(
-                    self.transfer_failures, max_backoff=MAX_ERROR_BACKOFF
+                    self.transfer_failures, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
                 )
                 self.timer.retry_in(backoff_ms)
             else:
@@ -255,10 +259,12 @@ class RedissonConsumer(Consumer):
     # -- subscription and failures -------------------------------------------------
 
     def _subscribe(self) -> None:
+        if self.queue_name not in self.broker.permissions_checked:
+            self._check_permissions()
         pubsub = self.broker.client.pubsub()
         try:
             pubsub.subscribe(self.keys.channel)
-        except _CONNECTION_ERRORS as e:
+        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
             _close_quietly(pubsub)
             self._subscription_failed(e)
             return
@@ -268,15 +274,30 @@ class RedissonConsumer(Consumer):
         self.resubscribe_attempts = 0
         self.timer.force()  # anything announced while we were away is unknown
 
+    def _check_permissions(self) -> None:
+        """Once per queue and broker, before the first subscription: name everything the
+        Redis user may not do, in one error, instead of failing call by call."""
+        try:
+            check_permissions(self.broker.client, self.keys, worker_id=self.worker_id)
+        except MissingPermission as e:
+            self.logger.error("%s", e)
+        except (*_CONNECTION_ERRORS, redis.ResponseError):
+            return  # unknown yet: checked again at the next subscription
+        self.broker.permissions_checked.add(self.queue_name)
+
     def _subscription_failed(self, error: Exception) -> None:
         """Drop the subscription only; fetching goes on, and the timer polls until a
         re-subscription (immediate, then with back-off) succeeds."""
         if self.pubsub is not None:
             _close_quietly(self.pubsub)
             self.pubsub = None
-        if self.resubscribe_attempts == 0:
+        if isinstance(error, redis.ResponseError):
+            self._log_failure(error)  # a refused channel: rate-limited, with its reason
+        elif self.resubscribe_attempts == 0:
             self.logger.warning("Lost the subscription to %r (%s); subscribing again.", self.keys.channel, error)
-        attempts, backoff_ms = compute_backoff(self.resubscribe_attempts, max_backoff=MAX_RESUBSCRIBE_BACKOFF)
+        attempts, backoff_ms = compute_backoff(
+            self.resubscribe_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_RESUBSCRIBE_BACKOFF
+        )
         self.resubscribe_at = time.monotonic() + (backoff_ms / 1000 if self.resubscribe_attempts else 0)
         self.resubscribe_attempts = attempts
         self.timer.force()
@@ -284,23 +305,23 @@ class RedissonConsumer(Consumer):
     def _failed(self, error: Exception) -> None:
         """A call failed: log it, back off, and let ``__next__`` return so Dramatiq's
         consumer thread stays responsive."""
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
         self._log_failure(error)
-        self.error_attempts, backoff_ms = compute_backoff(self.error_attempts, max_backoff=MAX_ERROR_BACKOFF)
+        self.error_attempts, backoff_ms = compute_backoff(
+            self.error_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
+        )
         self.wakeup.wait(backoff_ms / 1000)
 
     def _log_failure(self, error: Exception) -> None:
         """Log a failed call, once per kind of failure and :data:`ERROR_LOG_INTERVAL`."""
         now = time.monotonic()
-        if self.failing_since is None:
-            self.failing_since = now
         kind = f"{type(error).__name__}: {str(error).split(' ', 1)[0]}"
         if now - self.last_error_log.get(kind, -math.inf) >= ERROR_LOG_INTERVAL / 1000:
             self.last_error_log[kind] = now
-            if isinstance(error, redis.exceptions.NoPermissionError):
+            if is_permission_error(error):
                 self.logger.error(
-                    "The Redis user lacks a permission on queue %r: %s. See 'Least privilege' in the README.",
-                    self.queue_name,
-                    error,
+                    "The Redis user lacks a permission on queue %r (see %s): %s", self.queue_name, DOCS, error
                 )
             elif isinstance(error, redis.ResponseError):
                 self.logger.error("Redis refused a call on queue %r: %s. Retrying.", self.queue_name, error)
@@ -314,7 +335,6 @@ class RedissonConsumer(Consumer):
             )
             self.failing_since = None
             self.error_attempts = 0
-            self.last_error_log.clear()
 
     def _transfer(self) -> bool:
         """Run the transfer script until no full batch moves; returns True."""
@@ -348,7 +368,7 @@ class RedissonConsumer(Consumer):
             return
         try:
             self._handle(self.pubsub.get_message(timeout=seconds))
-        except _CONNECTION_ERRORS as e:
+        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
             self._subscription_failed(e)
             return
         self._drain_announcements()
@@ -362,7 +382,7 @@ class RedissonConsumer(Consumer):
                 if item is None:
                     return
                 self._handle(item)
-        except _CONNECTION_ERRORS as e:
+        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
             self._subscription_failed(e)
 
     def _handle(self, item: dict[str, Any] | None) -> None:

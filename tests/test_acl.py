@@ -4,6 +4,7 @@ probe names what a user lacks."""
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import threading
@@ -618,3 +619,36 @@ def test_probe_is_quick(redis_url: str, make_user: Callable[[list[str]], str]) -
         assert time.monotonic() - started < 1
     finally:
         client.close()
+
+
+def test_a_consumer_missing_a_permission_says_so_once_and_keeps_running(
+    make_user: Callable[[list[str]], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a user without TIME, which every consumer-side script needs
+    url = make_user([t for t in acl_tokens() if t != "+time"])
+    broker = RedissonBroker(url=url)
+
+    @dramatiq.actor(queue_name="acl-consumer", broker=broker)
+    def job() -> None:  # pragma: no cover - never runs
+        pass
+
+    # When a worker runs on its queue for a while
+    caplog.set_level(logging.INFO)
+    worker = Worker(broker, worker_timeout=100, worker_threads=1)
+    worker.start()
+    try:
+        consumer = worker.consumers["acl-consumer"].consumer
+        time.sleep(2.0)
+        # Then one error names the missing command and the rule, at first use
+        probe_errors = [r for r in caplog.records if r.levelno == logging.ERROR and acl_rule() in r.getMessage()]
+        assert len(probe_errors) == 1
+        assert "missing commands: time." in probe_errors[0].getMessage()
+        # And the consumer backs off and logs each kind of refusal once, instead of
+        # crash-looping (Dramatiq restarts a consumer that raises, every 3 s, loudly)
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) <= 4, [r.getMessage() for r in errors]
+        assert not [r for r in caplog.records if "Consumer encountered" in r.getMessage()]
+        assert worker.consumers["acl-consumer"].consumer is consumer
+    finally:
+        worker.stop()
+        broker.close()

@@ -106,7 +106,9 @@ def test_worker_runs_immediate_and_delayed_messages_over_tls(
     late_by = ran["later"] - sent_at
     # Due after 300 ms; the next periodic transfer would come after 60 s.
     assert 0.29 <= late_by < 5, late_by
-    # The announcement reached the consumer over the TLS subscription.
+    # The announcement reached the consumer over the TLS subscription (the consumer's,
+    # not the permission probe's short-lived SUBSCRIBE/UNSUBSCRIBE).
+    subscribed = [c for c in proxy.connections_that_sent(b"SUBSCRIBE") if b"{dramatiq:tls}" in c.sent]
     assert any(b"message" in c.received and b"{dramatiq:tls}" in c.received for c in subscribed)
     # Every connection the broker opened went through the proxy and completed a handshake.
     opened = proxy.snapshot()[before:]
