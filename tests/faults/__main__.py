@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from .procs import DEFAULT_PRODUCT_ROOT
-from .runner import SCENARIOS, SIZES, as_json, markdown, run
+from .runner import SCENARIOS, SIZES, as_json, from_json, markdown, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json-out", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--keep", action="store_true", help="keep every scenario's temp dir (logs, AOF)")
+    parser.add_argument("--render", type=Path, help="run nothing: print the table of a saved --json-out file")
     args = parser.parse_args(argv)
+    if args.render:
+        saved = from_json(args.render.read_text())
+        print(markdown(saved))
+        return 0 if all(r.passed for r in saved) else 1
     names = list(SCENARIOS) if args.scenarios in (["all"], []) else args.scenarios
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:

@@ -329,11 +329,31 @@ def markdown(results: list[Result]) -> str:
         )
     products = sorted({p for r in results for p in r.stats.products})
     lines += ["", f"Workers imported dramatiq_redisson from: {', '.join(products) or 'unknown'}"]
+    logged = [r for r in results if r.log_samples]
+    if logged:
+        lines += ["", "Most frequent worker ERROR/CRITICAL lines (digits and hex masked as #):", ""]
+        for r in logged:
+            for text, count in r.log_samples.items():
+                lines.append(f"- {r.scenario}: {count} × `{text}`")
+    failed = [r for r in results if r.failures]
+    if failed:
+        lines += ["", "Failures:", ""]
+        lines += [f"- {r.scenario}: {'; '.join(r.failures)}" for r in failed]
     return "\n".join(lines)
+
+
+def from_json(text: str) -> list[Result]:
+    """Results read back from :func:`as_json` (to render a saved run again)."""
+    results = []
+    for item in json.loads(text):
+        item.pop("passed", None)
+        item["stats"] = Stats(**item["stats"])
+        results.append(Result(**item))
+    return results
 
 
 def as_json(results: list[Result]) -> str:
     return json.dumps([r.as_json() for r in results], indent=2)
 
 
-__all__ = ["SCENARIOS", "SIZES", "Result", "as_json", "markdown", "run", "run_scenario", "record_server"]
+__all__ = ["SCENARIOS", "SIZES", "Result", "as_json", "from_json", "markdown", "run", "run_scenario", "record_server"]
