@@ -42,7 +42,15 @@ _SOURCES = {name: _source(name) for name in _NAMES}
 
 
 def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
-    return (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.legacy_dq, keys.legacy_dq_msgs)
+    return (
+        keys.timeout_zset,
+        keys.backup_list,
+        keys.payloads,
+        keys.channel,
+        keys.legacy_dq,
+        keys.legacy_dq_msgs,
+        keys.ready_msgs,
+    )
 
 
 def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:

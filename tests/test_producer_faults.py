@@ -445,6 +445,31 @@ def test_offering_the_same_prepared_message_twice_keeps_it_scheduled_once(
     assert redis_client.lrange(keys.backup_list, 0, -1) == [member]
 
 
+def test_offering_a_prepared_message_again_after_it_came_due_does_not_schedule_it_twice(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    # Given a prepared message offered with a short delay, then moved to the ready queue
+    message, sort_key = broker.prepare_scheduled(noop.message())
+    keys = broker.keys("default")
+    entry = (1, sort_key, message.message_id, message.encode(), "")
+    broker.redisson_scripts.offer(keys, [entry])
+    assert wait_for(
+        lambda: (
+            broker.redisson_scripts.transfer(keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10).moved
+            == 1
+        )
+    )
+    # When the same call runs again (a client's retry after the reply was lost)
+    assert broker.redisson_scripts.offer(keys, [entry]) == [-2]
+    # Then it is not scheduled again: the copy on the ready queue is the only one
+    member = message.options["redis_message_id"].encode()
+    assert redis_client.zcard(keys.timeout_zset) == 0
+    assert redis_client.lrange(keys.ready, 0, -1) == [member]
+
+
 # -- a full server -------------------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@
 -- KEYS[4]  CHANNEL redisson_delay_queue_channel:{N} receives the due time of a new earliest entry
 -- KEYS[5]  LIST  <ns>:<queue>.DQ       legacy delay queue (only read when a claim id is given)
 -- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs  legacy delay queue payloads
+-- KEYS[7]  HASH  <ns>:<queue>.msgs     ready messages (rel/abs: a member already moved there
+--                                      is not offered again)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "abs": each time is an absolute due time in epoch ms (legacy migration);
@@ -29,12 +31,17 @@
 -- the previous member first would let every later write through.) A legacy claim
 -- (KEYS[5]) writes its LREM first: a migration moves data and runs on a full server.
 --
--- Returns: rel/abs: a list with, per entry, the due time in epoch ms, or -1 when its
---          claim id no longer existed (another process migrated it first);
+-- rel/abs: an entry whose member is no longer scheduled but is on the ready queue or in
+-- flight (KEYS[7]) is the same prepared message offered again after it came due (a
+-- client's retry of a call whose reply was lost): it is not scheduled a second time.
+--
+-- Returns: rel/abs: a list with, per entry, the due time in epoch ms, -1 when its
+--          claim id no longer existed (another process migrated it first), or -2
+--          when its member had already moved to the ready queue;
 --          bulk: {entries, their due time in epoch ms}.
 
 local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local legacy_list, legacy_msgs = KEYS[5], KEYS[6]
+local legacy_list, legacy_msgs, ready_msgs = KEYS[5], KEYS[6], KEYS[7]
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -145,21 +152,25 @@ else
             end
             local previous = redis.call("HGET", payloads, message_id)
             local member = sort_key .. message_id
-            -- ZADD first: on a fresh offer it is the call's first write (see the header).
-            local new = redis.call("ZADD", zset, string.format("%d", due_ms), member)
-            if previous then
-                local old = string.sub(previous, 1, 16) .. message_id
-                if old ~= member then
-                    redis.call("ZREM", zset, old)
+            if not previous and claim == "" and redis.call("HEXISTS", ready_msgs, member) == 1 then
+                result[#result + 1] = -2
+            else
+                -- ZADD first: on a fresh offer it is the call's first write (see the header).
+                local new = redis.call("ZADD", zset, string.format("%d", due_ms), member)
+                if previous then
+                    local old = string.sub(previous, 1, 16) .. message_id
+                    if old ~= member then
+                        redis.call("ZREM", zset, old)
+                    end
                 end
+                if new == 1 then
+                    redis.call("RPUSH", backup, member)
+                end
+                redis.call("HSET", payloads, message_id, sort_key .. data)
+                added[member] = true
+                any_added = true
+                result[#result + 1] = due_ms
             end
-            if new == 1 then
-                redis.call("RPUSH", backup, member)
-            end
-            redis.call("HSET", payloads, message_id, sort_key .. data)
-            added[member] = true
-            any_added = true
-            result[#result + 1] = due_ms
         else
             result[#result + 1] = -1
         end
