@@ -188,7 +188,12 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
         stats.notes["lost never started"] = sum(1 for seq in stats.lost_seqs if not by_seq.get(seq))
     lossy = [e for e in events if e.loss_ms]
     if lossy and stats.lost:
-        stats.notes["lost sent in AOF loss window"] = sum(
-            1 for seq in stats.lost_seqs if any(e.start_ms - e.loss_ms <= sent[seq][0] <= e.end_ms for e in lossy)
+        # A crash can only have erased what was written in its loss window: the message's
+        # last known write (its send, or the end of its last run) must fall in one.
+        def last_write(seq: int) -> int:
+            return max([sent[seq][0], *(run.end_ms or run.start_ms for run in by_seq.get(seq, []))])
+
+        stats.notes["lost whose last write fell in an AOF loss window"] = sum(
+            1 for seq in stats.lost_seqs if any(e.start_ms - e.loss_ms <= last_write(seq) <= e.end_ms for e in lossy)
         )
     return stats

@@ -140,10 +140,17 @@ def server_sigkill(ctx: FaultContext) -> None:
     _server_restart(ctx, signal.SIGKILL, loss_ms=0 if fsync == "always" else EVERYSEC_LOSS_MS)
 
 
+def _every_2s(ctx: FaultContext) -> float:
+    """2 s on average at every size, jittered ±0.5 s so that the injections land at
+    every phase of the consumers' own periodic work rather than in lockstep with it.
+    Returned pre-divided by the size's scale, which :meth:`FaultContext.wait` applies."""
+    return ctx.rng.uniform(1.5, 2.5) / ctx.size.scale
+
+
 def _client_kill(ctx: FaultContext, client_type: str) -> None:
     admin = ctx.admin()
     try:
-        while ctx.wait(2.0 / ctx.size.scale):  # every 2 s at every size
+        while ctx.wait(_every_2s(ctx)):
             at = ctx.clock()
             killed = admin.execute_command("CLIENT", "KILL", "TYPE", client_type, "SKIPME", "yes")
             ctx.event(f"client-kill-{client_type}", at)
@@ -199,7 +206,7 @@ def script_flush(ctx: FaultContext) -> None:
     """``SCRIPT FLUSH`` every 2 s: every EVALSHA answers NOSCRIPT until reloaded."""
     admin = ctx.admin()
     try:
-        while ctx.wait(2.0 / ctx.size.scale):
+        while ctx.wait(_every_2s(ctx)):
             at = ctx.clock()
             admin.script_flush()
             ctx.event("script-flush", at)
