@@ -1,0 +1,78 @@
+"""The fault suite's arithmetic on hand-written records (fast; no server): a suite that
+misclassifies would report a broker as sound."""
+
+from __future__ import annotations
+
+from .analysis import analyse
+from .fault_common import FAIL, FINISH, REFUSED, SENT, START, Record
+from .scenarios import Event
+
+T = 1_700_000_000_000
+
+
+def sent(seq: int, at: int, delay: int = 0, fail_once: bool = False) -> Record:
+    return Record(SENT, seq, 0, 1, f"{delay},{int(fail_once)}", T + at)
+
+
+def run(seq: int, attempt: int, start: int, end: int | None, pid: int = 7, kind: str = FINISH) -> list[Record]:
+    run_id = f"{pid}.{seq}.{attempt}.{start}"
+    records = [Record(START, seq, attempt, pid, run_id, T + start)]
+    if end is not None:
+        records.append(Record(kind, seq, attempt, pid, run_id, T + end))
+    return records
+
+
+def test_on_time_message_counts_nothing_and_measures_lateness() -> None:
+    stats = analyse([sent(0, 0, delay=1000), *run(0, 0, 1005, 1015)], [])
+    assert (stats.lost, stats.dup_explained, stats.dup_unexplained, stats.early) == (0, 0, 0, 0)
+    assert stats.late_max == 5
+
+
+def test_lost_refused_and_refused_but_ran() -> None:
+    records = [
+        sent(0, 0),  # never ran: lost
+        sent(1, 0),  # refused, never ran: not lost
+        Record(REFUSED, 1, 0, 1, "OutOfMemoryError", T + 1),
+        sent(2, 0),  # refused but ran anyway
+        Record(REFUSED, 2, 0, 1, "ConnectionError", T + 1),
+        *run(2, 0, 10, 20),
+    ]
+    stats = analyse(records, [])
+    assert (stats.lost, stats.lost_seqs, stats.refused, stats.refused_ran) == (1, [0], 2, 1)
+
+
+def test_early_run_of_a_delayed_message_and_of_a_retry() -> None:
+    records = [
+        sent(0, 0, delay=1000),
+        *run(0, 0, 990, 1000),  # 10 ms early
+        sent(1, 0, delay=0, fail_once=True),
+        *run(1, 0, 5, 15, kind=FAIL),
+        *run(1, 1, 500, 510),  # retry due at 15 + 1000
+    ]
+    stats = analyse(records, [])
+    assert stats.early == 2
+    assert stats.early_worst_ms == 515
+
+
+def test_retry_lateness_is_measured_from_the_failure_plus_one_second() -> None:
+    records = [sent(0, 0, fail_once=True), *run(0, 0, 3, 13, kind=FAIL), *run(0, 1, 1020, 1030)]
+    stats = analyse(records, [])
+    assert stats.late_max == 7 and stats.ready_max is None
+
+
+def test_duplicate_explained_by_a_kill_of_the_process_running_it() -> None:
+    records = [sent(0, 0), *run(0, 0, 10, 20, pid=7), *run(0, 0, 16_000, 16_010, pid=8)]
+    kill = Event("kill9", T + 100, T + 100, pid=7)
+    assert analyse(records, [kill]).dup_explained == 1
+    other_pid = Event("kill9", T + 100, T + 100, pid=9)
+    assert analyse(records, [other_pid]).dup_unexplained == 1
+    long_after = Event("kill9", T + 5_000, T + 5_000, pid=7)
+    assert analyse(records, [long_after]).dup_unexplained == 1
+
+
+def test_duplicate_explained_by_an_aof_loss_window_only_within_it() -> None:
+    records = [sent(0, 0), *run(0, 0, 10, 20), *run(0, 0, 9_000, 9_010, pid=8)]
+    crash = Event("SIGKILL", T + 2_500, T + 3_500, loss_ms=2000)
+    assert analyse(records, [crash]).dup_explained == 1
+    clean = Event("SIGTERM", T + 2_500, T + 3_500)
+    assert analyse(records, [clean]).dup_unexplained == 1
