@@ -96,6 +96,7 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
     stats = Stats()
     sent: dict[int, tuple[int, int, bool]] = {}  # seq -> (sent ms, delay ms, fail once)
     refused: set[int] = set()
+    refused_errors: dict[str, int] = defaultdict(int)
     runs: dict[str, Run] = {}
     products: set[str] = set()
     for r in records:
@@ -104,6 +105,7 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
             sent[r.seq] = (r.ms, int(delay), fail_once == "1")
         elif r.kind == REFUSED:
             refused.add(r.seq)
+            refused_errors[r.extra] += 1
         elif r.kind == START:
             runs[r.extra] = Run(r.extra, r.seq, r.attempt, r.pid, r.ms)
         elif r.kind in (FAIL, FINISH):
@@ -174,6 +176,8 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
     stats.ready_p50 = percentile(ready_late, 50)
     stats.ready_max = percentile(ready_late, 100)
 
+    if refused_errors:
+        stats.notes["refused by"] = ", ".join(f"{name} {n}" for name, n in sorted(refused_errors.items()))
     windows = [e for e in events if e.end_ms - e.start_ms >= 1000]
     if windows:
         stats.notes["runs started in fault windows"] = sum(
