@@ -353,8 +353,10 @@ class RedissonBroker(RedisBroker):
           redis.RedisError: Any other error of the client (a connection error: the
             message may or may not have been enqueued; sending it again is safe).
         """
+        in_flight = ""  # the redis id of the copy being processed, for a retry
         if isinstance(message, MessageProxy):
             delay_ms = self._redelivery_delay(message, delay)
+            in_flight = str(message.options.get("redis_message_id") or "")
         else:
             delay_ms = validate_delay(delay)
         message, sort_key = self._prepare(message, delay_ms)
@@ -364,18 +366,39 @@ class RedissonBroker(RedisBroker):
         )
         self.emit_before("enqueue", message, delay)
         try:
-            if delay_ms:
-                data = encode_scheduled(message, sort_key)
-                self.redisson_scripts.offer(keys, [(delay_ms, sort_key, message.message_id, data, "")])
-            else:
-                redis_id = message.options["redis_message_id"]
-                _, pushed = self.redisson_scripts.enqueue(keys, [(redis_id, message.encode())], self.dedupe_window)
-                if not pushed:
-                    self._log_duplicates(keys.queue_name, [redis_id])
+            self._send(keys, message, sort_key, delay_ms)
         except redis.exceptions.OutOfMemoryError as e:
-            raise self._memory_full(e, enqueued=[], failed=[message], unknown=[]) from e
+            if not in_flight:
+                raise self._memory_full(e, enqueued=[], failed=[message], unknown=[]) from e
+            # A retry refused by a full server would be lost once the worker acks the
+            # message: let it take the place of the copy being processed instead.
+            try:
+                self._send(keys, message, sort_key, delay_ms, replacing=in_flight)
+            except redis.exceptions.OutOfMemoryError as again:
+                raise self._memory_full(again, enqueued=[], failed=[message], unknown=[]) from again
+            self.logger.warning(
+                "Server full: the retry of message %r took the place of its copy in flight on queue %r.",
+                message.message_id,
+                keys.queue_name,
+            )
         self.emit_after("enqueue", message, delay)
         return message
+
+    def _send(
+        self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, replacing: str = ""
+    ) -> None:
+        """One prepared message: offered when delayed, else pushed (unless already there)."""
+        if delay_ms:
+            data = encode_scheduled(message, sort_key)
+            entry = (delay_ms, sort_key, message.message_id, data, "")
+            self.redisson_scripts.offer(keys, [entry], replacing=replacing)
+            return
+        redis_id = message.options["redis_message_id"]
+        _, pushed = self.redisson_scripts.enqueue(
+            keys, [(redis_id, message.encode())], self.dedupe_window, replacing=replacing
+        )
+        if not pushed:
+            self._log_duplicates(keys.queue_name, [redis_id])
 
     def _log_duplicates(self, queue_name: str, redis_ids: list[str]) -> None:
         self.logger.info(

@@ -57,8 +57,8 @@ def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
     return (keys.ready, keys.ready_msgs, keys.channel, keys.sent)
 
 
-def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int) -> list[Any]:
-    args: list[Any] = [window_ms]
+def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight: str = "") -> list[Any]:
+    args: list[Any] = [window_ms, in_flight]
     for pair in pairs:
         args.extend(pair)
     return args
@@ -142,12 +142,16 @@ class Scripts:
         *,
         absolute: bool = False,
         client: Any = None,
+        replacing: str = "",
     ) -> Any:
         """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries.
 
-        Returns the due times (epoch ms, -1 for a lost claim), or the pipeline when
-        ``client`` is one."""
-        args: list[Any] = ["abs" if absolute else "rel"]
+        ``replacing``: the redis id of the in-flight copy of the message being retried,
+        whose payload makes room for the retry on a full server (see offer.lua).
+
+        Returns the due times (epoch ms, -1 for a lost claim, -2 for a member already
+        moved to the ready queue), or the pipeline when ``client`` is one."""
+        args: list[Any] = ["abs" if absolute else f"move:{replacing}" if replacing else "rel"]
         for entry in entries:
             args.extend(entry)
         return self._run_resending("offer", _offer_keys(keys), args, client)
@@ -298,11 +302,19 @@ class Scripts:
         """Returns how many were scheduled, or the pipeline when ``client`` is one."""
         return self._run("clear", keys.scheduled_keys, (), client)
 
-    def enqueue(self, keys: QueueKeys, entries: Sequence[tuple[str, bytes]], window_ms: int, client: Any = None) -> Any:
+    def enqueue(
+        self,
+        keys: QueueKeys,
+        entries: Sequence[tuple[str, bytes]],
+        window_ms: int,
+        client: Any = None,
+        replacing: str = "",
+    ) -> Any:
         """Push ``(redis_message_id, data)`` pairs, skipping ids already queued, in flight
-        or enqueued within the last ``window_ms``. Returns ``[queue length, ids pushed]``,
-        or the pipeline when ``client`` is one."""
-        return self._run_resending("enqueue", _enqueue_keys(keys), _enqueue_args(entries, window_ms), client)
+        or enqueued within the last ``window_ms``; ``replacing`` as for :meth:`offer`.
+        Returns ``[queue length, ids pushed]``, or the pipeline when ``client`` is one."""
+        args = _enqueue_args(entries, window_ms, replacing)
+        return self._run_resending("enqueue", _enqueue_keys(keys), args, client)
 
     def fetch(self, keys: QueueKeys, worker_id: str, count: int) -> list[tuple[str, bytes | None]]:
         flat = self._run(

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 import dramatiq
 import pytest
 import redis
+from dramatiq.broker import MessageProxy
+from dramatiq.message import Message
 
 from dramatiq_redisson import EnqueueError, RedissonBroker, ServerMemoryFull
 from dramatiq_redisson._broker import BULK_CHUNK_SIZE
@@ -135,14 +137,21 @@ def memory_limit(redis_client: redis.Redis) -> Iterator[redis.Redis]:
 
 
 def _fill(client: redis.Redis) -> None:
-    """Set maxmemory just above what is used, then add ballast until writes are refused."""
+    """Set maxmemory just above what is used, then add ballast until writes are refused,
+    in smaller and smaller pieces (a refused write's own query buffer counts: after
+    it, a few KB may be free again), once the memory of earlier flushes is back."""
+    assert wait_for(lambda: int(client.info("memory").get("lazyfree_pending_objects", 0)) == 0)
     client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 256 * 1024)
-    for i in range(4096):
-        try:
-            client.set(f"ballast:{i}", b"x" * 4096)
-        except redis.exceptions.OutOfMemoryError:
-            return
-    raise AssertionError("the server never became full")
+    n = 0
+    for size in (4096, 512, 64, 8):
+        while n < 4096:
+            try:
+                client.set(f"ballast:{n}", b"x" * size)
+                n += 1
+            except redis.exceptions.OutOfMemoryError:
+                break
+        else:
+            raise AssertionError("the server never became full")
 
 
 def _keys_snapshot(client: redis.Redis) -> dict[bytes, Any]:
@@ -270,6 +279,7 @@ def test_a_server_filling_up_mid_stream_is_reported_message_by_message(
     count = 40 * BULK_CHUNK_SIZE
     messages = [noop.message(i, "p" * 200) for i in range(count)]  # ~2 MB in all
     # Given a server with room for only part of the batch
+    assert wait_for(lambda: int(memory_limit.info("memory").get("lazyfree_pending_objects", 0)) == 0)
     memory_limit.config_set("maxmemory", int(memory_limit.info("memory")["used_memory"]) + 512 * 1024)
     # When the batch is sent
     with pytest.raises(ServerMemoryFull) as raised:
@@ -503,3 +513,33 @@ def test_a_full_server_refuses_sends_whole_with_a_clear_error(
         # And an immediate message sent again while queued is accepted without a write
         broker.enqueue(earlier[0])
         assert _keys_snapshot(memory_limit) == before
+
+
+@pytest.mark.parametrize("delay", [60_000, 0])
+def test_on_a_full_server_a_retry_takes_the_place_of_its_copy_in_flight(
+    broker: RedissonBroker, memory_limit: redis.Redis, delay: int
+) -> None:
+    @dramatiq.actor
+    def noop(i: int) -> None: ...
+
+    # Given a message fetched by a worker (in flight), then a full server
+    keys = broker.keys("default")
+    noop.send(1)
+    [(redis_id, data)] = broker.redisson_scripts.fetch(keys, broker.broker_id, 1)
+    assert data is not None
+    proxy = MessageProxy(Message.decode(data))
+    _fill(memory_limit)
+    # When the Retries middleware re-enqueues it (a plain new message is still refused)
+    with pytest.raises(ServerMemoryFull):
+        broker.enqueue(noop.message(2), delay=delay)
+    proxy.options["retries"] = 1
+    retry = broker.enqueue(proxy, delay=delay)
+    # Then the retry is enqueued, in place of the in-flight copy's payload
+    assert not memory_limit.hexists(keys.ready_msgs, redis_id)
+    if delay:
+        assert _scheduled_ids(broker) == [proxy.message_id]
+    else:
+        assert _ready_ids(broker) == [retry.options["redis_message_id"]] != [redis_id]
+    # And the worker's ack that follows completes the move
+    assert broker.do_ack("default", redis_id) == 1
+    assert memory_limit.scard(keys.acks(broker.broker_id)) == 0

@@ -7,7 +7,10 @@
 -- KEYS[4]  ZSET     redisson_delay_queue_sent:{N}   redis message id -> enqueue time (epoch ms)
 --
 -- ARGV[1]   dedupe window in ms (0: only the check against KEYS[2])
--- ARGV[2..] repeated pairs: redis message id, encoded message
+-- ARGV[2]   "" or, for the retry of a message in flight on a full server, the redis
+--           message id of its in-flight copy: that copy's payload is dropped first, so
+--           the retry takes its place (see Memory)
+-- ARGV[3..] repeated pairs: redis message id, encoded message
 --
 -- An id is skipped (a duplicate) when it is already in KEYS[2] (queued or in flight),
 -- when KEYS[4] recorded it within the window (the first copy may already be acked),
@@ -19,7 +22,10 @@
 -- maxmemory limit (noeviction) the whole call is refused with OOM and writes nothing.
 -- (Redis checks maxmemory only before a script's first write.) Every other key is read
 -- (type-checked) before it, so a key of the wrong type fails the call before anything
--- is written too. A call whose ids are all duplicates writes nothing. The record costs
+-- is written too. A call whose ids are all duplicates writes nothing. With ARGV[2] the
+-- first write is the HDEL of the in-flight copy (when it is still there), so the retry
+-- goes through on a full server; the worker's ack finds nothing more to delete, and a
+-- requeue of that id after a crash finds no payload and drops it. The record costs
 -- about 90 bytes per id within the window (see the broker's dedupe_window).
 --
 -- The announcement is "0": "a message is ready" (never a due time, so idle consumers
@@ -30,6 +36,7 @@
 
 local ready, ready_msgs, channel, sent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local window = tonumber(ARGV[1])
+local in_flight = ARGV[2]
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -52,7 +59,7 @@ end
 -- type-checks KEYS[1]. A key of the wrong type fails the call before anything is written.
 local pairs_, ids, recorded = {}, {}, {}
 local seen = {}
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
     local id = ARGV[i]
     if not seen[id] then
         seen[id] = true
@@ -73,6 +80,9 @@ if #ids == 0 then
     return {redis.call("LLEN", ready), 0}
 end
 
+if in_flight ~= "" and redis.call("HEXISTS", ready_msgs, in_flight) == 1 then
+    redis.call("HDEL", ready_msgs, in_flight)
+end
 local length = 0
 for i = 1, #ids, CHUNK do
     length = redis.call("RPUSH", ready, unpack(ids, i, math.min(#ids, i + CHUNK - 1)))

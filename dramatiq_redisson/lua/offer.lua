@@ -10,6 +10,9 @@
 --                                      is not offered again)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
+--          "move:<redis message id>": as "rel", for the retry of a message in flight whose
+--          copy is that id: on a full server (see Memory) that copy's payload is
+--          dropped from KEYS[7] first, so the retry takes its place;
 --          "abs": each time is an absolute due time in epoch ms (legacy migration);
 --          "bulk": one delay in ms for every entry (enqueue_many)
 -- rel/abs: ARGV[2..] repeated groups of 5:
@@ -30,6 +33,10 @@
 -- writes nothing. (Redis checks maxmemory only before a script's first write; a ZREM of
 -- the previous member first would let every later write through.) A legacy claim
 -- (KEYS[5]) writes its LREM first: a migration moves data and runs on a full server.
+-- "move:" (sent only after a refusal) writes the HDEL of the in-flight copy first, when
+-- that copy is still there: the retry replaces it, and runs on a full server (the
+-- worker's ack that follows finds nothing more to delete; a requeue of the id after
+-- a crash finds no payload and drops it, so the retry stays the only copy).
 --
 -- rel/abs: an entry whose member is no longer scheduled but is on the ready queue or in
 -- flight (KEYS[7]) is the same prepared message offered again after it came due (a
@@ -59,6 +66,13 @@ redis.call("HLEN", payloads)
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode = ARGV[1]
+if string.sub(mode, 1, 5) == "move:" then
+    local in_flight = string.sub(mode, 6)
+    if redis.call("HEXISTS", ready_msgs, in_flight) == 1 then
+        redis.call("HDEL", ready_msgs, in_flight)
+    end
+    mode = "rel"
+end
 
 local added = {}
 local any_added = false
