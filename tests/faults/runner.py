@@ -174,6 +174,7 @@ def run_scenario(
     producer_log = open(workdir / "producer.log", "wb")  # noqa: SIM115 - closed below
     stop = threading.Event()
     notes: dict[str, Any] = {}
+    interrupted = False
     try:
         try:
             server.start()
@@ -270,6 +271,9 @@ def run_scenario(
         result.duration_s = round(time.monotonic() - began, 1)
         result.workdir = str(workdir)
         return result
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         stop.set()
         if producer is not None and producer.poll() is None:
@@ -280,6 +284,8 @@ def run_scenario(
             fleet.stop()
         server.stop()
         reader.close()
+        if interrupted:  # nobody will look at a half-run scenario's files
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run(names: list[str], size: Size, product_root: Path, keep: bool = False) -> list[Result]:
