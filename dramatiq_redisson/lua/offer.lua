@@ -69,6 +69,7 @@ local mode = ARGV[1]
 if string.sub(mode, 1, 5) == "move:" then
     local in_flight = string.sub(mode, 6)
     if redis.call("HEXISTS", ready_msgs, in_flight) == 1 then
+        redis.call("ZCARD", zset) -- type check: the HDEL below becomes the first write
         redis.call("HDEL", ready_msgs, in_flight)
     end
     mode = "rel"
