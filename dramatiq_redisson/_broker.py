@@ -15,7 +15,7 @@ import redis
 from dramatiq import get_encoder
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT, RedisBroker
-from dramatiq.common import q_name
+from dramatiq.common import compute_backoff, q_name
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
@@ -25,6 +25,7 @@ from ._errors import EnqueueError, ServerMemoryFull
 from ._held import HeldMessages
 from ._ids import next_sort_key, next_sort_keys
 from ._keys import QueueKeys
+from ._permissions import MissingPermission, check_permissions, is_permission_error
 from ._scripts import Scripts, Unanswered
 
 #: Most scheduled messages one transfer call moves to the ready queue.
@@ -51,6 +52,15 @@ BULK_CHUNK_SIZE = 100
 #: its last retry); the broker widens it to its client's retry span when that is longer
 #: (see :func:`client_retry_span_ms`).
 DEFAULT_DEDUPE_WINDOW = 120_000
+
+#: Longest time (ms) a worker keeps retrying the re-enqueue of a message it is processing
+#: (a retry scheduled by the Retries middleware) while the server is unreachable or
+#: loading; the message's copy in flight is not acked meanwhile. Past it, that copy is
+#: left unacked and requeued by the consumer, so the message is never lost.
+REDELIVERY_RETRY_TIME = 30_000
+
+#: Longest pause (ms) between two of those attempts; the first pause is 100 ms.
+MAX_REDELIVERY_BACKOFF = 2000
 
 
 #: The fields of a message, in the order ``Message.asdict`` gives them.
@@ -258,7 +268,12 @@ class RedissonBroker(RedisBroker):
 
     def do_ack(self, queue_name: str, redis_message_id: str) -> int:
         """Ack a message this worker fetched from ``queue_name`` (the consumer's ack goes
-        through here, as the built-in consumer's does). Returns 1 if it was held."""
+        through here, as the built-in consumer's does). Returns 1 if it was held.
+
+        A message whose retry could not be re-enqueued (see ``_redeliver``) is not acked:
+        it stays in the ack set, unheld, and the consumer's next reconciliation requeues it."""
+        if self.held.was_released(queue_name, redis_message_id):
+            return 0
         acked = self.redisson_scripts.ack(self.keys(queue_name), self.broker_id, redis_message_id)
         self.held.discard(queue_name, (redis_message_id,))
         return acked
@@ -366,7 +381,10 @@ class RedissonBroker(RedisBroker):
         )
         self.emit_before("enqueue", message, delay)
         try:
-            self._send(keys, message, sort_key, delay_ms)
+            if in_flight:
+                self._redeliver(keys, message, sort_key, delay_ms, in_flight)
+            else:
+                self._send(keys, message, sort_key, delay_ms)
         except redis.exceptions.OutOfMemoryError as e:
             if not in_flight:
                 raise self._memory_full(e, enqueued=[], failed=[message], unknown=[]) from e
@@ -381,8 +399,63 @@ class RedissonBroker(RedisBroker):
                 message.message_id,
                 keys.queue_name,
             )
+        except redis.ResponseError as e:
+            if is_permission_error(e):
+                self._explain_permissions(keys, e)
+            raise
         self.emit_after("enqueue", message, delay)
         return message
+
+    def _redeliver(
+        self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, in_flight: str
+    ) -> None:
+        """Re-enqueue a message being processed, retrying through a lost connection, a
+        restarting or loading server, for up to :data:`REDELIVERY_RETRY_TIME`.
+
+        The worker acks the copy in flight right after this returns, so a retry that
+        raised here would be lost (Dramatiq logs the middleware's error and acks). Sending
+        the same prepared message again is safe: an offer of the same member schedules it
+        once, and an immediate copy is pushed once (enqueue.lua). If the server stays away,
+        the copy in flight is released instead: the consumer does not ack it, and requeues
+        it from its ack set once the server is back."""
+        deadline = time.monotonic() + REDELIVERY_RETRY_TIME / 1000
+        attempts = 0
+        while True:
+            try:
+                self._send(keys, message, sort_key, delay_ms)
+                if attempts:
+                    self.logger.info("Re-enqueued message %r after %d attempts.", message.message_id, attempts + 1)
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as e:  # BusyLoadingError is a ConnectionError
+                if time.monotonic() >= deadline:
+                    self.held.release(keys.queue_name, in_flight)
+                    self.logger.error(
+                        "Could not re-enqueue message %r on queue %r (%s); its copy in flight will be requeued "
+                        "instead of acked.",
+                        message.message_id,
+                        keys.queue_name,
+                        e,
+                    )
+                    raise
+                if not attempts:
+                    self.logger.warning(
+                        "Re-enqueueing message %r on queue %r failed (%s); retrying.",
+                        message.message_id,
+                        keys.queue_name,
+                        e,
+                    )
+                attempts, backoff_ms = compute_backoff(attempts, factor=100, max_backoff=MAX_REDELIVERY_BACKOFF)
+                time.sleep(min(backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
+
+    def _explain_permissions(self, keys: QueueKeys, error: redis.ResponseError) -> None:
+        """A send was refused by ACL: raise one :class:`MissingPermission` naming everything
+        the user lacks (returns when the probe finds nothing missing)."""
+        try:
+            check_permissions(self.client, keys, worker_id=self.broker_id, subscribe=False)
+        except MissingPermission as missing:
+            raise missing from error
+        except redis.RedisError:
+            pass
 
     def _send(
         self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, replacing: str = ""

@@ -31,6 +31,7 @@ class HeldMessages:
 
     def __init__(self) -> None:
         self._ids: defaultdict[str, set[str]] = defaultdict(set)
+        self._released: set[tuple[str, str]] = set()
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 
@@ -49,3 +50,19 @@ class HeldMessages:
     def snapshot(self, queue_name: str) -> frozenset[str]:
         with self._guard:
             return frozenset(self._ids[queue_name])
+
+    def release(self, queue_name: str, redis_message_id: str) -> None:
+        """Give up a held id without finishing it: it is not to be acked (see
+        :meth:`was_released`) but requeued by the next reconciliation."""
+        with self._guard:
+            self._ids[queue_name].discard(redis_message_id)
+            self._released.add((queue_name, redis_message_id))
+
+    def was_released(self, queue_name: str, redis_message_id: str) -> bool:
+        """Whether the id was released (once: the answer is forgotten)."""
+        with self._guard:
+            try:
+                self._released.remove((queue_name, redis_message_id))
+            except KeyError:
+                return False
+            return True

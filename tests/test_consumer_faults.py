@@ -16,9 +16,10 @@ import dramatiq
 import pytest
 import redis
 from dramatiq import Actor, Worker
-from dramatiq.errors import ConnectionClosed
+from dramatiq.errors import ConnectionClosed, Retry
+from dramatiq.middleware import Retries
 
-from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson import RedissonBroker, _broker
 from dramatiq_redisson.embedded import redis_url as embedded_redis_url
 
 from .helpers import records, server_ms, wait_for
@@ -239,3 +240,38 @@ def test_a_full_server_keeps_draining_due_and_ready_messages(
     assert redis_client.scard(keys.acks(broker.broker_id)) == 0
     assert redis_client.zcard(keys.xq) == 0
     assert _no_restart(worker) is consumer
+
+
+@pytest.mark.parametrize("retry_time_ms", [30_000, 300], ids=["re-enqueued-when-back", "requeued-after-giving-up"])
+def test_a_retry_scheduled_while_the_server_is_stopped_is_not_lost(
+    own_server: tuple[str, int], make_broker: object, monkeypatch: pytest.MonkeyPatch, retry_time_ms: int
+) -> None:
+    # Given a worker on a server of our own, and an actor that fails once with a short retry
+    monkeypatch.setattr(_broker, "REDELIVERY_RETRY_TIME", retry_time_ms)
+    url, pid = own_server
+    broker = make_broker(url=f"{url}?socket_timeout=0.5", middleware=[Retries()], safety_interval=1000)  # type: ignore[operator]
+    dramatiq.set_broker(broker)
+    runs: list[int] = []
+
+    @dramatiq.actor(max_retries=1)
+    def flaky() -> None:
+        runs.append(len(runs))
+        if len(runs) == 1:
+            # When the server stops (1.5 s) just as the Retries middleware re-enqueues it:
+            # either the re-enqueue is retried until the server is back, or (a shorter
+            # retry time) the worker gives up and leaves the copy in flight unacked
+            os.kill(pid, signal.SIGSTOP)
+            threading.Timer(1.5, os.kill, (pid, signal.SIGCONT)).start()
+            raise Retry(delay=200)
+
+    flaky.send()
+    worker = Worker(broker, worker_timeout=100, worker_threads=1)
+    worker.start()
+    try:
+        # Then the message runs again, once, and nothing stays pending
+        assert wait_for(lambda: len(runs) == 2, timeout=15)
+        assert wait_for(lambda: broker.pending("default") == 0, timeout=5)
+        time.sleep(0.5)
+        assert runs == [0, 1]
+    finally:
+        worker.stop()
