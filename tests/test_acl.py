@@ -402,12 +402,13 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
     assert _acl_log(redis_client, user) == []
 
 
-def test_without_the_rule_the_symptom_is_a_refused_delayed_send(
+def test_a_send_refused_by_acl_raises_one_error_naming_everything_missing(
     redis_url: str, redis_client: redis.Redis, make_user: Callable[[list[str]], str]
 ) -> None:
     """The failure the probe exists for: without TIME, the scripts that read the
     server's clock fail (every delayed send among them) with an error that is only a
-    plain ResponseError, recognised as a permission problem by is_permission_error."""
+    plain ResponseError (recognised by is_permission_error); the send raises the
+    probe's MissingPermission instead, with that refusal as its cause."""
     url = make_user([t for t in acl_tokens() if t != "+time"])
     broker = RedissonBroker(url=url)
     try:
@@ -416,9 +417,12 @@ def test_without_the_rule_the_symptom_is_a_refused_delayed_send(
         def job() -> None:  # pragma: no cover - never runs
             pass
 
-        with pytest.raises(redis.ResponseError) as info:
+        with pytest.raises(MissingPermission) as info:
             job.send_with_options(delay=1000)
-        assert is_permission_error(info.value), info.value
+        # The send names everything missing at once (the probe), with the refusal as cause
+        assert info.value.commands == ("time",)
+        assert is_permission_error(info.value.__cause__), info.value.__cause__  # type: ignore[arg-type]
+        assert broker.client.zcard(broker.keys("acl-notime").timeout_zset) == 0
         assert not is_permission_error(redis.ResponseError("WRONGTYPE Operation against a key"))
 
         with pytest.raises(MissingPermission) as missing:
