@@ -49,6 +49,10 @@ MAX_ERROR_BACKOFF = 2000
 #: First back-off (ms) after a failure; it doubles (with jitter) up to the maxima above.
 ERROR_BACKOFF_FACTOR = 100
 
+#: After a lost connection or a timeout, the consumer reconciles its ack set (and beats
+#: its heartbeat) again this soon (ms) instead of a ``safety_interval`` later.
+RECONCILE_AFTER_ERROR = 1000
+
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
 
@@ -307,6 +311,11 @@ class RedissonConsumer(Consumer):
         consumer thread stays responsive."""
         if self.failing_since is None:
             self.failing_since = time.monotonic()
+        if isinstance(error, _CONNECTION_ERRORS):
+            # A call whose reply was lost may run on the server after the first
+            # reconciliation that follows (a stalled server works off its buffered
+            # commands in its own order): reconcile again soon, not a safety interval later.
+            self.next_housekeeping_at = min(self.next_housekeeping_at, time.monotonic() + RECONCILE_AFTER_ERROR / 1000)
         self._log_failure(error)
         self.error_attempts, backoff_ms = compute_backoff(
             self.error_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
