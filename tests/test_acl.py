@@ -266,6 +266,8 @@ def test_docs_carry_the_generated_rule() -> None:
     text = DOCS.read_text()
     assert acl_rule() in text, "docs/security.md: paste acl_rule()'s output again"
     assert acl_rule("myapp") in text, "docs/security.md: paste acl_rule('myapp')'s output again"
+    readme = (DOCS.parent.parent / "README.md").read_text()
+    assert acl_rule() in readme, "README.md: paste acl_rule()'s output again"
 
 
 # -- a restricted user on the session's server -----------------------------------------
