@@ -263,8 +263,8 @@ def make_broker(kind: str, url: str) -> Any:
     scripts = broker.redisson_scripts
     original_offer = scripts.offer
 
-    def offer(keys: Any, entries: Any, *, absolute: bool = False, client: Any = None) -> Any:
-        result = original_offer(keys, entries, absolute=absolute, client=client)
+    def offer(keys: Any, entries: Any, *, client: Any = None, **options: Any) -> Any:
+        result = original_offer(keys, entries, client=client, **options)
         if client is None:
             broker.bench_last_dues = result
         return result

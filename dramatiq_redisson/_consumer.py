@@ -196,7 +196,10 @@ class RedissonConsumer(Consumer):
             self.migrate_legacy = False
             self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
         if self.timer.is_due():
-            if self._guarded(self._transfer) is None:
+            try:
+                self._transfer()
+            except redis.ResponseError as e:
+                self._log_failure(e)
                 self.transfer_failures, backoff_ms = compute_backoff(
                     self.transfer_failures, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
                 )
@@ -345,8 +348,8 @@ class RedissonConsumer(Consumer):
             self.failing_since = None
             self.error_attempts = 0
 
-    def _transfer(self) -> bool:
-        """Run the transfer script until no full batch moves; returns True."""
+    def _transfer(self) -> None:
+        """Run the transfer script until no full batch moves."""
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
             result = self.scripts.transfer(
                 self.keys,
@@ -368,7 +371,6 @@ class RedissonConsumer(Consumer):
                 break
         else:
             self.timer.force()
-        return True
 
     def _wait_for_announcement(self, seconds: float) -> None:
         if self.pubsub is None:
