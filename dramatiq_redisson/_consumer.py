@@ -193,6 +193,8 @@ class RedissonConsumer(Consumer):
         if self.reconcile_due and self._guarded(self.reconcile) is not None:
             self.reconcile_due = False
         if self.migrate_legacy:
+            # Cleared first: after a lost connection (raised past this line) the next
+            # attempt waits for housekeeping instead of every tick.
             self.migrate_legacy = False
             self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
         if self.timer.is_due():

@@ -272,7 +272,7 @@ class Scripts:
             for n, i in enumerate(indexes):
                 if n >= read:
                     outcomes[i] = Unanswered(e, sent=n < sent)
-            return [i for i in noscript], False
+            return noscript, False
         return noscript, True
 
     def transfer(
