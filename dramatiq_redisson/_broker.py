@@ -37,6 +37,10 @@ DEFAULT_SAFETY_INTERVAL = 5000
 #: Time (ms) between two maintenance runs of a consumer (dead workers, old dead letters).
 DEFAULT_MAINTENANCE_INTERVAL = 30000
 
+#: Default ``transfer_lease`` (ms): how long a queue's transfer owner keeps the lease
+#: without renewing it; a killed owner delays transfers by at most about this long.
+DEFAULT_TRANSFER_LEASE = 2000
+
 #: Longest delay (ms) accepted: ten years. Anything longer is taken for a unit mistake.
 MAX_DELAY = 10 * 366 * 86_400_000
 
@@ -184,6 +188,10 @@ class RedissonBroker(RedisBroker):
       transfer_batch_size: Most scheduled messages one transfer call moves.
       safety_interval: Longest time (ms) between two transfers of a consumer.
       maintenance_interval: Time (ms) between two maintenance runs of a consumer.
+      transfer_lease: Time (ms) the consumer that runs a queue's transfers holds its
+        lease; the holder renews it at least every third of it, and when the holder
+        dies another consumer takes over within about this long (see
+        :data:`DEFAULT_TRANSFER_LEASE`).
       dedupe_window: Time (ms) an immediate message stays remembered after it was
         enqueued (see :data:`DEFAULT_DEDUPE_WINDOW`); widened to the client's retry
         span. 0 keeps only the check against messages still queued or in flight.
@@ -210,6 +218,7 @@ class RedissonBroker(RedisBroker):
         safety_interval: int = DEFAULT_SAFETY_INTERVAL,
         maintenance_interval: int = DEFAULT_MAINTENANCE_INTERVAL,
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        transfer_lease: int = DEFAULT_TRANSFER_LEASE,
         **parameters: Any,
     ) -> None:
         owns_client = client is None
@@ -234,6 +243,8 @@ class RedissonBroker(RedisBroker):
             raise ValueError("safety_interval and maintenance_interval must be positive")
         if dedupe_window < 0:
             raise ValueError("dedupe_window must not be negative")
+        if not isinstance(transfer_lease, int) or transfer_lease < 100:
+            raise ValueError(f"transfer_lease must be an int of at least 100 ms, got {transfer_lease!r}")
         span = client_retry_span_ms(self.client)
         if span is None:
             self.logger.warning(
@@ -248,6 +259,7 @@ class RedissonBroker(RedisBroker):
         self.transfer_batch_size = transfer_batch_size
         self.safety_interval = safety_interval
         self.maintenance_interval = maintenance_interval
+        self.transfer_lease = transfer_lease
         self.redisson_scripts = Scripts(self.client)
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import threading
@@ -58,17 +59,29 @@ ERROR_LOG_INTERVAL = 30_000
 
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
+#: Numbers the consumers of a process, so that each has a token of its own.
+_consumer_numbers = itertools.count(1)
+
 _T = TypeVar("_T")
 
 
 class RedissonConsumer(Consumer):
     """Fetches ready messages and, on the side, runs the queue's transfer timer.
 
-    The timer subscribes to the queue's channel, runs the transfer script on every
-    (re)subscription, at the due time it returned, when an earlier due time is
-    announced and at least every ``safety_interval`` ms. Idle waits happen on the
-    pub/sub connection, so an announcement (a new earliest due time, or a message
-    landing in an empty ready queue) ends them at once.
+    Fleet cost stays flat in the number of worker processes:
+
+    - One consumer per queue holds the transfer lease (see transfer.lua) and runs the
+      timer: it subscribes to the queue's channel, transfers on every (re)subscription,
+      at the due time the transfer returned, when an earlier due time is announced and
+      at least every third of the lease (which renews it). The other consumers stand
+      by: each checks the lease when it would end and takes it over if it lapsed, so a
+      killed owner delays transfers by at most about one lease.
+    - A consumer whose fetch came up short is registered as idle (fetch.lua) and waits
+      on its own wake channel; enqueues and transfers wake only as many idle consumers
+      as the messages they make ready need (see _wake.lua), instead of all of them.
+
+    Idle waits happen on the pub/sub connection, so an announcement or a wake-up ends
+    them at once.
     """
 
     def __init__(self, broker: RedissonBroker, queue_name: str, prefetch: int, timeout: int) -> None:
@@ -78,15 +91,25 @@ class RedissonConsumer(Consumer):
         self.keys = broker.keys(queue_name)
         self.queue_name = queue_name
         self.worker_id = broker.broker_id
+        #: This consumer's name in the lease, the registries and its wake channel.
+        self.token = f"{broker.broker_id}.{next(_consumer_numbers)}"
+        self.wake_channel = self.keys.wake_channel(self.token)
         self.prefetch = prefetch
         self.timeout = timeout
 
-        self.timer = TransferTimer(broker.safety_interval)
+        self.timer = TransferTimer(broker.safety_interval, lease_ms=broker.transfer_lease)
         self.message_cache: deque[tuple[str, bytes]] = deque()
         self.in_flight: set[str] = set()
         self.misses = 0
         self.capacity_freed = threading.Event()
         self.pubsub: Any = None
+        #: The wake channel's subscription is confirmed: fetches may register as idle.
+        self.wake_ready = False
+        #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
+        self.registered = False
+        self.idle_poll_at = 0.0
+        #: Subscribed to the queue's channel (while holding the transfer lease).
+        self.announcements = False
         self.migrate_legacy = True
         self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.maintenance_interval / 1000)
         self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
@@ -122,10 +145,20 @@ class RedissonConsumer(Consumer):
 
                 self.tick()
                 if self.outstanding_message_count < self.prefetch:
+                    if self.registered and time.monotonic() < self.idle_poll_at:
+                        # Registered as idle: a wake-up ends the wait; no polling.
+                        self._recovered()
+                        wait = min(self.timeout / 1000, self.idle_poll_at - time.monotonic())
+                        self._wait_for_announcement(min(wait, self.timer.seconds_until_due()))
+                        if self.registered:
+                            return None
+                        continue
                     if self._fetch(self.prefetch - self.outstanding_message_count):
                         self._recovered()
                         continue
                     self._recovered()
+                    if self.registered:
+                        continue  # wait for a wake-up (above)
                     self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
                     self._wait_for_announcement(min(backoff_ms / 1000, self.timer.seconds_until_due()))
                 else:
@@ -159,6 +192,12 @@ class RedissonConsumer(Consumer):
                 self.broker.held.discard(self.queue_name, ids)
 
     def close(self) -> None:
+        try:
+            # Leave the idle registry and hand the transfer lease to another consumer now,
+            # not when it would lapse.
+            self.scripts.release(self.keys, self.token)
+        except (*_CONNECTION_ERRORS, redis.ResponseError):
+            pass  # the lease lapses by itself; a stale idle entry is skipped when woken
         try:
             cached = [redis_message_id for redis_message_id, _ in self.message_cache]
             self.message_cache.clear()
@@ -250,15 +289,23 @@ class RedissonConsumer(Consumer):
         return requeued
 
     def _fetch(self, count: int) -> bool:
-        """Fetch up to ``count`` ready messages into the cache; returns whether any came."""
+        """Fetch up to ``count`` ready messages into the cache; returns whether any came.
+
+        While its wake channel is subscribed, a short fetch registers this consumer as
+        idle (``registered``): it then waits for a wake-up instead of polling, and polls
+        only every ``safety_interval`` in case a wake-up was lost."""
+        token = self.token if self.wake_ready else ""
         with self.broker.held.lock(self.queue_name):
             try:
-                fetched = self.scripts.fetch(self.keys, self.worker_id, count)
+                fetched = self.scripts.fetch(self.keys, self.worker_id, count, token)
             except _CONNECTION_ERRORS:
                 # The script may have run: its ids would be stranded in our ack set.
                 self.reconcile_due = True
                 raise
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None))
+        self.registered = bool(token) and len(fetched) < count
+        if self.registered:
+            self.idle_poll_at = time.monotonic() + self.broker.safety_interval / 1000
         if not fetched:
             return False
         self.misses = 0
@@ -271,13 +318,17 @@ class RedissonConsumer(Consumer):
         if self.queue_name not in self.broker.permissions_checked:
             self._check_permissions()
         pubsub = self.broker.client.pubsub()
+        channels = [self.wake_channel]
+        if self.timer.owner:
+            channels.append(self.keys.channel)
         try:
-            pubsub.subscribe(self.keys.channel)
+            pubsub.subscribe(*channels)
         except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
             _close_quietly(pubsub)
             self._subscription_failed(e)
             return
         self.pubsub = pubsub
+        self.announcements = self.timer.owner
         if self.resubscribe_attempts:
             self.logger.info("Subscribed to %r again.", self.keys.channel)
         self.resubscribe_attempts = 0
@@ -300,6 +351,8 @@ class RedissonConsumer(Consumer):
         if self.pubsub is not None:
             _close_quietly(self.pubsub)
             self.pubsub = None
+        # Wake-ups no longer reach us: fetch (and back off) as without a subscription.
+        self.wake_ready = self.registered = self.announcements = False
         if isinstance(error, redis.ResponseError):
             self._log_failure(error)  # a refused channel: rate-limited, with its reason
         elif self.resubscribe_attempts == 0:
@@ -351,16 +404,23 @@ class RedissonConsumer(Consumer):
             self.error_attempts = 0
 
     def _transfer(self) -> None:
-        """Run the transfer script until no full batch moves."""
+        """Run the transfer script until no full batch moves (or another consumer holds
+        the lease), then follow the lease: listen for announcements while holding it."""
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
+            own_slots = max(0, self.prefetch - self.outstanding_message_count)
             result = self.scripts.transfer(
                 self.keys,
                 limit=self.broker.transfer_batch_size,
                 trim_budget=TRIM_BUDGET,
                 compact_step=COMPACT_STEP,
                 compact_slack=COMPACT_SLACK,
+                token=self.token,
+                lease_ms=self.broker.transfer_lease,
+                own_slots=own_slots,
             )
             self.timer.record(result)
+            if result.moved and own_slots:
+                self.registered = False  # the script took us out of the idle registry: fetch next
             if result.moved:
                 self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
             if result.dead:
@@ -373,6 +433,24 @@ class RedissonConsumer(Consumer):
                 break
         else:
             self.timer.force()
+        self._follow_lease()
+
+    def _follow_lease(self) -> None:
+        """Subscribe to the queue's announcements on taking the lease, unsubscribe on
+        losing it (only the holder times transfers, so only it needs them)."""
+        if self.pubsub is None or self.announcements == self.timer.owner:
+            return
+        try:
+            if self.timer.owner:
+                self.pubsub.subscribe(self.keys.channel)  # its confirmation forces a transfer
+                self.logger.debug("Took the transfer lease of queue %r.", self.queue_name)
+            else:
+                self.pubsub.unsubscribe(self.keys.channel)
+                self.logger.debug("Another consumer holds the transfer lease of queue %r.", self.queue_name)
+        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
+            self._subscription_failed(e)
+            return
+        self.announcements = self.timer.owner
 
     def _wait_for_announcement(self, seconds: float) -> None:
         if self.pubsub is None:
@@ -402,9 +480,22 @@ class RedissonConsumer(Consumer):
         if item is None:
             return
         kind = item["type"]
+        channel = item.get("channel")
+        if isinstance(channel, bytes):
+            channel = channel.decode()
         if kind == "subscribe":
+            if channel == self.wake_channel:
+                self.wake_ready = True  # from now on a wake-up cannot be missed
+                self.registered = False  # fetch (and register) again
+                self.misses = 0
             # (Re)subscribed: anything announced while we were away is unknown.
             self.timer.force()
+        elif kind == "message" and channel == self.wake_channel:
+            if item["data"] == b"-1":
+                self.timer.force()  # the lease holder left: take the lease over
+            else:
+                self.registered = False
+                self.misses = 0
         elif kind == "message":
             try:
                 due_ms = int(item["data"])

@@ -24,7 +24,21 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_cursor:{N}``        STRING   read position of a compaction pass
 ``redisson_delay_queue_sent:{N}``          ZSET     redis message id -> enqueue time (epoch
                                                     ms) of recent immediate sends (dedupe)
+``redisson_delay_queue_lease:{N}``         STRING   "<consumer token> <expiry, epoch ms>":
+                                                    the consumer that runs transfers (PX)
+``redisson_delay_queue_consumers:{N}``     ZSET     consumer token -> last seen (epoch ms)
+``redisson_delay_queue_idle:{N}``          ZSET     consumer token -> free slots, for each
+                                                    consumer whose last fetch came up short
+``redisson_delay_queue_channel:{N}``       channel  one consumer's wake-ups: "0" messages
+``:wake:{<consumer token>}``                        are ready, "-1" take the transfer lease
 =========================================  =======  =====================================
+
+Fleet cost (see :mod:`dramatiq_redisson._consumer`): one consumer per queue holds the
+transfer lease and alone runs the timer; the others check the lease when it would lapse.
+A ready message wakes only as many idle consumers as it needs, through their own wake
+channels. A wake channel keeps the queue's ``{N}`` hash tag first (same cluster slot)
+and ends in ``}``, so the channel pattern of earlier ACL rules
+(``redisson_delay_queue_channel:{ns:*}``) covers it.
 
 A member is a 16-character sort key (offer time and a per-process counter, so that
 equal due times keep offer order) followed by the message id. It doubles as the
@@ -111,6 +125,26 @@ class QueueKeys:
     def sent(self) -> str:
         """Redis message ids enqueued to the ready queue within the dedupe window."""
         return f"redisson_delay_queue_sent:{{{self.name}}}"
+
+    @property
+    def lease(self) -> str:
+        """Who runs this queue's transfers (a short lease, renewed by every transfer)."""
+        return f"redisson_delay_queue_lease:{{{self.name}}}"
+
+    @property
+    def consumers(self) -> str:
+        """Consumers of this queue, by token, scored by when they last ran a transfer."""
+        return f"redisson_delay_queue_consumers:{{{self.name}}}"
+
+    @property
+    def idle(self) -> str:
+        """Consumers waiting for ready messages, by token, scored by their free slots."""
+        return f"redisson_delay_queue_idle:{{{self.name}}}"
+
+    def wake_channel(self, token: str) -> str:
+        """The channel on which one consumer (``token``) is woken; the scripts build it
+        from :attr:`channel` the same way."""
+        return f"{self.channel}:wake:{{{token}}}"
 
     @property
     def scheduled_keys(self) -> tuple[str, str, str, str, str]:

@@ -261,7 +261,11 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("list", keys.compact_list),
         ("string", keys.compact_cursor),
         ("zset", keys.sent),
+        ("string", keys.lease),
+        ("zset", keys.consumers),
+        ("zset", keys.idle),
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
+        ("none", keys.wake_channel(worker_id)),  # matches the key and channel patterns
     )
     return [item for pair in pairs for item in pair]
 

@@ -8,6 +8,7 @@ NOSCRIPT as EVAL with the source, which cannot miss (see :meth:`Scripts.stream`)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -31,11 +32,20 @@ _NAMES = (
     "maintenance",
     "bury",
     "heartbeat",
+    "release",
 )
+
+#: A line ``-- include: _name.lua`` in a script stands for that file's text (shared
+#: Lua functions; Redis scripts cannot load one another).
+_INCLUDE = re.compile(rb"^-- include: (_[a-z_]+\.lua)$", re.MULTILINE)
+
+
+def _read(file_name: str) -> bytes:
+    return resources.files(__package__).joinpath("lua", file_name).read_bytes()
 
 
 def _source(name: str) -> bytes:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+    return _INCLUDE.sub(lambda m: _read(m.group(1).decode()).rstrip(b"\n"), _read(f"{name}.lua"))
 
 
 _SOURCES = {name: _source(name) for name in _NAMES}
@@ -54,7 +64,7 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
 
 
 def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
-    return (keys.ready, keys.ready_msgs, keys.channel, keys.sent)
+    return (keys.ready, keys.ready_msgs, keys.channel, keys.sent, keys.idle)
 
 
 def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight: str = "") -> list[Any]:
@@ -67,18 +77,28 @@ def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight:
 class TransferResult:
     """What one run of the transfer script did."""
 
-    __slots__ = ("moved", "next_due_ms", "server_now_us", "dead")
+    __slots__ = ("moved", "next_due_ms", "server_now_us", "dead", "lease_until_ms")
 
-    def __init__(self, moved: int, next_due_ms: int | None, server_now_us: int, dead: int) -> None:
+    def __init__(
+        self, moved: int, next_due_ms: int | None, server_now_us: int, dead: int, lease_until_ms: int | None = None
+    ) -> None:
         self.moved = moved
         self.next_due_ms = next_due_ms
         self.server_now_us = server_now_us
         self.dead = dead
+        #: ``None`` if the caller holds the transfer lease (it transferred), else when
+        #: the other holder's lease ends (server epoch ms; nothing was transferred).
+        self.lease_until_ms = lease_until_ms
+
+    @property
+    def owner(self) -> bool:
+        """Whether the caller holds the transfer lease."""
+        return self.lease_until_ms is None
 
     def __repr__(self) -> str:
         return (
             f"TransferResult(moved={self.moved}, next_due_ms={self.next_due_ms}, "
-            f"server_now_us={self.server_now_us}, dead={self.dead})"
+            f"server_now_us={self.server_now_us}, dead={self.dead}, lease_until_ms={self.lease_until_ms})"
         )
 
 
@@ -276,9 +296,22 @@ class Scripts:
         return noscript, True
 
     def transfer(
-        self, keys: QueueKeys, *, limit: int, trim_budget: int, compact_step: int, compact_slack: int
+        self,
+        keys: QueueKeys,
+        *,
+        limit: int,
+        trim_budget: int,
+        compact_step: int,
+        compact_slack: int,
+        token: str = "",
+        lease_ms: int = 0,
+        own_slots: int = 0,
     ) -> TransferResult:
-        moved, next_due, now_us, dead = self._run_idempotent(
+        """Move due entries if consumer ``token`` holds (or can take) the transfer lease
+        for ``lease_ms``; without a token, move them regardless of the lease (see
+        transfer.lua). ``own_slots``: how many moved messages the caller fetches itself
+        (the rest wake idle consumers)."""
+        moved, next_due, now_us, dead, lease_until = self._run_idempotent(
             "transfer",
             (
                 keys.timeout_zset,
@@ -290,10 +323,26 @@ class Scripts:
                 keys.ready_msgs,
                 keys.xq,
                 keys.xq_msgs,
+                keys.lease,
+                keys.consumers,
+                keys.idle,
+                keys.channel,
             ),
-            (limit, trim_budget, compact_step, compact_slack),
+            (limit, trim_budget, compact_step, compact_slack, token, lease_ms, own_slots),
         )
-        return TransferResult(int(moved), None if int(next_due) < 0 else int(next_due), int(now_us), int(dead))
+        return TransferResult(
+            int(moved),
+            None if int(next_due) < 0 else int(next_due),
+            int(now_us),
+            int(dead),
+            int(lease_until) or None,
+        )
+
+    def release(self, keys: QueueKeys, token: str) -> int:
+        """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""
+        return int(
+            self._run_idempotent("release", (keys.lease, keys.consumers, keys.idle, keys.channel), (token,))
+        )
 
     def cancel(self, keys: QueueKeys, message_ids: Sequence[str]) -> int:
         return int(self._run("cancel", (keys.timeout_zset, keys.payloads), message_ids))
@@ -316,9 +365,13 @@ class Scripts:
         args = _enqueue_args(entries, window_ms, replacing)
         return self._run_resending("enqueue", _enqueue_keys(keys), args, client)
 
-    def fetch(self, keys: QueueKeys, worker_id: str, count: int) -> list[tuple[str, bytes | None]]:
+    def fetch(self, keys: QueueKeys, worker_id: str, count: int, token: str = "") -> list[tuple[str, bytes | None]]:
+        """Take up to ``count`` ready messages; with a ``token``, a short fetch registers
+        that consumer as idle (woken on its wake channel, see fetch.lua)."""
         flat = self._run(
-            "fetch", (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats), (count, worker_id)
+            "fetch",
+            (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats, keys.idle),
+            (count, worker_id, token),
         )
         return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
 

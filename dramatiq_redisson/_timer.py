@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 
@@ -15,15 +16,38 @@ class TransferTimer:
     deadlines through the monotonic clock, using the server time each transfer
     returns; the local wall clock is never read, so its skew moves nothing.
 
+    A consumer either holds its queue's transfer lease (the owner: it transfers at each
+    due time, and at least every third of the lease to renew it) or stands by: it
+    only checks the lease when the holder's lease would end (plus a little jitter,
+    so that a fleet of standbys does not check all at once), and takes it over if
+    it lapsed.
+
     Parameters:
       safety_interval_ms: Longest time between two transfers, whatever was
         announced: covers a missed announcement or a lost subscription.
       clock: Monotonic clock in seconds.
+      lease_ms: The transfer lease's length (``None``: no lease, every consumer
+        transfers on its own timer).
+      jitter: Returns a number in [0, 1); a standby checks up to
+        :data:`STANDBY_JITTER` of the lease after the lease's end.
     """
 
-    def __init__(self, safety_interval_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
+    #: Largest part of the lease a standby waits after the lease's end (spreads a fleet).
+    STANDBY_JITTER = 0.1
+
+    def __init__(
+        self,
+        safety_interval_ms: int,
+        clock: Callable[[], float] = time.monotonic,
+        lease_ms: int | None = None,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
         self.safety_interval_ms = safety_interval_ms
         self.clock = clock
+        self.lease_ms = lease_ms
+        self.jitter = jitter
+        #: Whether the last transfer found this consumer holding the lease.
+        self.owner = False
         self._forced = True
         self._next_at: float | None = None
         self._safety_at = clock()
@@ -46,12 +70,24 @@ class TransferTimer:
         self._safety_at = max(self._safety_at, self._next_at)
 
     def record(self, result: TransferResult) -> None:
-        """Take the outcome of a transfer run: the next due time and the server clock."""
+        """Take the outcome of a transfer run: the next due time and the server clock,
+        or, if another consumer holds the lease, when to check the lease again."""
         now = self.clock()
         self._forced = False
         self._server_us = result.server_now_us
         self._server_mono = now
-        self._safety_at = now + self.safety_interval_ms / 1000
+        self.owner = result.lease_until_ms is None
+        if result.lease_until_ms is not None:
+            # Standing by: nothing to time but the holder's lease.
+            assert self.lease_ms is not None
+            self._next_at = None
+            until_end = max(0, result.lease_until_ms * 1000 - result.server_now_us) / 1_000_000
+            self._safety_at = now + until_end + self.jitter() * self.STANDBY_JITTER * self.lease_ms / 1000
+            return
+        interval_ms = self.safety_interval_ms
+        if self.lease_ms is not None:
+            interval_ms = min(interval_ms, self.lease_ms // 3)
+        self._safety_at = now + interval_ms / 1000
         if result.next_due_ms is None:
             self._next_at = None
         else:

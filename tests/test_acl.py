@@ -253,13 +253,20 @@ def test_rule_text() -> None:
         keys.legacy_dq_acks("w1"),
         *keys.scheduled_keys,
         keys.sent,
+        keys.lease,
+        keys.consumers,
+        keys.idle,
         keys.channel,
+        keys.wake_channel("w1.1"),
         scratch_key(keys),
     ]
     for name in names:
         assert any(fnmatchcase(name, p) for p in key_patterns("shop")), name
         assert not any(fnmatchcase(name, p) for p in key_patterns("other")), name
-    assert fnmatchcase(keys.channel, channel_patterns("shop")[0])
+    # The wake channels fit the channel pattern rules had before they existed.
+    for channel in (keys.channel, keys.wake_channel("0f5c-uuid.12")):
+        assert fnmatchcase(channel, channel_patterns("shop")[0]), channel
+        assert not fnmatchcase(channel, channel_patterns("other")[0]), channel
 
 
 def test_docs_carry_the_generated_rule() -> None:
@@ -468,7 +475,11 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_compact:{dramatiq:default}",
         "redisson_delay_queue_cursor:{dramatiq:default}",
         "redisson_delay_queue_sent:{dramatiq:default}",
+        "redisson_delay_queue_lease:{dramatiq:default}",
+        "redisson_delay_queue_consumers:{dramatiq:default}",
+        "redisson_delay_queue_idle:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}",
+        "redisson_delay_queue_channel:{dramatiq:default}:wake:{__dramatiq_redisson_permission_probe__}",
     }
     message = str(error)
     for name in ("scan", "subscribe", "time", "zadd", *named):

@@ -5,6 +5,7 @@
 -- KEYS[2]  HASH     <ns>:<queue>.msgs   redis message id -> encoded message
 -- KEYS[3]  CHANNEL  redisson_delay_queue_channel:{N}
 -- KEYS[4]  ZSET     redisson_delay_queue_sent:{N}   redis message id -> enqueue time (epoch ms)
+-- KEYS[5]  ZSET     redisson_delay_queue_idle:{N}   consumer token -> free slots (idle consumers)
 --
 -- ARGV[1]   dedupe window in ms (0: only the check against KEYS[2])
 -- ARGV[2]   "" or, for the retry of a message in flight on a full server, the redis
@@ -29,13 +30,16 @@
 -- about 107 bytes per id within the window (measured with 36-character ids; see the
 -- broker's dedupe_window).
 --
--- The announcement is "0": "a message is ready" (never a due time, so idle consumers
--- fetch at once without running a transfer). A busy queue (already non-empty) costs
--- no PUBLISH.
+-- Wake-ups: idle consumers (those whose last fetch came up short) are woken on their own
+-- wake channels until their free slots cover the ids pushed (see _wake.lua), so one
+-- message wakes one consumer, not the whole fleet. Without idle consumers it costs one
+-- ZRANGE.
 --
 -- Returns: {length of the ready queue afterwards, ids pushed by this call}.
 
-local ready, ready_msgs, channel, sent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- include: _wake.lua
+
+local ready, ready_msgs, channel, sent, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local window = tonumber(ARGV[1])
 local in_flight = ARGV[2]
 
@@ -95,7 +99,5 @@ if window > 0 then
     variadic("ZADD", sent, recorded)
     redis.call("PEXPIRE", sent, window)
 end
-if length == #ids then
-    redis.call("PUBLISH", channel, "0")
-end
+wake(idle, channel .. ":wake:{", #ids)
 return {length, #ids}

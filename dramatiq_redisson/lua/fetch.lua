@@ -4,9 +4,14 @@
 -- KEYS[2]  HASH  <ns>:<queue>.msgs                     redis message id -> encoded message
 -- KEYS[3]  SET   <ns>:__acks__.<worker id>.<queue>     fetched, not yet acked
 -- KEYS[4]  ZSET  <ns>:__heartbeats__                   worker id -> last seen (epoch ms)
+-- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}         consumer token -> free slots
 --
 -- ARGV[1]  most messages to take
 -- ARGV[2]  worker id
+-- ARGV[3]  the consumer's token, or "": a consumer that listens on its wake channel
+--          gives its token, and if fewer than ARGV[1] messages came it is registered as
+--          idle with the slots left (enqueue and transfer wake it, see _wake.lua); any
+--          fetch takes it out of the registry first.
 --
 -- Memory: the first write (ZREM of the heartbeat) never grows memory, so this runs on
 -- a server at its maxmemory limit: a full server keeps handing out work, and the
@@ -17,13 +22,20 @@
 --          no message (it is then dropped from the ack set too).
 
 local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local count, worker_id = tonumber(ARGV[1]), ARGV[2]
+local idle = KEYS[5]
+local count, worker_id, token = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
 local t = redis.call("TIME")
 redis.call("ZREM", heartbeats, worker_id)
 redis.call("ZADD", heartbeats, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), worker_id)
+if token ~= "" then
+    redis.call("ZREM", idle, token)
+end
 
 local ids = redis.call("LPOP", ready, count)
+if token ~= "" and (not ids or #ids < count) then
+    redis.call("ZADD", idle, count - (ids and #ids or 0), token)
+end
 if not ids then
     return {}
 end

@@ -11,11 +11,29 @@
 -- KEYS[7]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
 -- KEYS[8]  ZSET  <ns>:<queue>.XQ        dead letters, scored by time of death (epoch ms)
 -- KEYS[9]  HASH  <ns>:<queue>.XQ.msgs   dead letter id -> data
+-- KEYS[10] STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>" (PX): who transfers
+-- KEYS[11] ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
+-- KEYS[12] ZSET  redisson_delay_queue_idle:{N}       consumer token -> free slots
+-- KEYS[13] CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list
 -- ARGV[3]  backup-list entries a compaction pass examines in this call
 -- ARGV[4]  slack: a pass starts when LLEN(backup) > 2 * ZCARD + slack
+-- ARGV[5]  the calling consumer's token, or "": transfer without looking at or taking
+--          the lease (an operator's one-off transfer)
+-- ARGV[6]  lease time in ms
+-- ARGV[7]  slots the caller fills itself right after this call (it fetches next)
+--
+-- The lease: one consumer per queue runs the transfers (the timer); any consumer may
+-- call, and a call while another consumer holds the lease only records the caller as
+-- seen and returns when the lease ends, so a fleet of N processes runs one transfer per
+-- due time instead of N. A call without a lease holder (or from the holder) transfers
+-- and takes (or renews) the lease. Moving stays correct whoever calls: the script is
+-- atomic, so two callers that both think they hold the lease cannot move an entry twice.
+--
+-- Wake-ups: moved messages the caller will not fetch itself wake as many idle consumers
+-- (see _wake.lua).
 --
 -- The member of an entry is its 16-char sort key followed by the message id; the
 -- member is also the redis message id the entry gets in the ready queue.
@@ -30,15 +48,23 @@
 -- the call it tries that copy with pcall and, on a full server, leaves the pass
 -- where it is until a later call.
 --
+-- The lease and registry writes come last (the first of them a ZREM), so they never
+-- make the call's first write a growing one.
+--
 -- Returns: {moved, next due time in epoch ms or -1, server time in epoch µs,
---           entries sent to the dead letters}
+--           entries sent to the dead letters, 0 if the caller holds the lease now or
+--           else when the other holder's lease ends (epoch ms)}
+
+-- include: _wake.lua
 
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ready, ready_msgs, xq, xq_msgs = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local lease, consumers, idle, channel = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local limit = tonumber(ARGV[1])
 local trim_budget = tonumber(ARGV[2])
 local compact_step = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
+local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -63,6 +89,17 @@ end
 local t = redis.call("TIME")
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
+
+local function seen()
+    redis.call("ZREM", consumers, token) -- never grows memory: fine as a first write
+    redis.call("ZADD", consumers, now_ms, token)
+end
+
+local holder = token ~= "" and redis.call("GET", lease)
+if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
+    seen()
+    return {0, -1, now_us, 0, tonumber(string.match(holder, " (%d+)$")) or now_ms + lease_ms}
+end
 
 local moved, dead = 0, 0
 local wrote = false
@@ -176,9 +213,22 @@ else
     end
 end
 
+if moved > 0 and own_slots > 0 then
+    redis.call("ZREM", idle, token) -- the caller fetches next: not idle
+end
+if moved > own_slots then
+    wake(idle, channel .. ":wake:{", moved - own_slots)
+end
+if token ~= "" then
+    seen()
+    redis.call("SET", lease, token .. " " .. (now_ms + lease_ms), "PX", lease_ms)
+    -- Consumers not seen for three leases are gone (a standby checks about once a lease).
+    redis.call("ZREMRANGEBYSCORE", consumers, "-inf", "(" .. (now_ms - 3 * lease_ms))
+end
+
 local next_due = -1
 local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
 if first[1] then
     next_due = tonumber(first[2])
 end
-return {moved, next_due, now_us, dead}
+return {moved, next_due, now_us, dead, 0}
