@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
+import socket
 import threading
 import time
 from collections import deque
@@ -91,8 +93,10 @@ class RedissonConsumer(Consumer):
         self.keys = broker.keys(queue_name)
         self.queue_name = queue_name
         self.worker_id = broker.broker_id
-        #: This consumer's name in the lease, the registries and its wake channel.
-        self.token = f"{broker.broker_id}.{next(_consumer_numbers)}"
+        #: This consumer's name in the lease, the registries and its wake channel: host and
+        #: pid tell an operator which process holds the lease (forked worker processes
+        #: share a broker id, so the pid also keeps their tokens apart).
+        self.token = consumer_token(broker.broker_id)
         self.wake_channel = self.keys.wake_channel(self.token)
         self.prefetch = prefetch
         self.timeout = timeout
@@ -616,6 +620,19 @@ class RedissonConsumer(Consumer):
             pattern = f"{self.broker.namespace}:__acks__.{worker_id}.*"
             if next(iter(client.scan_iter(match=pattern, count=1000)), None) is None:
                 client.zrem(self.keys.heartbeats, worker_id)
+
+
+def consumer_token(broker_id: str) -> str:
+    """``host:pid:broker:n``, unique per consumer; never holds a space, ``{`` or ``}``
+    (the lease value and the wake channel's hash tag depend on it)."""
+    host = "".join(c for c in socket.gethostname() if c.isalnum() or c in "-._") or "host"
+    return f"{host}:{os.getpid()}:{broker_id[:8]}:{next(_consumer_numbers)}"
+
+
+def token_pid(token: str) -> int | None:
+    """The pid in a consumer token (see :func:`consumer_token`), if it has one."""
+    parts = token.split(":")
+    return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
 
 
 def _close_quietly(pubsub: Any) -> None:

@@ -3,6 +3,8 @@
 -- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
 -- KEYS[2]  HASH  <ns>:<queue>.msgs
 -- KEYS[3]  LIST  <ns>:<queue>
+-- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
+-- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 --
 -- ARGV[1..] redis message ids, in the order they were fetched
 --
@@ -12,7 +14,12 @@
 -- Memory: each LPUSH follows its SREM (never grows memory), so requeues run on a
 -- server at its maxmemory limit.
 --
+-- The messages put back wake as many idle consumers (see _wake.lua): a worker that
+-- shuts down hands its prefetched messages to idle ones at once.
+--
 -- Returns: the number of messages put back.
+
+-- include: _wake.lua
 
 local count = 0
 for i = #ARGV, 1, -1 do
@@ -20,5 +27,8 @@ for i = #ARGV, 1, -1 do
         redis.call("LPUSH", KEYS[3], ARGV[i])
         count = count + 1
     end
+end
+if count > 0 then
+    wake(KEYS[4], KEYS[5] .. ":wake:{", count)
 end
 return count
