@@ -394,7 +394,9 @@ class Scripts:
     def requeue(self, keys: QueueKeys, worker_id: str, redis_message_ids: Sequence[str]) -> int:
         return int(
             self._run_idempotent(
-                "requeue", (keys.acks(worker_id), keys.ready_msgs, keys.ready, keys.idle, keys.channel), redis_message_ids
+                "requeue",
+                (keys.acks(worker_id), keys.ready_msgs, keys.ready, keys.idle, keys.channel),
+                redis_message_ids,
             )
         )
 
