@@ -340,9 +340,7 @@ class Scripts:
 
     def release(self, keys: QueueKeys, token: str) -> int:
         """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""
-        return int(
-            self._run_idempotent("release", (keys.lease, keys.consumers, keys.idle, keys.channel), (token,))
-        )
+        return int(self._run_idempotent("release", (keys.lease, keys.consumers, keys.idle, keys.channel), (token,)))
 
     def cancel(self, keys: QueueKeys, message_ids: Sequence[str]) -> int:
         return int(self._run("cancel", (keys.timeout_zset, keys.payloads), message_ids))
