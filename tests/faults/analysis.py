@@ -71,6 +71,8 @@ class Stats:
     late_max: float | None = None
     ready_p50: float | None = None
     ready_max: float | None = None
+    #: Scheduled lateness of every message (ms), for criteria on the distribution.
+    late_samples: list[int] = field(default_factory=list, repr=False)
     runs: int = 0
     unfinished_runs: int = 0
     products: list[str] = field(default_factory=list)
@@ -170,6 +172,7 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
                 stats.dup_unexplained += 1
                 stats.dup_unexplained_seqs.append(seq)
 
+    stats.late_samples = scheduled_late
     stats.late_p50 = percentile(scheduled_late, 50)
     stats.late_p99 = percentile(scheduled_late, 99)
     stats.late_max = percentile(scheduled_late, 100)

@@ -58,6 +58,7 @@ class Result:
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data["stats"].pop("late_samples", None)  # thousands of numbers; the percentiles stay
         data["passed"] = self.passed
         return data
 
@@ -153,6 +154,13 @@ def check(scenario: Scenario, stats: Stats) -> list[str]:
         )
     if c.max_early is not None and stats.early > c.max_early:
         failures.append(f"early {stats.early} > {c.max_early} (worst {stats.early_worst_ms} ms)")
+    if c.max_late_ms is not None:
+        stranded = [late for late in stats.late_samples if late >= c.stranded_ms]
+        too_late = sorted(late for late in stats.late_samples if c.max_late_ms < late < c.stranded_ms)
+        stats.notes[f"later than {c.max_late_ms} ms"] = len(too_late)
+        stats.notes["stranded by a kill (back after the heartbeat timeout)"] = len(stranded)
+        if too_late:
+            failures.append(f"{len(too_late)} scheduled messages later than {c.max_late_ms} ms (worst {too_late[-1]} ms)")
     if "fault error" in stats.notes:
         failures.append(f"fault could not be injected: {stats.notes['fault error']}")
     if stats.sent == 0:
@@ -206,15 +214,17 @@ def run_scenario(
         def on_exit(command: WorkerCommand, code: int) -> None:
             exits.append(code)
 
+        processes = scenario.processes or size.processes
+        commands = scenario.commands or size.commands
         argv = python_module_argv(
-            "dramatiq", "fault_app:broker", "--processes", str(size.processes), "--threads", str(size.threads)
+            "dramatiq", "fault_app:broker", "--processes", str(processes), "--threads", str(size.threads)
         )
         fleet = WorkerFleet(
-            [WorkerCommand(i, argv, env, workdir, workdir / f"worker-{i}.log") for i in range(size.commands)],
+            [WorkerCommand(i, argv, env, workdir, workdir / f"worker-{i}.log") for i in range(commands)],
             on_exit=on_exit,
         )
         fleet.start()
-        expected = size.commands * size.processes
+        expected = commands * processes
 
         def booted() -> bool:
             reader.poll()

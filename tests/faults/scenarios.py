@@ -26,6 +26,9 @@ import redis
 
 from .procs import ValkeyProcess, WorkerFleet, subprocess_env
 
+#: The queue the fault app's workers consume (``FAULTS_QUEUE`` set by the runner).
+QUEUE = "faults"
+
 #: The AOF ``appendfsync everysec`` policy may lose about the last second of writes on a
 #: crash (the background fsync runs every second and may be up to another second late).
 EVERYSEC_LOSS_MS = 2000
@@ -115,6 +118,33 @@ def worker_kill9(ctx: FaultContext) -> None:
             continue
         ctx.event("kill9", at, pid=pid)
         ctx.count("kills")
+
+
+def owner_kill9(ctx: FaultContext) -> None:
+    """SIGKILL the worker process that holds the queue's transfer lease every ~5 s (full
+    size): the one process that times every transfer of the queue. Another process must
+    take the lease over when it lapses (``transfer_lease``, 2 s by default)."""
+    from dramatiq_redisson._consumer import token_pid
+    from dramatiq_redisson._keys import QueueKeys
+
+    lease = QueueKeys("dramatiq", QUEUE).lease
+    admin = ctx.admin()
+    try:
+        while ctx.wait(5.0):
+            holder = admin.get(lease)
+            pid = token_pid(holder.decode().split(" ")[0]) if holder else None
+            if pid is None or pid not in ctx.fleet.worker_pids():
+                ctx.count("lease holder not found")
+                continue
+            at = ctx.clock()
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            ctx.event("owner-kill9", at, pid=pid)
+            ctx.count("kills")
+    finally:
+        admin.close()
 
 
 def _server_restart(ctx: FaultContext, signum: int, loss_ms: int) -> None:
@@ -315,6 +345,7 @@ def maxmemory(ctx: FaultContext) -> None:
 FAULTS: dict[str, Callable[[FaultContext], None]] = {
     "none": no_fault,
     "worker-kill9": worker_kill9,
+    "owner-kill9": owner_kill9,
     "server-sigterm": server_sigterm,
     "server-sigkill": server_sigkill,
     "server-sigkill-fsync-always": server_sigkill,
@@ -372,6 +403,11 @@ class Criteria:
     max_lost: int | None = 0
     max_unexplained_dups: int | None = 0
     max_early: int | None = 0
+    #: Most lateness (ms) of a scheduled message; messages later than ``stranded_ms``
+    #: are not held to it (a killed process held them: they come back after the
+    #: heartbeat timeout) and are counted apart.
+    max_late_ms: int | None = None
+    stranded_ms: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -382,6 +418,10 @@ class Scenario:
     server_config: dict[str, str] = field(default_factory=dict)
     criteria: Criteria = field(default_factory=Criteria)
     acl_user: bool = False
+    #: Worker commands × processes per command, when the size's do not fit the fault
+    #: (``None``: the size's).
+    commands: int | None = None
+    processes: int | None = None
     #: Seconds to keep watching after the fault stopped even when all messages ran, so a
     #: late duplicate shows up (kill -9: stranded messages return after the heartbeat
     #: timeout plus a maintenance interval; see fault_app).
@@ -389,6 +429,10 @@ class Scenario:
 
 
 KILL9_SETTLE_S = (15_000 + 5_000) / 1000 + 3
+
+#: The default transfer lease (2 s) plus 1 s: how late a scheduled message may run when
+#: the lease holder is killed.
+OWNER_KILL_MAX_LATE_MS = 2000 + 1000
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -399,6 +443,16 @@ SCENARIOS: dict[str, Scenario] = {
             worker_kill9,
             "SIGKILL a forked worker process every 5 s; the command is restarted",
             settle_s=KILL9_SETTLE_S,
+        ),
+        Scenario(
+            "owner-kill9",
+            owner_kill9,
+            "SIGKILL the worker process holding the transfer lease every 5 s; 2 single-process commands, "
+            "so a standby survives; scheduled lateness <= lease (2 s) + 1 s",
+            settle_s=KILL9_SETTLE_S,
+            commands=2,
+            processes=1,
+            criteria=Criteria(max_late_ms=OWNER_KILL_MAX_LATE_MS),
         ),
         Scenario("server-sigterm", server_sigterm, "clean server shutdown every 5 s, restart after 1 s"),
         Scenario(
