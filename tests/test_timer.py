@@ -141,3 +141,25 @@ def test_timer_retries_a_failed_transfer_after_the_back_off_not_at_once(timer: T
     assert timer.seconds_until_due() == pytest.approx(0.4)
     clock.now += 0.4
     assert timer.is_due()
+
+
+def test_lease_holder_transfers_at_least_every_third_of_the_lease(clock: FakeClock) -> None:
+    # Given a holder of a 2 s lease (safety interval 5 s) with nothing scheduled
+    timer = TransferTimer(5000, clock=clock, lease_ms=2000)
+    timer.record(result(next_due_ms=None))
+    # Then it transfers again (renewing the lease) within a third of the lease
+    assert timer.owner
+    assert timer.seconds_until_due() == pytest.approx(0.666)
+
+
+def test_standby_checks_the_lease_when_it_would_end_plus_jitter(clock: FakeClock) -> None:
+    # Given a consumer told that another one holds the lease until 1.2 s from now
+    timer = TransferTimer(5000, clock=clock, lease_ms=2000, jitter=lambda: 0.5)
+    standby = TransferResult(moved=0, next_due_ms=None, server_now_us=1_000_000_000, dead=0, lease_until_ms=1_001_200)
+    timer.record(standby)
+    # Then it checks again at the lease's end plus its jitter (half of 10 % of the lease),
+    # and neither an announcement nor a force is lost on it
+    assert not timer.owner
+    assert timer.seconds_until_due() == pytest.approx(1.2 + 0.1)
+    timer.announce(1_000_500)
+    assert timer.seconds_until_due() == pytest.approx(0.5)
