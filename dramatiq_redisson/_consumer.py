@@ -296,8 +296,11 @@ class RedissonConsumer(Consumer):
         """Fetch up to ``count`` ready messages into the cache; returns whether any came.
 
         While its wake channel is subscribed, a short fetch registers this consumer as
-        idle (``registered``): it then waits for a wake-up instead of polling, and polls
-        only every ``safety_interval`` in case a wake-up was lost."""
+        idle (``registered``): it then waits for a wake-up instead of polling with
+        back-off, and polls only once per ``timeout`` (the Worker's ``worker_timeout``),
+        as an idle built-in consumer does: a wake-up may be lost, and messages pushed by
+        something that wakes nobody (the built-in broker's producers during a migration,
+        a script of an older version) must not wait longer than they used to."""
         token = self.token if self.wake_ready else ""
         with self.broker.held.lock(self.queue_name):
             try:
@@ -309,7 +312,7 @@ class RedissonConsumer(Consumer):
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None))
         self.registered = bool(token) and len(fetched) < count
         if self.registered:
-            self.idle_poll_at = time.monotonic() + self.broker.safety_interval / 1000
+            self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.safety_interval) / 1000
         if not fetched:
             return False
         self.misses = 0

@@ -199,7 +199,7 @@ def test_a_stale_idle_entry_never_swallows_a_wake_up(
     # When a message comes
     sent_at = server_ms(redis_client)
     job.send_with_options(kwargs={"i": 1})
-    # Then the live consumer is woken (no poll: its next poll is 5 s away) and the
+    # Then the live consumer is woken (no poll: its next poll is up to 1 s away) and the
     # ghost is gone
     assert wait_for(lambda: 1 in runs(redis_client), timeout=3)
     assert runs(redis_client)[1][0] - sent_at <= 200
@@ -219,7 +219,7 @@ def test_messages_a_closing_consumer_gives_back_wake_an_idle_one(
     job.send_with_options(kwargs={"i": 2})
     first = next(holder) or next(holder)
     assert first is not None and len(holder.message_cache) == 1  # type: ignore[attr-defined]
-    # and another consumer, idle and registered (its next poll is 5 s away)
+    # and another consumer, idle and registered (its next poll is up to 1 s away)
     idle.start()
     keys = broker.keys("default")
     assert wait_for(lambda: redis_client.zscore(keys.idle, idle.consumer.token) is not None)
