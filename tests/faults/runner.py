@@ -160,7 +160,9 @@ def check(scenario: Scenario, stats: Stats) -> list[str]:
         stats.notes[f"later than {c.max_late_ms} ms"] = len(too_late)
         stats.notes["stranded by a kill (back after the heartbeat timeout)"] = len(stranded)
         if too_late:
-            failures.append(f"{len(too_late)} scheduled messages later than {c.max_late_ms} ms (worst {too_late[-1]} ms)")
+            failures.append(
+                f"{len(too_late)} scheduled messages later than {c.max_late_ms} ms (worst {too_late[-1]} ms)"
+            )
     if "fault error" in stats.notes:
         failures.append(f"fault could not be injected: {stats.notes['fault error']}")
     if stats.sent == 0:
