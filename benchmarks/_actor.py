@@ -27,4 +27,5 @@ def declare(broker: Any) -> Any:
     def bench_record(seq: int) -> None:
         client.eval(RECORD_LUA, 1, REC_KEY, seq, os.getpid())
 
-    return dramatiq.actor(bench_record, broker=broker, queue_name=QUEUE, actor_name="bench_record", max_retries=0)
+    decorate: Any = dramatiq.actor
+    return decorate(bench_record, broker=broker, queue_name=QUEUE, actor_name="bench_record", max_retries=0)

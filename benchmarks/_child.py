@@ -7,21 +7,26 @@ import time
 from typing import Any
 
 
-def worker_main(kind: str, url: str, threads: int, mode: str, ready: Any, stop_event: Any) -> None:
+def worker_main(kind: str, url: str, threads: int, mode: str, ready: Any, stop_event: Any, count: Any = None) -> None:
     """Run a Dramatiq Worker in this process until ``stop_event`` is set.
 
     mode "run": an ordinary Worker. mode "move": a Worker that moves delayed messages to
     the ready queue but never fetches from it (built-in: no consumer on the ready queue,
     only on ``.DQ``; Redisson: the ready-queue consumer gets prefetch 0, so it only runs
-    its transfer timer)."""
+    its transfer timer). ``count``: (shared array, offset, slots) to count the commands
+    this process sends into (see ``CommandCounter``). Reports (pid, the file
+    ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
     from dramatiq import Worker
 
     from ._actor import declare
-    from ._common import make_broker, quiet_logging
+    from ._common import CommandCounter, make_broker, product_origin, quiet_logging, script_names
 
     quiet_logging()
     broker = make_broker(kind, url)
     declare(broker)
+    if count is not None:
+        counts, base, slots = count
+        CommandCounter(slots, script_names(broker), counts, base).activate()
 
     class MoverWorker(Worker):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -37,7 +42,7 @@ def worker_main(kind: str, url: str, threads: int, mode: str, ready: Any, stop_e
     cls = Worker if mode == "run" else MoverWorker
     worker = cls(broker, worker_threads=threads, worker_timeout=1000)
     worker.start()
-    ready.put(os.getpid())
+    ready.put((os.getpid(), product_origin()))
     stop_event.wait()
     worker.stop(timeout=20_000)
     broker.close()

@@ -45,6 +45,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 300, "bulk": 2_000, "repeat": 1},
         "idle": {"n": 20, "gap_lo": 20, "gap_hi": 80, "settle": 0.5},
         "burst": {"n": 2_000, "delay": 1500, "timeout": 30},
+        "fleet": {"procs": [2, 4], "rate": 150, "window": 3, "delay": 1000, "settle": 1.0, "timeout": 30},
     },
     "small": {
         "procs": 2,
@@ -64,6 +65,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 5_000, "bulk": 20_000, "repeat": 3},
         "idle": {"n": 100, "gap_lo": 50, "gap_hi": 150},
         "burst": {"n": 20_000, "delay": 2500, "timeout": 60},
+        "fleet": {"procs": [2, 8], "rate": 150, "window": 10, "delay": 1000, "settle": 1.0, "timeout": 60},
     },
     "full": {
         "procs": 2,
@@ -83,6 +85,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 20_000, "bulk": 100_000, "repeat": 3},
         "idle": {"n": 300, "gap_lo": 50, "gap_hi": 150},
         "burst": {"n": 100_000, "delay": 6000, "timeout": 60},
+        "fleet": {"procs": [2, 8, 24], "rate": 150, "window": 20, "delay": 1000, "settle": 1.0, "timeout": 60},
     },
 }
 
@@ -151,6 +154,29 @@ class Server:
         entry = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
         return int(entry["calls"]), int(entry["usec"])
 
+    def cpu_seconds(self) -> float:
+        """The server process's CPU time so far (``INFO cpu``: used_cpu_sys + used_cpu_user,
+        all its threads): command execution, but also reading and parsing requests,
+        writing replies and pub/sub messages, and its own housekeeping."""
+        info = self.r.info("cpu")
+        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+    def commandstats(self) -> dict[str, tuple[int, int]]:
+        """command name -> (calls, usec) since the last CONFIG RESETSTAT, subcommands
+        (``config|resetstat``) added to their command. Valkey counts the commands a script
+        runs under their own names as well as in the script's EVALSHA."""
+        out: dict[str, tuple[int, int]] = {}
+        for key, entry in self.r.info("commandstats").items():
+            name = str(key).removeprefix("cmdstat_").split("|")[0].lower()
+            calls, usec = out.get(name, (0, 0))
+            out[name] = (calls + int(entry["calls"]), usec + int(entry["usec"]))
+        return out
+
+    def command_names(self) -> list[str]:
+        """Every command name the server knows (``COMMAND LIST``), lower case."""
+        names = self.r.command_list()
+        return sorted({(n.decode() if isinstance(n, bytes) else str(n)).lower() for n in names})
+
     def slowlog_on(self, max_len: int = 100_000, slower_than_us: int = SLOWLOG_THRESHOLD_US) -> None:
         self.r.config_set("slowlog-max-len", max_len)
         self.r.config_set("slowlog-log-slower-than", slower_than_us)
@@ -167,7 +193,7 @@ class Server:
 
     def slowlog(self) -> tuple[list[tuple[int, list[bytes]]], bool]:
         """All slowlog entries as (duration µs, argv), and whether the log overflowed."""
-        max_len = int(self.r.config_get("slowlog-max-len")["slowlog-max-len"])
+        max_len = int(str(self.r.config_get("slowlog-max-len")["slowlog-max-len"]))
         raw = self.r.execute_command("SLOWLOG", "GET", -1)
         entries: list[tuple[int, list[bytes]]] = []
         for item in raw:
@@ -253,7 +279,7 @@ def make_broker(kind: str, url: str) -> Any:
     if kind == "redisson":
         from dramatiq_redisson import RedissonBroker
 
-        broker = RedissonBroker(url=url, namespace=NAMESPACE)
+        broker: Any = RedissonBroker(url=url, namespace=NAMESPACE)
     elif kind == "redisson-lrem":
         from ._lrem import LremRedissonBroker
 
@@ -363,35 +389,196 @@ def bulk_offer(
     return dues
 
 
+# -- the product under test -------------------------------------------------------------
+
+
+def use_product(root: Path) -> str:
+    """Make this process and every process it spawns import ``dramatiq_redisson`` from
+    ``root`` (e.g. a ``git worktree`` frozen at the commit to measure). A temporary
+    directory holding only a link to ``root/dramatiq_redisson`` goes first on ``sys.path``
+    (``root`` itself would also shadow this ``benchmarks`` package with its own copy),
+    ahead of the current directory and of the venv's editable install, whose finder only
+    answers what ``sys.path`` does not; and first on ``PYTHONPATH``. Spawned workers get
+    this ``sys.path`` from multiprocessing. Returns the file imported."""
+    import atexit
+    import shutil
+    import sys
+    import tempfile
+
+    root = root.resolve()
+    if not (root / "dramatiq_redisson" / "__init__.py").is_file():
+        raise ValueError(f"{root} has no dramatiq_redisson package")
+    if "dramatiq_redisson" in sys.modules:
+        raise RuntimeError("dramatiq_redisson was imported before --product could take effect")
+    shadow = Path(tempfile.mkdtemp(prefix="bench-product-"))
+    atexit.register(shutil.rmtree, shadow, ignore_errors=True)
+    (shadow / "dramatiq_redisson").symlink_to(root / "dramatiq_redisson", target_is_directory=True)
+    sys.path.insert(0, str(shadow))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(shadow), *filter(None, [os.environ.get("PYTHONPATH")])])
+    origin = product_origin()
+    if origin is None or root not in Path(origin).resolve().parents:
+        raise RuntimeError(f"dramatiq_redisson still comes from {origin}, not from {root}")
+    return origin
+
+
+def product_origin() -> str | None:
+    """The file ``dramatiq_redisson`` is (or would be) imported from in this process."""
+    import importlib.util
+    import sys
+
+    module = sys.modules.get("dramatiq_redisson")
+    origin = module.__file__ if module is not None else None
+    if origin is None:
+        spec = importlib.util.find_spec("dramatiq_redisson")
+        origin = spec.origin if spec is not None else None
+    return str(Path(origin).resolve()) if origin else None
+
+
+# -- commands sent, counted by the client ------------------------------------------------
+
+#: What a script call does, as far as the fleet scenario is concerned. "fetch": take
+#: ready messages (RedissonBroker's fetch.lua; the built-in dispatch.lua ``fetch`` on the
+#: queue); "transfer": look for due messages and move them (transfer.lua; the built-in
+#: ``fetch`` on the delay queue ``.DQ``, which its worker then re-enqueues and acks).
+SCRIPT_CATEGORIES = ("fetch", "transfer", "ack", "other")
+
+
+def script_category(script: str, argv: Sequence[Any]) -> str:
+    """The category of one EVALSHA call of the script named ``script``."""
+
+    def text(v: Any) -> str:
+        return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+    if script == "dispatch":  # dramatiq's dispatch.lua: KEYS, then command, timestamp, queue, …
+        numkeys = int(argv[2])
+        command = text(argv[3 + numkeys]) if len(argv) > 3 + numkeys else ""
+        queue = text(argv[5 + numkeys]) if len(argv) > 5 + numkeys else ""
+        if command == "fetch":
+            return "transfer" if queue.endswith(".DQ") else "fetch"
+        return "ack" if command == "ack" else "other"
+    if "transfer" in script:
+        return "transfer"
+    if "fetch" in script:
+        return "fetch"
+    return "ack" if script == "ack" else "other"
+
+
+def counter_slots(command_names: Iterable[str]) -> list[str]:
+    """The slots of a :class:`CommandCounter`: one per command name, one per script
+    category (``script:fetch`` …), and ``?`` for anything else."""
+    return [*sorted(set(command_names)), *(f"script:{c}" for c in SCRIPT_CATEGORIES), "?"]
+
+
+class CommandCounter:
+    """Counts the commands this process sends, by name, and its EVALSHA calls by
+    :data:`SCRIPT_CATEGORIES`, into ``out[base + slot]`` (a list, or a shared array the
+    harness reads). Hooked into redis-py's command packer, which every command, pipelined
+    or not, goes through; counts only while :meth:`active` (one counter at a time)."""
+
+    _current: CommandCounter | None = None
+    _hooked = False
+
+    def __init__(self, slots: Sequence[str], scripts: dict[str, str], out: Any, base: int = 0) -> None:
+        import threading
+
+        self.index = {name: i for i, name in enumerate(slots)}
+        self.scripts, self.out, self.base = scripts, out, base
+        self.unknown = self.index["?"]
+        self.lock = threading.Lock()
+
+    def count(self, argv: Sequence[Any]) -> None:
+        first = argv[0]
+        name = (first.decode() if isinstance(first, bytes) else str(first)).split(" ", 1)[0].lower()
+        slots = [self.index.get(name, self.unknown)]
+        if name == "evalsha" and len(argv) > 2:
+            sha = argv[1].decode() if isinstance(argv[1], bytes) else str(argv[1])
+            category = script_category(self.scripts.get(sha, "?"), argv)
+            slots.append(self.index[f"script:{category}"])
+        with self.lock:
+            for slot in slots:
+                self.out[self.base + slot] += 1
+
+    def activate(self) -> None:
+        CommandCounter._hook()
+        CommandCounter._current = self
+
+    @staticmethod
+    def deactivate() -> None:
+        CommandCounter._current = None
+
+    @staticmethod
+    def _hook() -> None:
+        if CommandCounter._hooked:
+            return
+        import redis.connection as rc
+
+        for cls_name in ("PythonRespSerializer", "HiredisRespSerializer"):
+            cls = getattr(rc, cls_name, None)
+            if cls is None:
+                continue
+
+            def pack(self: Any, *args: Any, _original: Any = cls.pack) -> Any:
+                counter = CommandCounter._current
+                if counter is not None and args:
+                    try:
+                        counter.count(args)
+                    except Exception:  # counting must never break a command
+                        pass
+                return _original(self, *args)
+
+            cls.pack = pack
+        CommandCounter._hooked = True
+
+
 # -- worker processes -----------------------------------------------------------------
 
 
 class Workers:
     """``procs`` child processes (multiprocessing spawn), each running a Dramatiq
     ``Worker`` with ``threads`` threads in-process. ``mode="move"`` runs workers that only
-    move delayed messages to the ready queue and never run them (burst scenario)."""
+    move delayed messages to the ready queue and never run them (burst scenario).
 
-    def __init__(self, kind: str, url: str, procs: int, threads: int, mode: str = "run") -> None:
+    With ``count_slots`` (see :func:`counter_slots`), every process counts the commands it
+    sends into a shared array; :meth:`command_counts` sums them. Every process reports
+    where it imports ``dramatiq_redisson`` from, and must agree with this process."""
+
+    def __init__(
+        self,
+        kind: str,
+        url: str,
+        procs: int,
+        threads: int,
+        mode: str = "run",
+        count_slots: Sequence[str] | None = None,
+    ) -> None:
         self.kind, self.url, self.procs, self.threads, self.mode = kind, url, procs, threads, mode
         self.ctx = mp.get_context("spawn")
         self.processes: list[Any] = []
         self.crashed: list[str] = []
+        self.count_slots = list(count_slots) if count_slots else None
+        self.counts: Any = None
+        self.product: str | None = None
 
     def __enter__(self) -> Workers:
         from ._child import worker_main
 
         self.stop_event = self.ctx.Event()
         self.ready = self.ctx.Queue()
-        for _ in range(self.procs):
+        width = len(self.count_slots) if self.count_slots else 0
+        if self.count_slots:
+            self.counts = self.ctx.RawArray("q", self.procs * width)
+        for i in range(self.procs):
+            count = (self.counts, i * width, self.count_slots) if self.count_slots else None
             p = self.ctx.Process(
                 target=worker_main,
-                args=(self.kind, self.url, self.threads, self.mode, self.ready, self.stop_event),
+                args=(self.kind, self.url, self.threads, self.mode, self.ready, self.stop_event, count),
                 daemon=True,
             )
             p.start()
             self.processes.append(p)
         deadline = time.monotonic() + 120
         ready = 0
+        expected = product_origin()
         try:
             while ready < self.procs:
                 if time.monotonic() > deadline:
@@ -400,14 +587,27 @@ class Workers:
                     if not p.is_alive():
                         raise RuntimeError(f"worker process {p.pid} died at start (exit code {p.exitcode})")
                 try:
-                    self.ready.get(timeout=0.5)
-                    ready += 1
+                    pid, origin = self.ready.get(timeout=0.5)
                 except Exception:
-                    pass
+                    continue
+                ready += 1
+                if origin != expected:
+                    raise RuntimeError(
+                        f"worker process {pid} imports dramatiq_redisson from {origin}, the harness from {expected}"
+                    )
+                self.product = origin
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def command_counts(self) -> dict[str, int]:
+        """Commands sent so far by all the processes, per counter slot."""
+        if not self.count_slots:
+            return {}
+        width = len(self.count_slots)
+        raw = list(self.counts)
+        return {name: sum(raw[p * width + i] for p in range(self.procs)) for i, name in enumerate(self.count_slots)}
 
     @property
     def pids(self) -> list[int]:
@@ -564,7 +764,10 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=False, default=str)
 
 
-def machine_info(server: Server) -> dict[str, Any]:
+def machine_info(server: Server, product_root: Path | None = None) -> dict[str, Any]:
+    """The machine, the versions, and git commits (``+dirty``: uncommitted changes): ``git``,
+    the product measured (``product_root`` when given, else this checkout's
+    ``dramatiq_redisson``); ``harness_git``, this checkout's ``benchmarks``."""
     import platform
     import subprocess
 
@@ -578,23 +781,25 @@ def machine_info(server: Server) -> dict[str, Any]:
                 model = line.split(":", 1)[1].strip()
     except Exception:
         pass
-    git = ""
-    try:
-        root = HERE.parent
-        rev = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "dramatiq_redisson"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        git = rev + ("+dirty" if dirty else "")
-    except Exception:
-        pass
+
+    def git(root: Path, path: str) -> str:
+        try:
+            rev = subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--", path],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            return rev + ("+dirty" if dirty else "")
+        except Exception:
+            return ""
+
     return {
-        "git": git,
+        "git": git(product_root or HERE.parent, "dramatiq_redisson"),
+        "harness_git": git(HERE.parent, "benchmarks"),
         "nproc": os.cpu_count(),
         "cpu_model": model,
         "python": platform.python_version(),

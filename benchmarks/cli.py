@@ -1,4 +1,4 @@
-"""``python -m benchmarks SCENARIO [--brokers …] [--size …] [--url URL] [--json out.json]``."""
+"""``python -m benchmarks SCENARIO [--brokers …] [--size …] [--url URL] [--json out.json] [--product DIR]``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ._common import BROKER_KINDS, SIZES, Server, dumps, machine_info, median_merge, quiet_logging
+from ._common import (
+    BROKER_KINDS,
+    SIZES,
+    Server,
+    dumps,
+    machine_info,
+    median_merge,
+    product_origin,
+    quiet_logging,
+    use_product,
+)
 
 
 def _log(msg: str) -> None:
@@ -51,7 +61,7 @@ def _strip_samples(obj: Any) -> Any:
 
 def _merge_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A target over repeated runs: the median value; met only if met in every run."""
-    merged = median_merge(runs)
+    merged: dict[str, Any] = median_merge(runs)
     verdicts = [t["met"] for t in runs if t["met"] is not None]
     merged["met"] = None if not verdicts else all(verdicts)
     merged["met_runs"] = f"{sum(verdicts)}/{len(verdicts)}" if verdicts else None
@@ -79,7 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=None, help="use this Redis/Valkey (default: start an embedded Valkey)")
     parser.add_argument("--json", dest="json_out", default=None, help="write the full results (with samples) here")
     parser.add_argument("--repeat", type=int, default=1, help="run each scenario N times; tables show medians")
+    parser.add_argument(
+        "--product",
+        type=Path,
+        default=None,
+        help="import dramatiq_redisson from this tree, in the harness and in every worker process "
+        "(e.g. a `git worktree` frozen at the commit to measure; default: the installed one)",
+    )
     args = parser.parse_args(argv)
+    if args.product is not None:
+        try:
+            use_product(args.product)
+        except (ValueError, RuntimeError) as e:
+            parser.error(str(e))
 
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for b in brokers:
@@ -89,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logging()
     server = Server(args.url)
     _log(f"server {server.url} ({'embedded' if server.embedded else 'given'}), size {args.size}, brokers {brokers}")
+    _log(f"dramatiq_redisson from {product_origin()}")
     results: dict[str, Any] = {
         "meta": {
-            **machine_info(server),
+            **machine_info(server, args.product.resolve() if args.product else None),
+            "product": product_origin(),
             "size": args.size,
             "brokers": brokers,
             "repeat": args.repeat,

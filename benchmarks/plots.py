@@ -225,6 +225,55 @@ def burst(plt: Any, meta: dict[str, Any], data: dict[str, Any], out: Path) -> No
     plt.close(fig)
 
 
+def fleet(plt: Any, meta: dict[str, Any], data: dict[str, Any], out: Path) -> None:
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    p = data["params"]
+    procs = p["procs"]
+    for kind in ("redisson", "builtin"):
+        if kind not in data:
+            continue
+        for mode, style in (("immediate", "-"), ("delayed", "--")):
+            runs = [data[kind][mode].get(str(n)) for n in procs]
+            pts = [(n, r) for n, r in zip(procs, runs, strict=True) if r]
+            xs = [n for n, _ in pts]
+            label = f"{LABELS[kind]}, {mode}"
+            cpu = [r["server_cpu_us_per_msg"] for _, r in pts]
+            a1.plot(xs, cpu, style, marker="o", color=COLORS[kind], label=label)
+            for x, y in zip(xs, cpu, strict=True):
+                a1.annotate(f"{y:.0f}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            p99 = [(n, r["lateness_ms"]["p99"]) for n, r in pts if r["lateness_ms"]["p99"] is not None]
+            if p99:
+                a2.plot(*zip(*p99, strict=True), style, marker="o", color=COLORS[kind], label=label)
+    a2.axhline(5, color="grey", ls=":", lw=1)
+    a2.text(procs[0], 5, " 5 ms target", color="grey", fontsize=8, va="bottom")
+    for ax, ylabel in (
+        (a1, "server CPU per message (µs, INFO cpu)"),
+        (a2, "lateness p99 (ms, log scale)"),
+    ):
+        ax.set_xscale("log")
+        ax.set_xticks(procs, [str(n) for n in procs])
+        ax.minorticks_off()
+        ax.set_xlabel("worker processes (1 thread each)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    a1.set_ylim(bottom=0)
+    a2.set_yscale("log")
+    a2.set_title("start − due (delayed), start − send (immediate)", fontsize=9)
+    handles, names = a1.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=2, fontsize=8)
+    fig.suptitle(
+        _title(
+            meta,
+            f"Fleet: {p['rate']} messages/s for {p['window']} s, plain and delayed {p['delay']} ms"
+            f" — dramatiq_redisson at git {meta.get('git')}",
+        ),
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(out)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plots")
     parser.add_argument("files", nargs="+")
@@ -301,6 +350,8 @@ def _plot(plt: Any, name: str, meta: dict[str, Any], data: dict[str, Any], path:
         offer(plt, meta, data, path)
     elif name == "burst":
         burst(plt, meta, data, path)
+    elif name == "fleet":
+        fleet(plt, meta, data, path)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ def _usage(server: Server, n: int) -> dict[str, float]:
     for key in sorted(server.r.keys("*")):
         if b"__heartbeats__" in key:
             continue
-        out[key.decode()] = round(server.r.memory_usage(key, samples=0) / n, 1)
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        out[name] = round((server.r.memory_usage(key, samples=0) or 0) / n, 1)
     out["TOTAL used_memory delta"] = 0.0
     return out
 

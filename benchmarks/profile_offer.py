@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         return 0
     try:
-        plans = []
+        plans: list[tuple[str, Any, int]] = []
         for kind in ("redisson", "builtin"):
             broker = make_broker(kind, server.url)
             actor = declare(broker)
