@@ -249,3 +249,33 @@ def test_consumer_tokens_name_their_process() -> None:
 def test_transfer_lease_is_validated(redis_url: str, lease: Any) -> None:
     with pytest.raises(ValueError, match="transfer_lease"):
         RedissonBroker(url=redis_url, transfer_lease=lease)
+
+
+def test_the_transfer_script_takes_renews_and_respects_the_lease(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    keys = broker.keys("default")
+    scripts = broker.redisson_scripts
+
+    def transfer(token: str) -> Any:
+        return scripts.transfer(
+            keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10, token=token, lease_ms=3000
+        )
+
+    # The first caller takes the lease; a second caller stands by until it ends
+    first = transfer("a:1:x:1")
+    assert first.owner
+    value = redis_client.get(keys.lease)
+    assert value is not None
+    holder, end = value.decode().split()
+    assert holder == "a:1:x:1" and abs(int(end) - first.server_now_us // 1000 - 3000) <= 1
+    other = transfer("b:2:y:1")
+    assert not other.owner and other.lease_until_ms == int(end)
+    # The holder's calls within a third of the lease do not rewrite it (no write per due time)
+    assert transfer("a:1:x:1").owner
+    assert redis_client.get(keys.lease) == value
+    assert 2000 < redis_client.pttl(keys.lease) <= 3000
+    # Both are registered as seen; a call without a token ignores the lease
+    assert set(redis_client.zrange(keys.consumers, 0, -1)) == {b"a:1:x:1", b"b:2:y:1"}
+    assert scripts.transfer(keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10).owner
+    assert redis_client.get(keys.lease) == value

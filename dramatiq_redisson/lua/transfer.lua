@@ -96,9 +96,10 @@ local function seen()
 end
 
 local holder = token ~= "" and redis.call("GET", lease)
+local lease_end = holder and tonumber(string.match(holder, " (%d+)$"))
 if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
     seen()
-    return {0, -1, now_us, 0, tonumber(string.match(holder, " (%d+)$")) or now_ms + lease_ms}
+    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms}
 end
 
 local moved, dead = 0, 0
@@ -219,7 +220,10 @@ end
 if moved > own_slots then
     wake(idle, channel .. ":wake:{", moved - own_slots)
 end
-if token ~= "" then
+-- The holder renews at its first call a third of a lease after the last renewal (it
+-- calls at least every third of a lease, so a lease never runs below a third), not on
+-- every due time.
+if token ~= "" and (not lease_end or lease_end - now_ms < lease_ms * 2 / 3) then
     seen()
     redis.call("SET", lease, token .. " " .. (now_ms + lease_ms), "PX", lease_ms)
     -- Consumers not seen for three leases are gone (a standby checks about once a lease).
