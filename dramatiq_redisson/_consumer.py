@@ -148,6 +148,8 @@ class RedissonConsumer(Consumer):
                     return MessageProxy(message)
 
                 self.tick()
+                if self.message_cache:
+                    continue  # the transfer handed messages off to us
                 if self.outstanding_message_count < self.prefetch:
                     if self.registered and time.monotonic() < self.idle_poll_at:
                         # Registered as idle: a wake-up ends the wait; no polling.
@@ -310,14 +312,18 @@ class RedissonConsumer(Consumer):
                 self.reconcile_due = True
                 raise
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None))
-        self.registered = bool(token) and len(fetched) < count
-        if self.registered:
-            self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.safety_interval) / 1000
+        self._registered(bool(token) and len(fetched) < count)
         if not fetched:
             return False
         self.misses = 0
         self._cache(fetched)
         return True
+
+    def _registered(self, registered: bool) -> None:
+        """A script registered this consumer as idle (or took it out of the registry)."""
+        self.registered = registered
+        if registered:
+            self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.safety_interval) / 1000
 
     # -- subscription and failures -------------------------------------------------
 
@@ -415,19 +421,33 @@ class RedissonConsumer(Consumer):
         the lease), then follow the lease: listen for announcements while holding it."""
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
             own_slots = max(0, self.prefetch - self.outstanding_message_count)
-            result = self.scripts.transfer(
-                self.keys,
-                limit=self.broker.transfer_batch_size,
-                trim_budget=TRIM_BUDGET,
-                compact_step=COMPACT_STEP,
-                compact_slack=COMPACT_SLACK,
-                token=self.token,
-                lease_ms=self.broker.transfer_lease,
-                own_slots=own_slots,
-            )
+            with self.broker.held.lock(self.queue_name):
+                try:
+                    result = self.scripts.transfer(
+                        self.keys,
+                        limit=self.broker.transfer_batch_size,
+                        trim_budget=TRIM_BUDGET,
+                        compact_step=COMPACT_STEP,
+                        compact_slack=COMPACT_SLACK,
+                        token=self.token,
+                        lease_ms=self.broker.transfer_lease,
+                        own_slots=own_slots,
+                        worker_id=self.worker_id,
+                        listening=self.wake_ready,
+                    )
+                except _CONNECTION_ERRORS:
+                    # It may have run and handed messages off into our ack set.
+                    self.reconcile_due = True
+                    raise
+                self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
             self.timer.record(result)
+            if result.fetched:
+                self.misses = 0
+                self._cache(result.fetched)
             if result.moved and own_slots:
-                self.registered = False  # the script took us out of the idle registry: fetch next
+                # Out of the idle registry (we take or fetch what moved), or back in it
+                # with the slots left when we took everything there was.
+                self._registered(result.registered)
             if result.moved:
                 self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
             if result.dead:

@@ -77,10 +77,17 @@ def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight:
 class TransferResult:
     """What one run of the transfer script did."""
 
-    __slots__ = ("moved", "next_due_ms", "server_now_us", "dead", "lease_until_ms")
+    __slots__ = ("moved", "next_due_ms", "server_now_us", "dead", "lease_until_ms", "fetched", "registered")
 
     def __init__(
-        self, moved: int, next_due_ms: int | None, server_now_us: int, dead: int, lease_until_ms: int | None = None
+        self,
+        moved: int,
+        next_due_ms: int | None,
+        server_now_us: int,
+        dead: int,
+        lease_until_ms: int | None = None,
+        fetched: list[tuple[str, bytes | None]] | None = None,
+        registered: bool = False,
     ) -> None:
         self.moved = moved
         self.next_due_ms = next_due_ms
@@ -89,6 +96,10 @@ class TransferResult:
         #: ``None`` if the caller holds the transfer lease (it transferred), else when
         #: the other holder's lease ends (server epoch ms; nothing was transferred).
         self.lease_until_ms = lease_until_ms
+        #: Moved messages handed straight to the caller (now in its ack set).
+        self.fetched = fetched or []
+        #: Whether the call registered the caller as idle (it took all there was).
+        self.registered = registered
 
     @property
     def owner(self) -> bool:
@@ -306,12 +317,19 @@ class Scripts:
         token: str = "",
         lease_ms: int = 0,
         own_slots: int = 0,
+        worker_id: str = "",
+        listening: bool = False,
     ) -> TransferResult:
         """Move due entries if consumer ``token`` holds (or can take) the transfer lease
         for ``lease_ms``; without a token, move them regardless of the lease (see
-        transfer.lua). ``own_slots``: how many moved messages the caller fetches itself
-        (the rest wake idle consumers)."""
-        moved, next_due, now_us, dead, lease_until = self._run_idempotent(
+        transfer.lua). ``own_slots``: how many moved messages the caller (of worker
+        ``worker_id``) takes itself, handed off in the reply when the ready queue was
+        empty (the rest wake idle consumers); ``listening``: it may be registered as idle.
+
+        A call that may hand messages off is not retried after a lost reply (they would
+        sit in the ack set, unheld): the caller reconciles instead."""
+        run = self._run if own_slots else self._run_idempotent
+        moved, next_due, now_us, dead, lease_until, handed, registered = run(
             "transfer",
             (
                 keys.timeout_zset,
@@ -327,8 +345,9 @@ class Scripts:
                 keys.consumers,
                 keys.idle,
                 keys.channel,
+                keys.acks(worker_id),
             ),
-            (limit, trim_budget, compact_step, compact_slack, token, lease_ms, own_slots),
+            (limit, trim_budget, compact_step, compact_slack, token, lease_ms, own_slots, "1" if listening else ""),
         )
         return TransferResult(
             int(moved),
@@ -336,6 +355,8 @@ class Scripts:
             int(now_us),
             int(dead),
             int(lease_until) or None,
+            [(handed[i].decode(), handed[i + 1]) for i in range(0, len(handed), 2)],
+            bool(registered),
         )
 
     def release(self, keys: QueueKeys, token: str) -> int:

@@ -279,3 +279,46 @@ def test_the_transfer_script_takes_renews_and_respects_the_lease(
     assert set(redis_client.zrange(keys.consumers, 0, -1)) == {b"a:1:x:1", b"b:2:y:1"}
     assert scripts.transfer(keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10).owner
     assert redis_client.get(keys.lease) == value
+
+
+def test_the_transfer_hands_due_messages_to_its_caller_only_when_nothing_waits_ahead(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor
+    def job(i: int) -> None: ...
+
+    keys = broker.keys("default")
+
+    def transfer(own_slots: int) -> Any:
+        return broker.redisson_scripts.transfer(
+            keys,
+            limit=10,
+            trim_budget=10,
+            compact_step=10,
+            compact_slack=10,
+            token="a:1:x:1",
+            lease_ms=3000,
+            own_slots=own_slots,
+            worker_id="w1",
+            listening=True,
+        )
+
+    # An empty ready queue: the due message goes straight to the caller's ack set, and a
+    # caller with a slot left over is registered as idle with it
+    job.send_with_options(kwargs={"i": 1}, delay=1)
+    time.sleep(0.01)
+    result = transfer(own_slots=2)
+    assert result.moved == 1 and result.registered
+    ((member, data),) = result.fetched
+    assert data is not None and b'"i":1' in data
+    assert redis_client.smembers(keys.acks("w1")) == {member.encode()}
+    assert redis_client.llen(keys.ready) == 0 and redis_client.hexists(keys.ready_msgs, member)
+    assert redis_client.zscore(keys.idle, "a:1:x:1") == 1
+    # Messages already waiting: what comes due queues behind them (FIFO); the caller fetches
+    job.send_with_options(kwargs={"i": 2})
+    job.send_with_options(kwargs={"i": 3}, delay=1)
+    time.sleep(0.01)
+    result = transfer(own_slots=2)
+    assert result.moved == 1 and result.fetched == [] and not result.registered
+    assert redis_client.llen(keys.ready) == 2
+    assert redis_client.zscore(keys.idle, "a:1:x:1") is None

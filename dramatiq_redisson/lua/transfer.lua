@@ -15,6 +15,7 @@
 -- KEYS[11] ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
 -- KEYS[12] ZSET  redisson_delay_queue_idle:{N}       consumer token -> free slots
 -- KEYS[13] CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
+-- KEYS[14] SET   <ns>:__acks__.<worker id>.<queue>   the caller's ack set (hand-off, below)
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list
@@ -23,7 +24,8 @@
 -- ARGV[5]  the calling consumer's token, or "": transfer without looking at or taking
 --          the lease (an operator's one-off transfer)
 -- ARGV[6]  lease time in ms
--- ARGV[7]  slots the caller fills itself right after this call (it fetches next)
+-- ARGV[7]  slots the caller fills itself: its free prefetch slots
+-- ARGV[8]  "1" if the caller listens on its wake channel (it may be registered as idle)
 --
 -- The lease: one consumer per queue runs the transfers (the timer); any consumer may
 -- call, and a call while another consumer holds the lease only records the caller as
@@ -32,8 +34,15 @@
 -- and takes (or renews) the lease. Moving stays correct whoever calls: the script is
 -- atomic, so two callers that both think they hold the lease cannot move an entry twice.
 --
--- Wake-ups: moved messages the caller will not fetch itself wake as many idle consumers
--- (see _wake.lua).
+-- Hand-off: when the ready queue was empty, the first moved messages, up to the caller's
+-- free slots, go straight into the caller's ack set and come back with the reply (a
+-- fetch in the same call: one call per delayed message instead of two). When the ready
+-- queue already had messages, everything moved queues behind them (FIFO) and the caller
+-- fetches as usual. A caller with slots left over is registered as idle (as fetch.lua
+-- does) when it listens on its wake channel.
+--
+-- Wake-ups: moved messages the caller does not take wake as many idle consumers (see
+-- _wake.lua).
 --
 -- The member of an entry is its 16-char sort key followed by the message id; the
 -- member is also the redis message id the entry gets in the ready queue.
@@ -53,7 +62,8 @@
 --
 -- Returns: {moved, next due time in epoch ms or -1, server time in epoch µs,
 --           entries sent to the dead letters, 0 if the caller holds the lease now or
---           else when the other holder's lease ends (epoch ms)}
+--           else when the other holder's lease ends (epoch ms), handed-off messages as a
+--           flat list id1, data1, ..., 1 if the caller is now registered as idle else 0}
 
 -- include: _wake.lua
 
@@ -65,6 +75,7 @@ local trim_budget = tonumber(ARGV[2])
 local compact_step = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
 local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local acks, listening = KEYS[14], ARGV[8] == "1"
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -99,10 +110,11 @@ local holder = token ~= "" and redis.call("GET", lease)
 local lease_end = holder and tonumber(string.match(holder, " (%d+)$"))
 if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
     seen()
-    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms}
+    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0}
 end
 
 local moved, dead = 0, 0
+local handed = {}
 local wrote = false
 local due = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "LIMIT", 0, limit)
 if #due > 0 then
@@ -148,7 +160,18 @@ if #due > 0 then
     if moved > 0 then
         variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
-        variadic("RPUSH", ready, members)
+        local take = 0
+        if own_slots > 0 and token ~= "" and redis.call("LLEN", ready) == 0 then
+            take = math.min(own_slots, moved)
+            for i = 1, take do
+                handed[#handed + 1] = members[i]
+                handed[#handed + 1] = ready_pairs[2 * i]
+            end
+            redis.call("SADD", acks, unpack(members, 1, take))
+        end
+        if take < moved then
+            variadic("RPUSH", ready, { unpack(members, take + 1) })
+        end
     end
     if dead > 0 then
         variadic("ZADD", xq, xq_pairs)
@@ -214,8 +237,14 @@ else
     end
 end
 
+local registered = 0
 if moved > 0 and own_slots > 0 then
-    redis.call("ZREM", idle, token) -- the caller fetches next: not idle
+    redis.call("ZREM", idle, token) -- the caller takes or fetches these: not idle
+    local left = own_slots - #handed / 2
+    if #handed > 0 and left > 0 and listening then
+        redis.call("ZADD", idle, left, token) -- took all there was: idle with what is left
+        registered = 1
+    end
 end
 if moved > own_slots then
     wake(idle, channel .. ":wake:{", moved - own_slots)
@@ -235,4 +264,4 @@ local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
 if first[1] then
     next_due = tonumber(first[2])
 end
-return {moved, next_due, now_us, dead, 0}
+return {moved, next_due, now_us, dead, 0, handed, registered}
