@@ -139,6 +139,14 @@ def client_retry_span_ms(client: redis.Redis) -> int | None:
     return math.ceil(1000 * (socket_timeout + retries * (connect_timeout + socket_timeout) + total))
 
 
+def _eta_estimate(delay_ms: int | None) -> int | None:
+    """For a delayed send, the ``eta`` the built-in broker would give it (now + delay on
+    this process's clock, epoch ms), handed to ``before_enqueue``; else ``None``."""
+    if not delay_ms:
+        return None
+    return int(time.time() * 1000) + delay_ms
+
+
 def validate_delay(delay: Any) -> int | None:
     """Return ``delay`` as whole milliseconds, or ``None`` for no delay.
 
@@ -391,19 +399,21 @@ class RedissonBroker(RedisBroker):
         self.logger.debug(
             "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
         )
-        self.emit_before("enqueue", message, delay)
+        estimate = _eta_estimate(delay_ms)
+        self._emit_before_enqueue(message, delay, estimate)
+        due: int | None = None
         try:
             if in_flight:
-                self._redeliver(keys, message, sort_key, delay_ms, in_flight)
+                due = self._redeliver(keys, message, sort_key, delay_ms, in_flight)
             else:
-                self._send(keys, message, sort_key, delay_ms)
+                due = self._send(keys, message, sort_key, delay_ms)
         except redis.exceptions.OutOfMemoryError as e:
             if not in_flight:
                 raise self._memory_full(e, enqueued=[], failed=[message], unknown=[]) from e
             # A retry refused by a full server would be lost once the worker acks the
             # message: let it take the place of the copy being processed instead.
             try:
-                self._send(keys, message, sort_key, delay_ms, replacing=in_flight)
+                due = self._send(keys, message, sort_key, delay_ms, replacing=in_flight)
             except redis.exceptions.OutOfMemoryError as again:
                 raise self._memory_full(again, enqueued=[], failed=[message], unknown=[]) from again
             self.logger.warning(
@@ -415,12 +425,29 @@ class RedissonBroker(RedisBroker):
             if is_permission_error(e):
                 self._explain_permissions(keys, e)
             raise
+        if estimate is not None:
+            # The due time the offer stored (server clock), as the built-in broker's eta.
+            message.options["eta"] = due if due is not None else estimate
         self.emit_after("enqueue", message, delay)
         return message
 
+    def _emit_before_enqueue(self, message: Message[Any], delay: Any, eta: int | None) -> None:
+        """Emit the ``before_enqueue`` hook on a delayed message with an ``eta`` option, as
+        the built-in broker hands it (now + delay; after the send, the stored due time).
+        The option is taken off again before the message is encoded: the stored and
+        transferred copies carry none (a Worker would delay them again)."""
+        if eta is None:
+            self.emit_before("enqueue", message, delay)
+            return
+        message.options["eta"] = eta
+        try:
+            self.emit_before("enqueue", message, delay)
+        finally:
+            message.options.pop("eta", None)
+
     def _redeliver(
         self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, in_flight: str
-    ) -> None:
+    ) -> int | None:
         """Re-enqueue a message being processed, retrying through a lost connection, a
         restarting or loading server, for up to :data:`REDELIVERY_RETRY_TIME`.
 
@@ -429,15 +456,15 @@ class RedissonBroker(RedisBroker):
         the same prepared message again is safe: an offer of the same member schedules it
         once, and an immediate copy is pushed once (enqueue.lua). If the server stays away,
         the copy in flight is released instead: the consumer does not ack it, and requeues
-        it from its ack set once the server is back."""
+        it from its ack set once the server is back. Returns what :meth:`_send` returns."""
         deadline = time.monotonic() + REDELIVERY_RETRY_TIME / 1000
         attempts = 0
         while True:
             try:
-                self._send(keys, message, sort_key, delay_ms)
+                due = self._send(keys, message, sort_key, delay_ms)
                 if attempts:
                     self.logger.info("Re-enqueued message %r after %d attempts.", message.message_id, attempts + 1)
-                return
+                return due
             except (redis.ConnectionError, redis.TimeoutError) as e:  # BusyLoadingError is a ConnectionError
                 if time.monotonic() >= deadline:
                     self.held.release(keys.queue_name, in_flight)
@@ -471,19 +498,22 @@ class RedissonBroker(RedisBroker):
 
     def _send(
         self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, replacing: str = ""
-    ) -> None:
-        """One prepared message: offered when delayed, else pushed (unless already there)."""
+    ) -> int | None:
+        """One prepared message: offered when delayed, else pushed (unless already there).
+        Returns the due time the offer stored (epoch ms, server clock), or ``None``
+        (immediate, or a message that had already come due and moved)."""
         if delay_ms:
             data = encode_scheduled(message, sort_key)
             entry = (delay_ms, sort_key, message.message_id, data, "")
-            self.redisson_scripts.offer(keys, [entry], replacing=replacing)
-            return
+            (due,) = self.redisson_scripts.offer(keys, [entry], replacing=replacing)
+            return int(due) if int(due) >= 0 else None
         redis_id = message.options["redis_message_id"]
         _, pushed = self.redisson_scripts.enqueue(
             keys, [(redis_id, message.encode())], self.dedupe_window, replacing=replacing
         )
         if not pushed:
             self._log_duplicates(keys.queue_name, [redis_id])
+        return None
 
     def _log_duplicates(self, queue_name: str, redis_ids: list[str]) -> None:
         self.logger.info(
@@ -580,9 +610,10 @@ class RedissonBroker(RedisBroker):
         else:
             sort_keys = [""] * len(messages)
             prepared = [self._prepare(m, None)[0] for m in messages]
+        estimate = _eta_estimate(delay_ms)
         if self._hooked("before_enqueue"):
             for message in prepared:
-                self.emit_before("enqueue", message, delay)
+                self._emit_before_enqueue(message, delay, estimate)
         by_queue: dict[str, list[int]] = defaultdict(list)
         for index, message in enumerate(prepared):
             by_queue[message.queue_name].append(index)
@@ -635,6 +666,15 @@ class RedissonBroker(RedisBroker):
                         self.dedupe_window,
                     )
         enqueued.sort()
+        if estimate is not None:
+            # Each message's eta: the due time its call stored, else (not known to be
+            # scheduled) the estimate.
+            for message in prepared:
+                message.options["eta"] = estimate
+            for chunk, outcome in zip(chunks, outcomes, strict=True):
+                if isinstance(outcome, list) and int(outcome[1]) >= 0:
+                    for i in chunk:
+                        prepared[i].options["eta"] = int(outcome[1])
         if self._hooked("after_enqueue"):
             for i in enqueued:
                 self.emit_after("enqueue", prepared[i], delay)

@@ -35,7 +35,11 @@ def test_offer_writes_zset_backup_list_and_payload_under_redisson_names(
     assert redis_client.hexists("redisson_delay_queue_msgs:{dramatiq:orders}", message.message_id)
     # And nothing reaches the ready queue or a built-in .DQ queue
     assert not redis_client.exists("dramatiq:orders", "dramatiq:orders.DQ", "dramatiq:orders.DQ.msgs")
-    assert "eta" not in message.options
+    # The returned message names its due time as the built-in's eta does; the stored copy
+    # carries none (a Worker would delay it again)
+    assert message.options["eta"] == due
+    stored = redis_client.hget("redisson_delay_queue_msgs:{dramatiq:orders}", message.message_id)
+    assert stored is not None and b'"eta"' not in stored
     assert broker.get_declared_delay_queues() == set()
 
 
