@@ -167,4 +167,3 @@ def test_a_transferred_message_carries_no_eta(broker: RedissonBroker, redis_clie
     (message,) = [m for m in seen if m is not None]
     assert "eta" not in message.options
     consumer.close()
-
