@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq.logging import get_logger
@@ -11,6 +12,11 @@ from ._keys import QueueKeys
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
+
+
+#: Default ``grace`` (ms) of :meth:`DelayedQueue.overdue`: a due message normally moves
+#: within a few ms; one still scheduled a second after its due time is stuck.
+OVERDUE_GRACE = 1000
 
 
 class DelayedQueue:
@@ -46,6 +52,73 @@ class DelayedQueue:
         """Cancel every scheduled message of the queue. Returns how many there were."""
         return int(self.broker.redisson_scripts.clear(self.keys))
 
+    def get(self, message_id: str) -> tuple[int, Message[Any]] | None:
+        """A scheduled message (or the pending retry of one) and its due time (epoch ms,
+        server clock), or ``None`` if it is not scheduled (it moved, was cancelled, or
+        never was). One atomic read."""
+        found = self.broker.redisson_scripts.peek(self.keys, message_id)
+        if found is None:
+            return None
+        due, stored = found
+        message = self._decode(stored[:16] + message_id.encode(), stored)
+        return None if message is None else (due, message)
+
+    def reschedule(self, message_id: str, *, delay: Any = None, at: int | datetime.datetime | None = None) -> bool:
+        """Move a scheduled message to a new due time: ``delay`` from now (ms, or a
+        :class:`datetime.timedelta`) or ``at`` an absolute time (epoch ms, or an aware
+        :class:`datetime.datetime`; a time in the past means now). Times are on the
+        server's clock. The message keeps its id. One atomic server step.
+
+        Returns False if the message is no longer scheduled (it moved or was cancelled).
+
+        Raises:
+          TypeError, ValueError: Neither or both of ``delay`` and ``at``, a naive datetime,
+            or a delay the broker would refuse for a send; nothing is changed.
+        """
+        from ._broker import validate_delay
+
+        if (delay is None) == (at is None):
+            raise TypeError("reschedule() takes exactly one of delay= or at=")
+        if at is not None:
+            due = self._epoch_ms(at)
+            return self.broker.redisson_scripts.reschedule(self.keys, message_id, "at", due) is not None
+        delay_ms = validate_delay(delay.total_seconds() * 1000 if isinstance(delay, datetime.timedelta) else delay)
+        return self.broker.redisson_scripts.reschedule(self.keys, message_id, "in", delay_ms or 0) is not None
+
+    def promote(self, message_id: str) -> bool:
+        """Run a scheduled message now: it becomes due at once and the queue's transfer
+        lease holder moves it to the ready queue within a few ms (idle consumers are woken
+        as for any ready message). Returns False if it is no longer scheduled."""
+        return self.broker.redisson_scripts.reschedule(self.keys, message_id, "at", 0) is not None
+
+    def count(self, *, due_before: int | datetime.datetime | None = None) -> int:
+        """How many messages are scheduled; with ``due_before`` (epoch ms or an aware
+        datetime), only those due before it."""
+        scripts = self.broker.redisson_scripts
+        if due_before is None:
+            return scripts.count(self.keys, "all")[0]
+        return scripts.count(self.keys, "before", self._epoch_ms(due_before))[0]
+
+    def overdue(self, *, grace: int = OVERDUE_GRACE) -> int:
+        """How many messages were due more than ``grace`` ms ago (server clock) and are still
+        scheduled: they should have moved already. Above zero for long, no consumer of the
+        queue is running (or none can reach the server): the "stuck" alarm."""
+        if not isinstance(grace, int) or grace < 0:
+            raise ValueError(f"grace must be a non-negative int of ms, got {grace!r}")
+        return self.broker.redisson_scripts.count(self.keys, "overdue", grace)[0]
+
+    @staticmethod
+    def _epoch_ms(when: int | datetime.datetime) -> int:
+        if isinstance(when, datetime.datetime):
+            if when.tzinfo is None or when.utcoffset() is None:
+                raise ValueError("a datetime must be timezone-aware (e.g. datetime.now(timezone.utc))")
+            return int(when.timestamp() * 1000)
+        if isinstance(when, bool) or not isinstance(when, int):
+            raise TypeError(f"a time must be epoch ms (int) or an aware datetime, not {type(when).__name__}")
+        if when < 0:
+            raise ValueError(f"a time must not be negative, got {when!r}")
+        return when
+
     def next_due(self) -> int | None:
         """The earliest due time (epoch ms, server clock), or None when nothing is scheduled."""
         head = self.broker.client.zrange(self.keys.timeout_zset, 0, 0, withscores=True)
@@ -55,8 +128,13 @@ class DelayedQueue:
         """Scheduled messages as ``(due epoch ms, message)`` pairs, earliest first.
 
         Entries that cannot be decoded are skipped with a logged error.
+
+        Raises:
+          ValueError: A negative ``limit``.
         """
-        if limit is not None and limit <= 0:
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit!r}")
+        if limit == 0:
             return []
         client = self.broker.client
         entries = cast(
@@ -72,15 +150,22 @@ class DelayedQueue:
             # An entry may have moved or been cancelled between the two reads.
             if data is None or data[:16] != member[:16]:
                 continue
-            try:
-                message = Message.decode(data[16:])
-            except Exception:
-                self.logger.error("Could not decode scheduled entry %r of queue %r.", member, self.queue_name)
-                continue
-            # A compact payload leaves redis_message_id out (see encode_scheduled).
-            message.options["redis_message_id"] = member.decode()
-            result.append((int(due), message))
+            message = self._decode(member, data)
+            if message is not None:
+                result.append((int(due), message))
         return result
+
+    def _decode(self, member: bytes, stored: bytes) -> Message[Any] | None:
+        """The message of a stored payload (sort key + encoded message); ``None``, with a
+        logged error, if it cannot be decoded."""
+        try:
+            message = Message.decode(stored[16:])
+        except Exception:
+            self.logger.error("Could not decode scheduled entry %r of queue %r.", member, self.queue_name)
+            return None
+        # A compact payload leaves redis_message_id out (see encode_scheduled).
+        message.options["redis_message_id"] = member.decode()
+        return message
 
     def __len__(self) -> int:
         return self.size()

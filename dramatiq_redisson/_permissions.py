@@ -68,6 +68,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "unlink",
     "zadd",
     "zcard",
+    "zcount",
     "zmscore",
     "zrange",
     "zrangebyscore",

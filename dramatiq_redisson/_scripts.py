@@ -33,6 +33,9 @@ _NAMES = (
     "bury",
     "heartbeat",
     "release",
+    "peek",
+    "reschedule",
+    "count",
 )
 
 #: A line ``-- include: _name.lua`` in a script stands for that file's text (shared
@@ -440,6 +443,25 @@ class Scripts:
     def bury_legacy(self, keys: QueueKeys, ids: Sequence[str]) -> int:
         """Move undecodable entries of the built-in ``.DQ`` queue to the dead letters."""
         return int(self._run("bury", (keys.legacy_dq, keys.legacy_dq_msgs, keys.xq, keys.xq_msgs), ids))
+
+    def peek(self, keys: QueueKeys, message_id: str) -> tuple[int, bytes] | None:
+        """A scheduled message's due time (epoch ms) and stored payload, or ``None``."""
+        due, stored = self._run("peek", (keys.timeout_zset, keys.payloads), (message_id,))
+        return None if int(due) < 0 or stored is None else (int(due), stored)
+
+    def reschedule(self, keys: QueueKeys, message_id: str, mode: str, value_ms: int) -> int | None:
+        """New due time ``"in"`` ms from the server's now or ``"at"`` epoch ms; returns it,
+        or ``None`` when the message is not scheduled."""
+        due = int(
+            self._run("reschedule", (keys.timeout_zset, keys.payloads, keys.channel), (message_id, mode, value_ms))
+        )
+        return None if due < 0 else due
+
+    def count(self, keys: QueueKeys, mode: str, value_ms: int = 0) -> tuple[int, int]:
+        """``(count, server epoch ms)``: scheduled messages, ``"all"``, due ``"before"``
+        an epoch ms, or ``"overdue"`` by more than ``value_ms``."""
+        count, now_ms = self._run("count", (keys.timeout_zset,), (mode, value_ms))
+        return int(count), int(now_ms)
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too); returns the server time, epoch ms."""

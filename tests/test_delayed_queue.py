@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import dramatiq
 import pytest
 import redis
@@ -113,3 +115,119 @@ def test_offering_a_scheduled_message_again_reschedules_it(
     dq = broker.delayed_queue("dq")
     assert dq.size() == 1
     assert dq.next_due() < first_due  # type: ignore[operator]
+
+
+def test_get_returns_the_due_time_and_message_until_it_moves(
+    broker: RedissonBroker,
+    noop: dramatiq.Actor,  # type: ignore[type-arg]
+    redis_client: redis.Redis,
+) -> None:
+    dq = broker.delayed_queue("dq")
+    sent = noop.send_with_options(args=(5,), delay=60_000)
+    found = dq.get(sent.message_id)
+    assert found is not None
+    due, message = found
+    keys = broker.keys("dq")
+    assert due == redis_client.zscore(keys.timeout_zset, sent.options["redis_message_id"]) == sent.options["eta"]
+    assert (message.message_id, message.args, message.queue_name) == (sent.message_id, (5,), "dq")
+    assert message.options["redis_message_id"] == sent.options["redis_message_id"]
+    assert dq.get("unknown") is None
+    assert dq.remove(sent.message_id) and dq.get(sent.message_id) is None
+
+
+def test_reschedule_moves_the_due_time_on_the_server_clock_and_keeps_the_id(
+    broker: RedissonBroker,
+    noop: dramatiq.Actor,  # type: ignore[type-arg]
+    redis_client: redis.Redis,
+) -> None:
+    import datetime
+
+    from .helpers import server_ms
+
+    dq = broker.delayed_queue("dq")
+    first = noop.send_with_options(args=(1,), delay=60_000)
+    second = noop.send_with_options(args=(2,), delay=120_000)
+    # Later, by a delay from now (ms or timedelta)
+    before = server_ms(redis_client)
+    assert dq.reschedule(first.message_id, delay=datetime.timedelta(minutes=5))
+    found = dq.get(first.message_id)
+    assert found is not None and before + 300_000 <= found[0] <= server_ms(redis_client) + 300_000
+    assert found[1].options["redis_message_id"] == first.options["redis_message_id"]
+    assert [m.message_id for _, m in dq.read_all()] == [second.message_id, first.message_id]
+    # At an absolute time (epoch ms or an aware datetime)
+    at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    assert dq.reschedule(second.message_id, at=at)
+    assert dq.get(second.message_id)[0] == int(at.timestamp() * 1000)  # type: ignore[index]
+    assert dq.reschedule(second.message_id, at=before + 10_000)
+    assert dq.next_due() == before + 10_000
+    # Nothing to reschedule, and bad input changes nothing
+    assert not dq.reschedule("unknown", delay=1000)
+    for kwargs in ({}, {"delay": 1, "at": 1}):
+        with pytest.raises(TypeError):
+            dq.reschedule(first.message_id, **kwargs)
+    with pytest.raises(ValueError):
+        dq.reschedule(first.message_id, delay=-1)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        dq.reschedule(first.message_id, at=datetime.datetime.now())
+    assert dq.get(second.message_id)[0] == before + 10_000  # type: ignore[index]
+
+
+def test_reschedule_to_earlier_is_announced_and_runs_on_time(
+    broker: RedissonBroker,
+    redis_client: redis.Redis,
+    worker: Worker,
+) -> None:
+    @dramatiq.actor
+    def stamp() -> None:
+        record(redis_client, i=1)
+
+    from .helpers import server_ms
+
+    message = stamp.send_with_options(delay=600_000)
+    time.sleep(0.2)  # the transfer holder now waits for the next safety check, not 10 minutes
+    due = server_ms(redis_client) + 300
+    assert broker.delayed_queue("default").reschedule(message.message_id, at=due)
+    assert wait_for(lambda: len(records(redis_client)) == 1, timeout=5)
+    assert due <= records(redis_client)[0]["at_ms"] <= due + 100
+
+
+def test_promote_runs_a_scheduled_message_now(
+    broker: RedissonBroker,
+    redis_client: redis.Redis,
+    worker: Worker,
+) -> None:
+    @dramatiq.actor
+    def stamp() -> None:
+        record(redis_client, i=1)
+
+    from .helpers import server_ms
+
+    message = stamp.send_with_options(delay=600_000)
+    time.sleep(0.2)
+    promoted_at = server_ms(redis_client)
+    assert broker.delayed_queue("default").promote(message.message_id)
+    assert wait_for(lambda: len(records(redis_client)) == 1, timeout=5)
+    assert records(redis_client)[0]["at_ms"] - promoted_at <= 100
+    assert not broker.delayed_queue("default").promote(message.message_id)  # no longer scheduled
+
+
+def test_count_and_overdue(broker: RedissonBroker, noop: dramatiq.Actor, redis_client: redis.Redis) -> None:  # type: ignore[type-arg]
+    from .helpers import server_ms
+
+    dq = broker.delayed_queue("dq")
+    now = server_ms(redis_client)
+    broker.enqueue_many([noop.message(i) for i in range(3)], delay=10_000)
+    broker.enqueue_many([noop.message(i) for i in range(2)], delay=100_000)
+    assert dq.count() == 5
+    assert dq.count(due_before=now + 50_000) == 3
+    assert dq.count(due_before=now) == 0
+    # No consumer runs on "dq": a message past its due time stays, and is overdue
+    assert dq.overdue() == 0
+    stuck = noop.send_with_options(delay=1)
+    time.sleep(0.05)
+    assert dq.overdue(grace=0) == 1 and dq.overdue() == 0
+    assert dq.get(stuck.message_id) is not None
+    with pytest.raises(ValueError):
+        dq.overdue(grace=-1)
+    with pytest.raises(ValueError):
+        dq.read_all(limit=-1)

@@ -63,6 +63,7 @@ local read = {
     end,
     zset = function(k)
         check("ZCARD", k, k)
+        check("ZCOUNT", k, k, 1, 0)
         check("ZSCORE", k, k, token)
         check("ZMSCORE", k, k, token)
         check("ZRANGE", k, k, 1, 0)
