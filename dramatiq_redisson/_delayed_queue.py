@@ -96,8 +96,8 @@ class DelayedQueue:
         datetime), only those due before it."""
         scripts = self.broker.redisson_scripts
         if due_before is None:
-            return scripts.count(self.keys, "all")[0]
-        return scripts.count(self.keys, "before", self._epoch_ms(due_before))[0]
+            return scripts.count(self.keys, "all")
+        return scripts.count(self.keys, "before", self._epoch_ms(due_before))
 
     def overdue(self, *, grace: int = OVERDUE_GRACE) -> int:
         """How many messages were due more than ``grace`` ms ago (server clock) and are still
@@ -105,7 +105,7 @@ class DelayedQueue:
         queue is running (or none can reach the server): the "stuck" alarm."""
         if not isinstance(grace, int) or grace < 0:
             raise ValueError(f"grace must be a non-negative int of ms, got {grace!r}")
-        return self.broker.redisson_scripts.count(self.keys, "overdue", grace)[0]
+        return self.broker.redisson_scripts.count(self.keys, "overdue", grace)
 
     @staticmethod
     def _epoch_ms(when: int | datetime.datetime) -> int:

@@ -457,11 +457,10 @@ class Scripts:
         )
         return None if due < 0 else due
 
-    def count(self, keys: QueueKeys, mode: str, value_ms: int = 0) -> tuple[int, int]:
-        """``(count, server epoch ms)``: scheduled messages, ``"all"``, due ``"before"``
-        an epoch ms, or ``"overdue"`` by more than ``value_ms``."""
-        count, now_ms = self._run("count", (keys.timeout_zset,), (mode, value_ms))
-        return int(count), int(now_ms)
+    def count(self, keys: QueueKeys, mode: str, value_ms: int = 0) -> int:
+        """Scheduled messages: ``"all"``, due ``"before"`` an epoch ms, or ``"overdue"``
+        by more than ``value_ms`` on the server clock."""
+        return int(self._run("count", (keys.timeout_zset,), (mode, value_ms)))
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too); returns the server time, epoch ms."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import dramatiq
 import pytest
 import redis
 from dramatiq import Actor, Worker
+from dramatiq.message import Message
 from dramatiq.middleware import Retries
 
 from dramatiq_redisson import RedissonBroker
@@ -172,43 +174,41 @@ def test_reschedule_moves_the_due_time_on_the_server_clock_and_keeps_the_id(
     assert dq.get(second.message_id)[0] == before + 10_000  # type: ignore[index]
 
 
-def test_reschedule_to_earlier_is_announced_and_runs_on_time(
-    broker: RedissonBroker,
-    redis_client: redis.Redis,
-    worker: Worker,
-) -> None:
+@pytest.fixture
+def far_message(broker: RedissonBroker, redis_client: redis.Redis, worker: Worker) -> Message[Any]:
+    """A message that records its run, scheduled 10 minutes ahead on a running worker
+    whose transfer holder has settled on that due time."""
+
     @dramatiq.actor
     def stamp() -> None:
         record(redis_client, i=1)
 
-    from .helpers import server_ms
-
     message = stamp.send_with_options(delay=600_000)
     time.sleep(0.2)  # the transfer holder now waits for the next safety check, not 10 minutes
+    return message
+
+
+def test_reschedule_to_earlier_is_announced_and_runs_on_time(
+    broker: RedissonBroker, redis_client: redis.Redis, far_message: Message[Any]
+) -> None:
+    from .helpers import server_ms
+
     due = server_ms(redis_client) + 300
-    assert broker.delayed_queue("default").reschedule(message.message_id, at=due)
+    assert broker.delayed_queue("default").reschedule(far_message.message_id, at=due)
     assert wait_for(lambda: len(records(redis_client)) == 1, timeout=5)
     assert due <= records(redis_client)[0]["at_ms"] <= due + 100
 
 
 def test_promote_runs_a_scheduled_message_now(
-    broker: RedissonBroker,
-    redis_client: redis.Redis,
-    worker: Worker,
+    broker: RedissonBroker, redis_client: redis.Redis, far_message: Message[Any]
 ) -> None:
-    @dramatiq.actor
-    def stamp() -> None:
-        record(redis_client, i=1)
-
     from .helpers import server_ms
 
-    message = stamp.send_with_options(delay=600_000)
-    time.sleep(0.2)
     promoted_at = server_ms(redis_client)
-    assert broker.delayed_queue("default").promote(message.message_id)
+    assert broker.delayed_queue("default").promote(far_message.message_id)
     assert wait_for(lambda: len(records(redis_client)) == 1, timeout=5)
     assert records(redis_client)[0]["at_ms"] - promoted_at <= 100
-    assert not broker.delayed_queue("default").promote(message.message_id)  # no longer scheduled
+    assert not broker.delayed_queue("default").promote(far_message.message_id)  # no longer scheduled
 
 
 def test_count_and_overdue(broker: RedissonBroker, noop: dramatiq.Actor, redis_client: redis.Redis) -> None:  # type: ignore[type-arg]

@@ -90,6 +90,16 @@ def fleet(redis_url: str, redis_client: redis.Redis) -> Iterator[Callable[..., l
         driven.broker.close()
 
 
+@pytest.fixture
+def job(broker: RedissonBroker) -> Any:
+    """An actor on the default queue whose runs the driven consumers record."""
+
+    @dramatiq.actor
+    def job(i: int) -> None: ...
+
+    return job
+
+
 def runs(client: redis.Redis) -> dict[int, list[int]]:
     """Message ``i`` -> its run times (server epoch ms)."""
     out: dict[int, list[int]] = {}
@@ -105,11 +115,8 @@ def owner_of(fleet: list[Driven]) -> Driven:
 
 
 def test_one_consumer_transfers_for_the_fleet_and_a_message_wakes_one_consumer(
-    broker: RedissonBroker, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
+    broker: RedissonBroker, job: Any, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
 ) -> None:
-    @dramatiq.actor
-    def job(i: int) -> None: ...
-
     # Given four idle consumers of one queue (four worker processes)
     consumers = fleet(4, transfer_lease=1000)
     owner = owner_of(consumers)
@@ -148,11 +155,8 @@ def test_one_consumer_transfers_for_the_fleet_and_a_message_wakes_one_consumer(
 
 
 def test_a_killed_owner_delays_transfers_by_at_most_about_one_lease(
-    broker: RedissonBroker, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
+    broker: RedissonBroker, job: Any, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
 ) -> None:
-    @dramatiq.actor
-    def job(i: int) -> None: ...
-
     consumers = fleet(3, transfer_lease=1000)
     owner = owner_of(consumers)
     # When the owner stops without a word (kill -9: its lease stays until it lapses)
@@ -167,11 +171,8 @@ def test_a_killed_owner_delays_transfers_by_at_most_about_one_lease(
 
 
 def test_a_closing_owner_hands_the_lease_over_at_once(
-    broker: RedissonBroker, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
+    broker: RedissonBroker, job: Any, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
 ) -> None:
-    @dramatiq.actor
-    def job(i: int) -> None: ...
-
     # Given a lease far longer than the wait below
     consumers = fleet(3, transfer_lease=20_000)
     owner = owner_of(consumers)
@@ -186,11 +187,8 @@ def test_a_closing_owner_hands_the_lease_over_at_once(
 
 
 def test_a_stale_idle_entry_never_swallows_a_wake_up(
-    broker: RedissonBroker, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
+    broker: RedissonBroker, job: Any, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
 ) -> None:
-    @dramatiq.actor
-    def job(i: int) -> None: ...
-
     (consumer,) = fleet(1)
     keys = broker.keys("default")
     assert wait_for(lambda: redis_client.zscore(keys.idle, consumer.consumer.token) is not None)
@@ -207,11 +205,8 @@ def test_a_stale_idle_entry_never_swallows_a_wake_up(
 
 
 def test_messages_a_closing_consumer_gives_back_wake_an_idle_one(
-    broker: RedissonBroker, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
+    broker: RedissonBroker, job: Any, redis_client: redis.Redis, fleet: Callable[..., list[Driven]]
 ) -> None:
-    @dramatiq.actor
-    def job(i: int) -> None: ...
-
     # Given a consumer holding two prefetched messages, one of them not started
     (idle,) = fleet(1, start=False)
     holder = broker.consume("default", prefetch=2, timeout=100)
@@ -282,11 +277,8 @@ def test_the_transfer_script_takes_renews_and_respects_the_lease(
 
 
 def test_the_transfer_hands_due_messages_to_its_caller_only_when_nothing_waits_ahead(
-    broker: RedissonBroker, redis_client: redis.Redis
+    broker: RedissonBroker, job: Any, redis_client: redis.Redis
 ) -> None:
-    @dramatiq.actor
-    def job(i: int) -> None: ...
-
     keys = broker.keys("default")
 
     def transfer(own_slots: int) -> Any:

@@ -6,16 +6,16 @@
 --          before the server's now minus ARGV[2] ms: they should have moved already)
 -- ARGV[2]  milliseconds (integer)
 --
--- Returns: {count, server time in epoch ms}.
+-- Returns: the count.
 
 local zset, mode, value = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local t = redis.call("TIME")
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if mode == "all" then
-    return {redis.call("ZCARD", zset), now_ms}
+    return redis.call("ZCARD", zset)
 elseif mode == "before" then
-    return {redis.call("ZCOUNT", zset, "-inf", "(" .. value), now_ms}
+    return redis.call("ZCOUNT", zset, "-inf", "(" .. value)
 elseif mode == "overdue" then
-    return {redis.call("ZCOUNT", zset, "-inf", "(" .. (now_ms - value)), now_ms}
+    local t = redis.call("TIME")
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    return redis.call("ZCOUNT", zset, "-inf", "(" .. (now_ms - value))
 end
 return redis.error_reply("count: unknown mode " .. tostring(mode))

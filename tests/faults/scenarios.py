@@ -103,21 +103,24 @@ def no_fault(ctx: FaultContext) -> None:
     """Baseline (also used by ``acl-user``, whose 'fault' is the restricted user)."""
 
 
+def _kill9(ctx: FaultContext, pid: int, kind: str) -> None:
+    """SIGKILL one worker process and record it (nothing if it is already gone)."""
+    at = ctx.clock()
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    ctx.event(kind, at, pid=pid)
+    ctx.count("kills")
+
+
 def worker_kill9(ctx: FaultContext) -> None:
     """SIGKILL one forked worker process every ~5 s (full size). The CLI parent then
     shuts its other children down and exits; the fleet restarts the command."""
     while ctx.wait(5.0):
         pids = ctx.fleet.worker_pids()
-        if not pids:
-            continue
-        pid = ctx.rng.choice(pids)
-        at = ctx.clock()
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        ctx.event("kill9", at, pid=pid)
-        ctx.count("kills")
+        if pids:
+            _kill9(ctx, ctx.rng.choice(pids), "kill9")
 
 
 def owner_kill9(ctx: FaultContext) -> None:
@@ -135,14 +138,8 @@ def owner_kill9(ctx: FaultContext) -> None:
             pid = token_pid(holder.decode().split(" ")[0]) if holder else None
             if pid is None or pid not in ctx.fleet.worker_pids():
                 ctx.count("lease holder not found")
-                continue
-            at = ctx.clock()
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            ctx.event("owner-kill9", at, pid=pid)
-            ctx.count("kills")
+            else:
+                _kill9(ctx, pid, "owner-kill9")
     finally:
         admin.close()
 
