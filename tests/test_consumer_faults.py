@@ -26,8 +26,11 @@ from .helpers import records, server_ms, wait_for
 
 
 def _no_restart(worker: Worker, queue_name: str = "default") -> object:
-    """The consumer object a worker's consumer thread runs (Dramatiq replaces it on a restart)."""
-    return worker.consumers[queue_name].consumer
+    """The consumer object a worker's consumer thread runs (Dramatiq replaces it on a restart).
+    The thread makes it after `worker.start()` returns, so this waits until there is one."""
+    thread = worker.consumers[queue_name]
+    assert wait_for(lambda: thread.consumer is not None, timeout=5), "the consumer thread made no consumer"
+    return thread.consumer
 
 
 def test_killing_the_subscription_repeatedly_delays_nothing_and_restarts_nothing(
