@@ -2,19 +2,24 @@
 Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws fixed."""
 
 from ._broker import MAX_DELAY, RedissonBroker, validate_delay
+from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._errors import EnqueueError, ServerMemoryFull
 from ._keys import QueueKeys
+from ._stats import QueueStats, Stats
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeadLetters",
     "DelayedQueue",
     "EnqueueError",
     "MAX_DELAY",
     "QueueKeys",
+    "QueueStats",
     "RedissonBroker",
     "ServerMemoryFull",
+    "Stats",
     "validate_delay",
     "__version__",
 ]

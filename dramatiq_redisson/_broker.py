@@ -6,9 +6,9 @@ import dataclasses
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import uuid4
 
 import redis
@@ -20,13 +20,15 @@ from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
-from ._delayed_queue import DelayedQueue
+from ._dead_letters import DeadLetters
+from ._delayed_queue import OVERDUE_GRACE, DelayedQueue
 from ._errors import EnqueueError, ServerMemoryFull
 from ._held import HeldMessages
 from ._ids import next_sort_key, next_sort_keys
-from ._keys import QueueKeys
+from ._keys import QueueKeys, heartbeats_key, registry_key
 from ._permissions import MissingPermission, check_permissions, is_permission_error
 from ._scripts import Scripts, Unanswered
+from ._stats import QueueStats, Stats
 
 #: Most scheduled messages one transfer call moves to the ready queue.
 DEFAULT_TRANSFER_BATCH_SIZE = 100
@@ -274,6 +276,19 @@ class RedissonBroker(RedisBroker):
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
         self.permissions_checked: set[str] = set()
         self._owns_client = owns_client
+        #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
+        #: process's consumers run that moved messages: for each moved message, how late
+        #: it moved (ms after its due time, server clock). Metrics hook in here.
+        self.transfer_listeners: list[Callable[[str, list[int]], None]] = []
+
+    def notify_transfer(self, queue_name: str, lateness_ms: list[int]) -> None:
+        """Tell :attr:`transfer_listeners` about a transfer (a failing listener is logged,
+        never raised into the consumer)."""
+        for listener in self.transfer_listeners:
+            try:
+                listener(queue_name, lateness_ms)
+            except Exception:
+                self.logger.exception("Transfer listener %r failed.", listener)
 
     def close(self) -> None:
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""
@@ -712,6 +727,56 @@ class RedissonBroker(RedisBroker):
     def delayed_queue(self, queue_name: str) -> DelayedQueue:
         """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``)."""
         return DelayedQueue(self, self.keys(queue_name))
+
+    def dead_letters(self, queue_name: str) -> DeadLetters:
+        """A handle on the dead letters of ``queue_name`` (the built-in ``.XQ`` layout)."""
+        return DeadLetters(self, self.keys(queue_name))
+
+    def known_queues(self) -> list[str]:
+        """The queues this broker declared and those that have had consumers anywhere in
+        its namespace (each consumer's heartbeat lists its queue), sorted."""
+        listed = cast("set[bytes]", self.client.smembers(registry_key(self.namespace)))
+        names = {name.decode() for name in listed}
+        names.update(q for q in self.queues if not q.endswith((".DQ", ".XQ")))
+        return sorted(names)
+
+    def stats(self, queue_name: str | None = None, *, overdue_grace: int = OVERDUE_GRACE) -> Stats:
+        """Counts of one queue, or of every known queue (:meth:`known_queues`): ready, in
+        flight, scheduled, overdue (due more than ``overdue_grace`` ms ago and not yet
+        moved), next due time, dead, live consumers and the transfer lease holder; plus
+        the namespace's live workers. Each queue's counts are one atomic read on the
+        server clock, O(log n); all queues go in one round trip.
+
+        Raises:
+          ValueError: A negative ``overdue_grace``.
+        """
+        if isinstance(overdue_grace, bool) or not isinstance(overdue_grace, int) or overdue_grace < 0:
+            raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
+        names = [q_name(queue_name)] if queue_name is not None else self.known_queues()
+        live_ms = 3 * self.transfer_lease
+        with self.client.pipeline(transaction=False) as pipe:
+            for name in names:
+                self.redisson_scripts.stats(self.keys(name), overdue_grace, live_ms, client=pipe)
+            pipe.time()
+            replies = pipe.execute()
+        seconds, micros = replies.pop()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        workers = int(self.client.zcount(heartbeats_key(self.namespace), now_ms - self.heartbeat_timeout, "+inf"))
+        queues: dict[str, QueueStats] = {}
+        for name, reply in zip(names, replies, strict=True):
+            _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy = reply
+            queues[name] = QueueStats(
+                ready=int(ready),
+                in_flight=max(0, int(with_data) - int(ready)),
+                scheduled=int(scheduled),
+                overdue=int(overdue),
+                next_due_ms=None if int(next_due) < 0 else int(next_due),
+                dead=int(dead),
+                consumers=int(consumers),
+                transfer_holder=holder.decode() or None,
+                legacy_delayed=int(legacy),
+            )
+        return Stats(time_ms=now_ms, workers=workers, queues=queues)
 
     def flush(self, queue_name: str) -> None:
         """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``."""

@@ -450,6 +450,7 @@ class RedissonConsumer(Consumer):
                 self._registered(result.registered)
             if result.moved:
                 self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
+                self.broker.notify_transfer(self.queue_name, result.lateness_ms)
             if result.dead:
                 self.logger.error(
                     "Moved %d scheduled entries without a message to the dead letters of queue %r.",

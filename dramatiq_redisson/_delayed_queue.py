@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq.logging import get_logger
@@ -17,6 +18,24 @@ if TYPE_CHECKING:
 #: Default ``grace`` (ms) of :meth:`DelayedQueue.overdue`: a due message normally moves
 #: within a few ms; one still scheduled a second after its due time is stuck.
 OVERDUE_GRACE = 1000
+
+#: Entries one bulk step (``promote_all``, ``remove_all``) changes: one script call of
+#: O(step * log n), about a millisecond on a server with a million scheduled.
+BULK_STEP = 500
+
+
+def check_batch(batch: object, name: str = "batch") -> int:
+    """``batch`` as a positive int, or a ValueError naming it."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"{name} must be a positive int, got {batch!r}")
+    return batch
+
+
+def check_limit(limit: object) -> int | None:
+    """``limit`` (None or a non-negative int), or a ValueError."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or a non-negative int, got {limit!r}")
+    return limit
 
 
 class DelayedQueue:
@@ -106,6 +125,95 @@ class DelayedQueue:
         if not isinstance(grace, int) or grace < 0:
             raise ValueError(f"grace must be a non-negative int of ms, got {grace!r}")
         return self.broker.redisson_scripts.count(self.keys, "overdue", grace)
+
+    def scan(
+        self, *, actor_name: str | None = None, match: str | bytes | None = None, batch: int = 1000
+    ) -> Iterator[tuple[int, Message[Any]]]:
+        """Every scheduled message as ``(due epoch ms, message)``, in due order, read
+        ``batch`` at a time (one O(log n + batch) server call per page, never the whole
+        set at once). Entries scheduled, moved or rescheduled while the scan runs may or
+        may not be seen; none is seen twice unless it was rescheduled later than the
+        scan's position.
+
+        Parameters:
+          actor_name: Only this actor's messages.
+          match: Only messages whose encoded form contains this substring (with
+            Dramatiq's JSON encoder, non-ASCII text is encoded as ``\\uXXXX``).
+          batch: Entries per server call.
+
+        Raises:
+          ValueError: A batch that is not a positive int.
+        """
+        for member, due, data in self._scan_raw(batch=batch, actor_name=actor_name, match=match):
+            message = self._decode(member, data)
+            if message is not None and (actor_name is None or message.actor_name == actor_name):
+                yield due, message
+
+    def _scan_raw(
+        self, *, batch: int, actor_name: str | None = None, match: str | bytes | None = None
+    ) -> Iterator[tuple[bytes, int, bytes]]:
+        """``(member, due, stored payload)`` of scheduled entries in due order, pre-filtered
+        on the encoded bytes (``match``, and the actor name's text when given)."""
+        check_batch(batch)
+        needles = [match.encode() if isinstance(match, str) else match] if match else []
+        if actor_name is not None:
+            needles.append(actor_name.encode())
+        cursor: tuple[bytes, bytes] | None = None
+        while True:
+            page, cursor = self.broker.redisson_scripts.scan(self.keys, batch, cursor)
+            for member, due, data in page:
+                if data is None or data[:16] != member[:16]:
+                    continue  # moved or cancelled between the reads
+                if all(needle in data for needle in needles):
+                    yield member, due, data
+            if cursor is None:
+                return
+
+    def promote_all(self, *, actor_name: str | None = None, limit: int | None = None) -> int:
+        """Run scheduled messages now (all, or only ``actor_name``'s; at most ``limit``),
+        earliest first, as :meth:`promote` does for one. Works in server steps of at most
+        :data:`BULK_STEP` messages, so no single call blocks the server for long; each
+        step is atomic, the whole is not (messages scheduled meanwhile may be left).
+
+        Returns how many were promoted."""
+        return self._bulk("promote", actor_name, limit)
+
+    def remove_all(self, *, actor_name: str | None = None, limit: int | None = None) -> int:
+        """Cancel scheduled messages (all, or only ``actor_name``'s; at most ``limit``),
+        earliest first, in bounded server steps as :meth:`promote_all`. Returns how many
+        were removed. (:meth:`clear` removes everything in one call.)"""
+        return self._bulk("remove", actor_name, limit)
+
+    def _bulk(self, action: str, actor_name: str | None, limit: int | None) -> int:
+        limit = check_limit(limit)
+        scripts = self.broker.redisson_scripts
+        # Bounded by what is scheduled now: producers sending meanwhile cannot keep it going.
+        remaining = self.size() if limit is None else min(limit, self.size())
+        done = 0
+        if actor_name is None:
+            while remaining > 0:
+                step = min(BULK_STEP, remaining)
+                changed = scripts.bulk(self.keys, action, step)
+                done += changed
+                remaining -= changed
+                if changed < step:
+                    break
+            return done
+        members: list[bytes] = []
+        for member, _, data in self._scan_raw(batch=BULK_STEP, actor_name=actor_name):
+            if remaining <= 0:
+                break
+            message = self._decode(member, data)
+            if message is None or message.actor_name != actor_name:
+                continue
+            members.append(member)
+            remaining -= 1
+            if len(members) == BULK_STEP:
+                done += scripts.bulk(self.keys, action, 0, members)
+                members = []
+        if members:
+            done += scripts.bulk(self.keys, action, 0, members)
+        return done
 
     @staticmethod
     def _epoch_ms(when: int | datetime.datetime) -> int:

@@ -9,6 +9,8 @@ Ready-queue layout, shared with :class:`dramatiq.brokers.redis.RedisBroker`:
 ``ns:Q.msgs``                          HASH    redis message id -> encoded message
 ``ns:__acks__.<worker id>.Q``          SET     fetched by a worker, not yet acked
 ``ns:__heartbeats__``                  ZSET    worker id -> last seen (epoch ms)
+``ns:__queues__``                      SET     queues that have had consumers (for the
+                                               operators' tools; not in the built-in layout)
 ``ns:Q.XQ`` / ``ns:Q.XQ.msgs``         ZSET    dead letters (scored by time of death) / data
 ``ns:Q.DQ`` / ``ns:Q.DQ.msgs``         LIST    the built-in broker's delay queue (migrated)
 =====================================  ======  ==========================================
@@ -48,6 +50,16 @@ equal due times keep offer order) followed by the message id. It doubles as the
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+def heartbeats_key(namespace: str) -> str:
+    """Worker id -> last heartbeat (epoch ms) of every worker of ``namespace``."""
+    return f"{namespace}:__heartbeats__"
+
+
+def registry_key(namespace: str) -> str:
+    """The set of queue names of ``namespace`` that have had consumers."""
+    return f"{namespace}:__queues__"
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,13 @@ class QueueKeys:
 
     @property
     def heartbeats(self) -> str:
-        return f"{self.namespace}:__heartbeats__"
+        return heartbeats_key(self.namespace)
+
+    @property
+    def registry(self) -> str:
+        """The names of the namespace's queues that have had consumers (written by each
+        consumer's heartbeat; read by :meth:`RedissonBroker.stats` and the CLI)."""
+        return registry_key(self.namespace)
 
     # Redisson delayed queue.
     @property

@@ -72,28 +72,35 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "zmscore",
     "zrange",
     "zrangebyscore",
+    "zrank",
     "zrem",
     "zremrangebyscore",
     "zscore",
 )
 
 #: Commands issued from Python: ``RedissonBroker`` (flush's UNLINK and pending's ZCARD and
-#: HLEN in MULTI/EXEC), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM)
-#: and ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET).
+#: HLEN in MULTI/EXEC; stats' TIME, ZCOUNT of heartbeats and SMEMBERS of the queue
+#: registry), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
+#: ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET) and ``DeadLetters`` (ZCARD, ZRANGE,
+#: HMGET; ZSCORE and HGET in MULTI/EXEC).
 CLIENT_COMMANDS: tuple[str, ...] = (
     "exec",
     "hexists",
+    "hget",
     "hlen",
     "hmget",
     "lrange",
     "multi",
     "scan",
     "smembers",
+    "time",
     "unlink",
     "zcard",
+    "zcount",
     "zrange",
     "zrangebyscore",
     "zrem",
+    "zscore",
 )
 
 #: How the scripts run: EVALSHA (redis-py's ``Script``; SCRIPT LOAD on NOSCRIPT, SCRIPT
@@ -251,6 +258,7 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("hash", keys.ready_msgs),
         ("set", keys.acks(worker_id)),
         ("zset", keys.heartbeats),
+        ("set", keys.registry),
         ("zset", keys.xq),
         ("hash", keys.xq_msgs),
         ("list", keys.legacy_dq),
@@ -292,6 +300,11 @@ def _client_calls(keys: QueueKeys, worker_id: str) -> list[tuple[str, str, tuple
         ("hexists", keys.payloads, ("HEXISTS", keys.payloads, token)),
         ("zrange", keys.timeout_zset, ("ZRANGE", keys.timeout_zset, 1, 0)),
         ("hlen", keys.ready_msgs, ("HLEN", keys.ready_msgs)),
+        ("time", "", ("TIME",)),
+        ("zcount", keys.heartbeats, ("ZCOUNT", keys.heartbeats, 1, 0)),
+        ("smembers", keys.registry, ("SMEMBERS", keys.registry)),
+        ("zscore", keys.xq, ("ZSCORE", keys.xq, token)),
+        ("hget", keys.xq_msgs, ("HGET", keys.xq_msgs, token)),
         ("unlink", scratch_key(keys), ("UNLINK", scratch_key(keys))),
         ("multi", "", ("MULTI",)),
         ("exec", "", ("EXEC",)),

@@ -36,6 +36,10 @@ _NAMES = (
     "peek",
     "reschedule",
     "count",
+    "bulk",
+    "scan",
+    "dead",
+    "stats",
 )
 
 #: A line ``-- include: _name.lua`` in a script stands for that file's text (shared
@@ -80,7 +84,16 @@ def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight:
 class TransferResult:
     """What one run of the transfer script did."""
 
-    __slots__ = ("moved", "next_due_ms", "server_now_us", "dead", "lease_until_ms", "fetched", "registered")
+    __slots__ = (
+        "moved",
+        "next_due_ms",
+        "server_now_us",
+        "dead",
+        "lease_until_ms",
+        "fetched",
+        "registered",
+        "lateness_ms",
+    )
 
     def __init__(
         self,
@@ -91,6 +104,7 @@ class TransferResult:
         lease_until_ms: int | None = None,
         fetched: list[tuple[str, bytes | None]] | None = None,
         registered: bool = False,
+        lateness_ms: list[int] | None = None,
     ) -> None:
         self.moved = moved
         self.next_due_ms = next_due_ms
@@ -103,6 +117,8 @@ class TransferResult:
         self.fetched = fetched or []
         #: Whether the call registered the caller as idle (it took all there was).
         self.registered = registered
+        #: For each moved message, how late it moved (ms after its due time, server clock).
+        self.lateness_ms = lateness_ms or []
 
     @property
     def owner(self) -> bool:
@@ -332,7 +348,7 @@ class Scripts:
         A call that may hand messages off is not retried after a lost reply (they would
         sit in the ack set, unheld): the caller reconciles instead."""
         run = self._run if own_slots else self._run_idempotent
-        moved, next_due, now_us, dead, lease_until, handed, registered = run(
+        moved, next_due, now_us, dead, lease_until, handed, registered, lateness = run(
             "transfer",
             (
                 keys.timeout_zset,
@@ -360,6 +376,7 @@ class Scripts:
             int(lease_until) or None,
             [(handed[i].decode(), handed[i + 1]) for i in range(0, len(handed), 2)],
             bool(registered),
+            [int(late) for late in lateness],
         )
 
     def release(self, keys: QueueKeys, token: str) -> int:
@@ -462,6 +479,50 @@ class Scripts:
         by more than ``value_ms`` on the server clock."""
         return int(self._run("count", (keys.timeout_zset,), (mode, value_ms)))
 
+    def bulk(self, keys: QueueKeys, action: str, batch: int, members: Sequence[bytes | str] = ()) -> int:
+        """``"promote"`` or ``"remove"`` up to ``batch`` of the earliest scheduled entries,
+        or those of ``members`` still scheduled (bulk.lua); returns how many."""
+        return int(self._run("bulk", (keys.timeout_zset, keys.payloads, keys.channel), (action, batch, *members)))
+
+    def scan(
+        self, keys: QueueKeys, size: int, after: tuple[bytes, bytes] | None
+    ) -> tuple[list[tuple[bytes, int, bytes | None]], tuple[bytes, bytes] | None]:
+        """A page of ``(member, due, stored payload or None)`` after the cursor ``after``
+        (``(due, member)`` as bytes; ``None``: from the head), and the next cursor
+        (``None`` at the end)."""
+        due, member = after if after is not None else (b"", b"")
+        flat, next_due, next_member = self._run("scan", (keys.timeout_zset, keys.payloads), (size, due, member))
+        page = [(flat[i], int(float(flat[i + 1])), flat[i + 2]) for i in range(0, len(flat), 3)]
+        return page, ((next_due, next_member) if next_due else None)
+
+    def dead(self, keys: QueueKeys, action: str, batch: int, ids: Sequence[str] = ()) -> int:
+        """``"requeue"`` or ``"remove"`` dead letters, by id or the oldest ``batch``
+        (dead.lua); returns how many left the dead letters."""
+        return int(
+            self._run(
+                "dead",
+                (keys.xq, keys.xq_msgs, keys.ready, keys.ready_msgs, keys.idle, keys.channel),
+                (action, batch, *ids),
+            )
+        )
+
+    def stats(self, keys: QueueKeys, grace_ms: int, live_ms: int, client: Any = None) -> Any:
+        """One queue's counts (stats.lua's reply), or the pipeline when ``client`` is one."""
+        return self._run(
+            "stats",
+            (
+                keys.ready,
+                keys.ready_msgs,
+                keys.timeout_zset,
+                keys.xq,
+                keys.lease,
+                keys.consumers,
+                keys.legacy_dq,
+            ),
+            (grace_ms, live_ms),
+            client,
+        )
+
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too); returns the server time, epoch ms."""
-        return int(self._run_idempotent("heartbeat", (keys.heartbeats,), (worker_id,)))
+        return int(self._run_idempotent("heartbeat", (keys.heartbeats, keys.registry), (worker_id, keys.queue_name)))

@@ -1,8 +1,11 @@
 -- heartbeat: mark a worker alive, even on a full server.
 --
 -- KEYS[1]  ZSET  <ns>:__heartbeats__     worker id -> last seen (epoch ms, server clock)
+-- KEYS[2]  SET   <ns>:__queues__         names of the queues that have had consumers
 --
 -- ARGV[1]  worker id
+-- ARGV[2]  the name of the queue the heartbeat comes from (listed in KEYS[2], so that
+--          operators' tools find every consumed queue)
 --
 -- Memory: the first write is a ZREM, which never grows memory, so a server at its
 -- maxmemory limit (noeviction) runs the ZADD that follows instead of refusing the
@@ -15,4 +18,5 @@ local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("ZADD", KEYS[1], now_ms, ARGV[1])
+redis.call("SADD", KEYS[2], ARGV[2])
 return now_ms

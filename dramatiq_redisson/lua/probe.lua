@@ -66,6 +66,7 @@ local read = {
         check("ZCOUNT", k, k, 1, 0)
         check("ZSCORE", k, k, token)
         check("ZMSCORE", k, k, token)
+        check("ZRANK", k, k, token)
         check("ZRANGE", k, k, 1, 0)
         check("ZRANGEBYSCORE", k, k, 1, 0)
     end,

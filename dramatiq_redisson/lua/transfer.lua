@@ -63,7 +63,9 @@
 -- Returns: {moved, next due time in epoch ms or -1, server time in epoch µs,
 --           entries sent to the dead letters, 0 if the caller holds the lease now or
 --           else when the other holder's lease ends (epoch ms), handed-off messages as a
---           flat list id1, data1, ..., 1 if the caller is now registered as idle else 0}
+--           flat list id1, data1, ..., 1 if the caller is now registered as idle else 0,
+--           for each moved message how late it moved: now minus its due time, in ms
+--           (server clock), in due order}
 
 -- include: _wake.lua
 
@@ -110,13 +112,19 @@ local holder = token ~= "" and redis.call("GET", lease)
 local lease_end = holder and tonumber(string.match(holder, " (%d+)$"))
 if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
     seen()
-    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0}
+    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0, {}}
 end
 
 local moved, dead = 0, 0
 local handed = {}
 local wrote = false
-local due = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "LIMIT", 0, limit)
+local lateness = {}
+local due, due_at = {}, {}
+local due_flat = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "WITHSCORES", "LIMIT", 0, limit)
+for i = 1, #due_flat, 2 do
+    due[#due + 1] = due_flat[i]
+    due_at[#due_at + 1] = tonumber(due_flat[i + 1])
+end
 if #due > 0 then
     local message_ids = {}
     for i = 1, #due do
@@ -144,6 +152,7 @@ if #due > 0 then
             ready_pairs[#ready_pairs + 1] = body
             members[#members + 1] = member
             delivered[#delivered + 1] = message_ids[i]
+            lateness[#lateness + 1] = now_ms - due_at[i]
             moved = moved + 1
         else
             -- A member without its payload cannot be delivered: keep what there
@@ -264,4 +273,4 @@ local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
 if first[1] then
     next_due = tonumber(first[2])
 end
-return {moved, next_due, now_us, dead, 0, handed, registered}
+return {moved, next_due, now_us, dead, 0, handed, registered, lateness}

@@ -1,0 +1,38 @@
+"""What :meth:`RedissonBroker.stats` returns: plain, JSON-ready dicts."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class QueueStats(TypedDict):
+    """One queue's counts, read in one atomic server step."""
+
+    #: Messages waiting in the ready queue.
+    ready: int
+    #: Messages fetched by workers and not yet acked (prefetched or running).
+    in_flight: int
+    #: Messages scheduled for later (delays and retry back-offs).
+    scheduled: int
+    #: Scheduled messages due more than the overdue grace ago: they should have moved.
+    overdue: int
+    #: The earliest due time (epoch ms, server clock), or None when nothing is scheduled.
+    next_due_ms: int | None
+    #: Dead-lettered messages.
+    dead: int
+    #: Consumers of the queue seen within three transfer leases.
+    consumers: int
+    #: The consumer token (``host:pid:broker-id:n``) of the transfer lease holder, or None.
+    transfer_holder: str | None
+    #: Messages still in the built-in broker's ``.DQ`` delay queue (not yet migrated).
+    legacy_delayed: int
+
+
+class Stats(TypedDict):
+    """Counts of a namespace's queues, and its live workers."""
+
+    #: The server's clock when the counts were read (epoch ms).
+    time_ms: int
+    #: Worker processes whose heartbeat is within the broker's heartbeat timeout.
+    workers: int
+    queues: dict[str, QueueStats]

@@ -1,0 +1,63 @@
+-- dead: requeue or remove dead letters of a queue, by id or the oldest `batch` of them.
+--
+-- KEYS[1]  ZSET  <ns>:<queue>.XQ        dead letter id -> time of death (epoch ms)
+-- KEYS[2]  HASH  <ns>:<queue>.XQ.msgs   dead letter id -> encoded message
+-- KEYS[3]  LIST  <ns>:<queue>           ready queue (redis message ids)
+-- KEYS[4]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
+-- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
+-- KEYS[6]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
+--
+-- ARGV[1]  "requeue" or "remove"
+-- ARGV[2]  batch: with no ids, act on up to this many of the oldest dead letters
+-- ARGV[3..] dead letter ids (redis message ids)
+--
+-- A requeued message goes to the tail of the ready queue under the same redis message
+-- id, with the data it died with, and wakes an idle consumer. Each id leaves the dead
+-- letters in the same step, so it runs once per requeue: requeuing it again finds it
+-- gone. An id whose redis message id is already queued or in flight (its data is in
+-- the ready queue's hash) only leaves the dead letters; it is not pushed twice.
+--
+-- Memory: the first write is a ZREM (never grows memory), so both run on a full
+-- server (a requeue moves data from one hash to another).
+--
+-- Returns: the number of dead letters requeued or removed.
+
+-- include: _wake.lua
+
+local xq, xq_msgs, ready, ready_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local action, batch = ARGV[1], tonumber(ARGV[2])
+if action ~= "requeue" and action ~= "remove" then
+    return redis.error_reply("dead: unknown action " .. tostring(action))
+end
+
+local ids = {}
+if #ARGV > 2 then
+    for i = 3, #ARGV do
+        if redis.call("ZSCORE", xq, ARGV[i]) then
+            ids[#ids + 1] = ARGV[i]
+        end
+    end
+else
+    ids = redis.call("ZRANGE", xq, 0, batch - 1)
+end
+if #ids == 0 then
+    return 0
+end
+local data = redis.call("HMGET", xq_msgs, unpack(ids))
+redis.call("ZREM", xq, unpack(ids))
+redis.call("HDEL", xq_msgs, unpack(ids))
+if action == "remove" then
+    return #ids
+end
+local pushed = 0
+for i = 1, #ids do
+    if data[i] and redis.call("HEXISTS", ready_msgs, ids[i]) == 0 then
+        redis.call("HSET", ready_msgs, ids[i], data[i])
+        redis.call("RPUSH", ready, ids[i])
+        pushed = pushed + 1
+    end
+end
+if pushed > 0 then
+    wake(KEYS[5], KEYS[6] .. ":wake:{", pushed)
+end
+return #ids

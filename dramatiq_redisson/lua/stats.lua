@@ -1,0 +1,36 @@
+-- stats: one queue's counts, read together on the server clock.
+--
+-- KEYS[1]  LIST  <ns>:<queue>           ready queue
+-- KEYS[2]  HASH  <ns>:<queue>.msgs      data of ready and in-flight messages
+-- KEYS[3]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[4]  ZSET  <ns>:<queue>.XQ        dead letters
+-- KEYS[5]  STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>"
+-- KEYS[6]  ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
+-- KEYS[7]  LIST  <ns>:<queue>.DQ        the built-in broker's delay queue (not yet migrated)
+--
+-- ARGV[1]  overdue grace (ms): entries due more than this long ago count as overdue
+-- ARGV[2]  consumers seen within this many ms count as live
+--
+-- Cost: O(log n), a fixed number of commands.
+--
+-- Returns: {server now (epoch ms), ready, ready + in flight (messages with data in the
+--           ready queue's hash), scheduled, overdue, earliest due time or -1, dead,
+--           lease holder's token or "", live consumers, built-in delay-queue length}
+
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local grace, live = tonumber(ARGV[1]), tonumber(ARGV[2])
+local head = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
+local holder = redis.call("GET", KEYS[5])
+return {
+    now_ms,
+    redis.call("LLEN", KEYS[1]),
+    redis.call("HLEN", KEYS[2]),
+    redis.call("ZCARD", KEYS[3]),
+    redis.call("ZCOUNT", KEYS[3], "-inf", "(" .. (now_ms - grace)),
+    head[2] and tonumber(head[2]) or -1,
+    redis.call("ZCARD", KEYS[4]),
+    holder and string.match(holder, "^(.*) %d+$") or "",
+    redis.call("ZCOUNT", KEYS[6], now_ms - live, "+inf"),
+    redis.call("LLEN", KEYS[7]),
+}
