@@ -152,27 +152,27 @@ def _eta_estimate(delay_ms: int | None) -> int | None:
 def validate_delay(delay: Any) -> int | None:
     """Return ``delay`` as whole milliseconds, or ``None`` for no delay.
 
+    A fractional delay is rounded up (never earlier than asked); a negative one means
+    "already due" and becomes 0 (run now), as with the built-in broker, Sidekiq, BullMQ
+    and Celery, where producers compute ``delay = due - now``.
+
     Raises:
-      TypeError: If ``delay`` is not a number of milliseconds or a timedelta.
-      ValueError: If ``delay`` is negative, NaN, infinite, fractional or longer than :data:`MAX_DELAY`.
+      TypeError: If ``delay`` is not a number of milliseconds or a timedelta (a bool is not).
+      ValueError: If ``delay`` is NaN, infinite or longer than :data:`MAX_DELAY`.
     """
     if delay is None:
         return None
     if isinstance(delay, timedelta):
         delay = delay.total_seconds() * 1000
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-        raise TypeError(f"delay must be an int number of milliseconds, not {type(delay).__name__}")
+        raise TypeError(f"delay must be a number of milliseconds or a timedelta, not {type(delay).__name__}")
     if isinstance(delay, float):
         if not math.isfinite(delay):
             raise ValueError(f"delay must be finite, got {delay!r}")
-        if not delay.is_integer():
-            raise ValueError(f"delay must be a whole number of milliseconds, got {delay!r}")
-        delay = int(delay)
-    if delay < 0:
-        raise ValueError(f"delay must not be negative, got {delay!r}")
+        delay = math.ceil(delay)
     if delay > MAX_DELAY:
         raise ValueError(f"delay must be at most {MAX_DELAY} ms (ten years), got {delay!r}")
-    return int(delay)
+    return max(0, int(delay))
 
 
 class RedissonBroker(RedisBroker):
@@ -394,11 +394,12 @@ class RedissonBroker(RedisBroker):
         queued, in flight or within ``dedupe_window`` ms of its first send (a retry after
         a lost reply) pushes nothing and returns it as enqueued.
 
+        A fractional delay is rounded up; a negative one means already due: the message
+        is enqueued now (see :func:`validate_delay`).
+
         Raises:
-          TypeError: If ``delay`` is not an int (or integral float, or timedelta).
-          ValueError: If ``delay`` is negative, NaN, fractional or over ten years.
-            (A message being processed — a retry — is re-enqueued with a fractional
-            delay rounded up and a negative one as 0, as the built-in broker does.)
+          TypeError: If ``delay`` is not a number of milliseconds or a timedelta.
+          ValueError: If ``delay`` is NaN, infinite or over ten years.
           ServerMemoryFull: The server is at its ``maxmemory`` limit; nothing was written.
           redis.RedisError: Any other error of the client (a connection error: the
             message may or may not have been enqueued; sending it again is safe).
@@ -581,14 +582,9 @@ class RedissonBroker(RedisBroker):
         this, with ``Retry(delay=…)`` from user code).
 
         Raising here would lose the message: the middleware logs the error and the
-        worker acks it. So, like the built-in broker, a fractional delay is rounded
-        up and a negative one means now; a delay that cannot be honoured at all marks
-        the message failed, so it ends in the dead letters, and then raises.
+        worker acks it. So a delay that cannot be honoured at all marks the message
+        failed, so it ends in the dead letters, and then raises.
         """
-        if isinstance(delay, float) and math.isfinite(delay):
-            delay = math.ceil(delay)
-        if isinstance(delay, int) and not isinstance(delay, bool) and delay < 0:
-            delay = 0
         try:
             return validate_delay(delay)
         except (TypeError, ValueError):
