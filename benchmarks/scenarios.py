@@ -15,6 +15,7 @@ from ._common import (
     PRODUCT_KINDS,
     QUEUE,
     REC_KEY,
+    SLOWLOG_THRESHOLD_US,
     CommandCounter,
     Server,
     Workers,
@@ -1054,6 +1055,331 @@ def fleet(ctx: Ctx) -> dict[str, Any]:
     return {"data": data, "rows": rows, "targets": targets}
 
 
+# -- 9. operations: the operator's bulk operations over a full delayed queue --------------
+
+#: Per size: messages scheduled (and dead letters), single-message calls per operation,
+#: stats() calls. (Kept here rather than in _common.SIZES: only this scenario reads them.)
+OPERATIONS_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"n": 2_000, "single": 100, "stats": 10},
+    "small": {"n": 20_000, "single": 300, "stats": 20},
+    "full": {"n": 100_000, "single": 300, "stats": 20},
+}
+OP_ACTORS = ("bench_op_a", "bench_op_b")
+OP_LONGEST_MS = 5.0  # the issue's bound on any single server call
+
+
+def _op_actors(broker: Any) -> tuple[Any, Any]:
+    """Two actors on the bench queue (never run: no workers in this scenario)."""
+    import dramatiq
+
+    def noop(seq: int) -> None:
+        pass
+
+    decorate: Any = dramatiq.actor
+    a, b = (decorate(noop, broker=broker, queue_name=QUEUE, actor_name=name, max_retries=0) for name in OP_ACTORS)
+    return a, b
+
+
+def _op_fill(ctx: Ctx, broker: Any, actors: tuple[Any, Any], n: int, chunk: int = 1000) -> list[Any]:
+    """``n`` messages scheduled 1-2 h ahead with ``enqueue_many`` (one delay per chunk,
+    growing with the chunk, so the due times spread over the hour and the offer order is
+    the due order), actors alternating a, b, a, … Returns the messages as enqueued."""
+    ctx.server.flush()
+    out: list[Any] = []
+    for start in range(0, n, chunk):
+        part = [actors[i % 2].message(i) for i in range(start, min(n, start + chunk))]
+        out += broker.enqueue_many(part, delay=HOUR_MS + HOUR_MS * start // n)
+    return out
+
+
+def _op_fill_dead(ctx: Ctx, keys: Any, actor: Any, n: int, chunk: int = 5000) -> None:
+    """``n`` dead letters in the built-in layout: ``.XQ`` id -> time of death, oldest
+    first; ``.XQ.msgs`` id -> the encoded message (with its redis_message_id)."""
+    import uuid
+
+    died = int(ctx.server.now_ms()) - n
+    for start in range(0, n, chunk):
+        zset: dict[str, int] = {}
+        msgs: dict[str, bytes] = {}
+        for i in range(start, min(n, start + chunk)):
+            rid = str(uuid.uuid4())
+            zset[rid] = died + i
+            msgs[rid] = actor.message_with_options(args=(i,), redis_message_id=rid).encode()
+        with ctx.r.pipeline(transaction=False) as pipe:
+            pipe.zadd(keys.xq, zset)
+            pipe.hset(keys.xq_msgs, mapping=msgs)
+            pipe.execute()
+
+
+def _op_actor_counts(ctx: Ctx, keys: Any, members: list[bytes]) -> dict[str, int]:
+    """How many of ``members`` (scheduled entries) belong to each bench actor, from their
+    stored payloads (a missing payload counts as "?")."""
+    counts = dict.fromkeys((*OP_ACTORS, "?"), 0)
+    for start in range(0, len(members), 5000):
+        part = members[start : start + 5000]
+        for data in ctx.r.hmget(keys.payloads, [m[16:] for m in part]):
+            name = next((a for a in OP_ACTORS if data and f'"actor_name":"{a}"'.encode() in data), "?")
+            counts[name] += 1
+    return counts
+
+
+def _op_measure(
+    ctx: Ctx, names: dict[str, str], slots: list[str], fn: Callable[[], Any], slower_than_us: int
+) -> tuple[Any, dict[str, Any]]:
+    """Run ``fn`` once, measured: wall time; commands this process sent (redis-py's packer,
+    pipelined or not: the server calls); their server time (INFO commandstats, commands
+    run inside scripts not counted twice); the longest single call (SLOWLOG: an EVALSHA's
+    entry is the whole script call)."""
+    out = [0] * len(slots)
+    counter = CommandCounter(slots, names, out)
+    ctx.server.slowlog_on(slower_than_us=slower_than_us)
+    counter.activate()
+    t0 = time.perf_counter()
+    try:
+        result = fn()
+    finally:
+        wall = time.perf_counter() - t0
+        CommandCounter.deactivate()
+    stats = ctx.server.commandstats()
+    entries, overflow = ctx.server.slowlog()
+    ctx.server.slowlog_off()
+    sent = {k: out[i] for i, k in enumerate(slots) if out[i] and not k.startswith("script:")}
+    groups = classify_slowlog(entries, names)
+    longest = longest_call(groups)
+    per_script: dict[str, list[float]] = {}
+    for duration, argv in entries:  # script calls only (each EVALSHA entry is one whole call)
+        if argv and argv[0].upper() == b"EVALSHA" and len(argv) > 1:
+            per_script.setdefault(names.get(argv[1].decode(), "?"), []).append(duration / 1000)
+    pooled = [d for durations in per_script.values() for d in durations]
+    return result, {
+        "wall_s": wall,
+        "calls": sum(sent.values()),
+        "sent": sent,
+        "server_us": sum(_top_level_usec(stats, sent).values()),
+        "script_calls": stats.get("evalsha", (0, 0))[0],
+        "longest_us": longest["max_us"],
+        "longest_by": longest["by"],
+        "by_script": {
+            k: {"calls": int(v["count"]), "max_us": int(v["max_us"])}
+            for k, v in groups.items()
+            if not k.startswith("(harness)")
+        },
+        # Durations (ms) of the logged script calls, per script: with the 100 us threshold,
+        # only the calls that took longer (in bulk operations, nearly all of them).
+        "script_call_ms": {k: pct(v) for k, v in per_script.items()},
+        "script_call_p50_ms": pct(pooled)["p50"],
+        "slowlog_threshold_us": slower_than_us,
+        "slowlog_overflow": overflow,
+    }
+
+
+def _timed_calls(fn: Callable[[Any], Any], items: list[Any]) -> tuple[list[Any], list[float]]:
+    """``fn(item)`` for every item; the results and each call's client time (ms)."""
+    results, times = [], []
+    for item in items:
+        t0 = time.perf_counter()
+        results.append(fn(item))
+        times.append((time.perf_counter() - t0) * 1000)
+    return results, times
+
+
+def operations(ctx: Ctx) -> dict[str, Any]:
+    """The operator's operations (issue 8) over a full delayed queue: scan, promote_all,
+    remove_all, dead letters' requeue_all and clear, stats, and get / reschedule / promote
+    of one message: wall time, server calls, longest single server call, correctness."""
+    from dramatiq_redisson._delayed_queue import BULK_STEP
+
+    p = {**OPERATIONS_SIZES[ctx.size], "bulk_step": BULK_STEP}
+    data: dict[str, Any] = {"params": p}
+    rows: list[dict[str, Any]] = []
+    for kind in ctx.brokers:
+        if kind == "builtin":
+            rows.append({"broker": kind, "operation": "(none: RedisBroker has no such operations)"})
+        elif kind == "redisson-lrem":
+            rows.append({"broker": kind, "operation": "(not run: the same operations as redisson)"})
+    if "redisson" not in ctx.brokers:
+        return {"data": data, "rows": rows, "targets": []}
+
+    n, k = p["n"], p["single"]
+    n_a, n_b = (n + 1) // 2, n // 2
+    broker, _ = ctx.producer("redisson")
+    actors = _op_actors(broker)
+    keys = broker.keys(QUEUE)
+    dq = broker.delayed_queue(QUEUE)
+    dead = broker.dead_letters(QUEUE)
+    names = script_names(broker)
+    slots = counter_slots(ctx.server.command_names())
+    for script in broker.redisson_scripts._s.values():
+        ctx.r.script_load(script.script)  # no NOSCRIPT round trip inside a measurement
+    data["redisson"] = ops = {}
+    our_rows: list[dict[str, Any]] = []
+
+    def check(op: str, what: str, got: Any, expected: Any) -> bool:
+        if got != expected:
+            ctx.fail(f"operations/redisson: {op}: {what} {got!r}, expected {expected!r}")
+            return False
+        return True
+
+    def measure(
+        op: str, fn: Callable[[], Any], slower_than_us: int = SLOWLOG_THRESHOLD_US
+    ) -> tuple[Any, dict[str, Any]]:
+        ctx.log(f"operations/redisson: {op}")
+        return _op_measure(ctx, names, slots, fn, slower_than_us)
+
+    def row(op: str, affected: int, m: dict[str, Any], ok: bool, lat: list[float] | None = None) -> None:
+        per = affected or 1
+        res = {
+            **m,
+            "affected": affected,
+            "ok": ok,
+            "wall_us_per_msg": m["wall_s"] * 1e6 / per,
+            "server_us_per_msg": m["server_us"] / per,
+        }
+        if lat is not None:
+            res["client_ms"] = pct(lat)
+        ops[op] = res
+        longest_ms = m["longest_us"] / 1000
+        our_rows.append(
+            {
+                "broker": "redisson",
+                "operation": op,
+                "msgs": affected,
+                "wall s": round(m["wall_s"], 3),
+                "server calls": m["calls"],
+                "server ms": round(m["server_us"] / 1000, 1),
+                "longest call ms": round(longest_ms, 3),
+                "longest by": m["longest_by"],
+                "call p50 ms": m["script_call_p50_ms"],
+                "wall us/msg": round(res["wall_us_per_msg"], 2),
+                "server us/msg": round(res["server_us_per_msg"], 2),
+                "client p50 ms": res["client_ms"]["p50"] if lat is not None else None,
+                "client p99 ms": res["client_ms"]["p99"] if lat is not None else None,
+                "checks": "ok" if ok else "MISMATCH",
+                "longest <= 5 ms": "MET" if longest_ms <= OP_LONGEST_MS else "MISSED",
+            }
+        )
+
+    # Fill 1: scans, then promote_all / remove_all of one actor's half.
+    t0 = time.monotonic()
+    _op_fill(ctx, broker, actors, n)
+    data["fill_seconds"] = round(time.monotonic() - t0, 2)
+    ctx.log(f"operations/redisson: {n} scheduled 1-2 h ahead in {data['fill_seconds']} s (enqueue_many)")
+    check("fill", "scheduled", dq.size(), n)
+
+    seen, m = measure("scan()", lambda: [(due, msg.message_id) for due, msg in dq.scan(batch=1000)])
+    ok = check("scan()", "messages", len(seen), n)
+    ok &= check("scan()", "distinct messages", len({mid for _, mid in seen}), n)
+    ok &= check("scan()", "due order", all(a[0] <= b[0] for a, b in zip(seen, seen[1:], strict=False)), True)
+    row("scan()", len(seen), m, ok)
+
+    seen, m = measure(
+        "scan(actor_name=a)", lambda: [msg.actor_name for _, msg in dq.scan(actor_name=OP_ACTORS[0], batch=1000)]
+    )
+    ok = check("scan(actor_name=a)", "messages", len(seen), n_a)
+    ok &= check("scan(actor_name=a)", "other actors' messages", sum(a != OP_ACTORS[0] for a in seen), 0)
+    row("scan(actor_name=a)", len(seen), m, ok)
+
+    done, m = measure("promote_all(actor_name=a)", lambda: dq.promote_all(actor_name=OP_ACTORS[0]))
+    now = int(ctx.server.now_ms())
+    due_now = ctx.r.zrangebyscore(keys.timeout_zset, "-inf", now)
+    ok = check("promote_all(actor_name=a)", "returned", done, n_a)
+    ok &= check(
+        "promote_all(actor_name=a)",
+        "due now, by actor",
+        _op_actor_counts(ctx, keys, due_now),
+        {**dict.fromkeys(OP_ACTORS, 0), OP_ACTORS[0]: n_a, "?": 0},
+    )
+    row("promote_all(actor_name=a)", done, m, ok)
+
+    done, m = measure("remove_all(actor_name=b)", lambda: dq.remove_all(actor_name=OP_ACTORS[1]))
+    ok = check("remove_all(actor_name=b)", "returned", done, n_b)
+    ok &= check("remove_all(actor_name=b)", "left scheduled", dq.size(), n_a)
+    ok &= check("remove_all(actor_name=b)", "payloads left", ctx.r.hlen(keys.payloads), n_a)
+    ok &= check("remove_all(actor_name=b)", "left not yet due", ctx.r.zcount(keys.timeout_zset, f"({now}", "+inf"), 0)
+    row("remove_all(actor_name=b)", done, m, ok)
+
+    # Fill 2: promote_all() of everything.
+    _op_fill(ctx, broker, actors, n)
+    done, m = measure("promote_all()", dq.promote_all)
+    now = int(ctx.server.now_ms())
+    ok = check("promote_all()", "returned", done, n)
+    ok &= check("promote_all()", "scheduled", dq.size(), n)
+    ok &= check("promote_all()", "not yet due", ctx.r.zcount(keys.timeout_zset, f"({now}", "+inf"), 0)
+    row("promote_all()", done, m, ok)
+
+    # Fill 3, with n dead letters: stats, one message's get / reschedule / promote,
+    # remove_all(), then the dead letters' requeue_all and clear.
+    filled = _op_fill(ctx, broker, actors, n)
+    _op_fill_dead(ctx, keys, actors[0], n)
+
+    def stats_calls() -> tuple[list[Any], list[float]]:
+        return _timed_calls(lambda _: broker.stats(), list(range(p["stats"])))
+
+    (replies, lat), m = measure("stats()", stats_calls, slower_than_us=0)
+    got = {(r["queues"][QUEUE]["scheduled"], r["queues"][QUEUE]["dead"]) for r in replies}
+    ok = check("stats()", "(scheduled, dead)", got, {(n, n)})
+    row("stats()", len(replies), m, ok, lat)
+
+    mid = filled[n // 2 - k // 2 : n // 2 - k // 2 + k]
+    ids = [msg.message_id for msg in mid]
+    (found, lat), m = measure("get(id)", lambda: _timed_calls(dq.get, ids), slower_than_us=0)
+    ok = check(
+        "get(id)", "found", sum(f is not None and f[1].message_id == i for f, i in zip(found, ids, strict=True)), k
+    )
+    row("get(id)", k, m, ok, lat)
+
+    (moved, lat), m = measure(
+        "reschedule(id, delay=90 min)",
+        lambda: _timed_calls(lambda i: dq.reschedule(i, delay=HOUR_MS * 3 // 2), ids),
+        slower_than_us=0,
+    )
+    ok = check("reschedule(id, delay=90 min)", "rescheduled", sum(moved), k)
+    row("reschedule(id, delay=90 min)", k, m, ok, lat)
+
+    (promoted, lat), m = measure("promote(id)", lambda: _timed_calls(dq.promote, ids), slower_than_us=0)
+    now = int(ctx.server.now_ms())
+    with ctx.r.pipeline(transaction=False) as pipe:
+        for msg in mid:
+            pipe.zscore(keys.timeout_zset, msg.options["redis_message_id"])
+        scores = pipe.execute()
+    ok = check("promote(id)", "promoted", sum(promoted), k)
+    ok &= check("promote(id)", "due now", sum(s is not None and s <= now for s in scores), k)
+    row("promote(id)", k, m, ok, lat)
+
+    done, m = measure("remove_all()", dq.remove_all)
+    ok = check("remove_all()", "returned", done, n)
+    ok &= check("remove_all()", "left scheduled", dq.size(), 0)
+    ok &= check("remove_all()", "payloads left", ctx.r.hlen(keys.payloads), 0)
+    row("remove_all()", done, m, ok)
+
+    done, m = measure("dead_letters.requeue_all()", dead.requeue_all)
+    ok = check("dead_letters.requeue_all()", "returned", done, n)
+    ok &= check("dead_letters.requeue_all()", "dead letters left", (dead.size(), ctx.r.hlen(keys.xq_msgs)), (0, 0))
+    ok &= check("dead_letters.requeue_all()", "ready", (ctx.r.llen(keys.ready), ctx.r.hlen(keys.ready_msgs)), (n, n))
+    row("dead_letters.requeue_all()", done, m, ok)
+
+    ctx.r.delete(keys.ready, keys.ready_msgs)
+    _op_fill_dead(ctx, keys, actors[0], n)
+    done, m = measure("dead_letters.clear()", dead.clear)
+    ok = check("dead_letters.clear()", "returned", done, n)
+    ok &= check("dead_letters.clear()", "dead letters left", (dead.size(), ctx.r.hlen(keys.xq_msgs)), (0, 0))
+    ok &= check("dead_letters.clear()", "ready", ctx.r.llen(keys.ready), 0)
+    row("dead_letters.clear()", done, m, ok)
+    broker.close()
+
+    rows[:0] = our_rows
+    worst = max(ops, key=lambda op: ops[op]["longest_us"])
+    worst_ms = ops[worst]["longest_us"] / 1000
+    targets = [
+        {
+            "target": f"operations: every operation's longest single server call <= 5 ms at {n} scheduled",
+            "value": f"{_r(worst_ms, 3)} ms ({worst}, {ops[worst]['longest_by']})",
+            "met": worst_ms <= OP_LONGEST_MS,
+        }
+    ]
+    return {"data": data, "rows": rows, "targets": targets}
+
+
 def lateness_paced(ctx: Ctx) -> dict[str, Any]:
     """Lateness with offers paced well below the workers' capacity: the delay machinery's
     own precision, without the queueing the full-speed scenario adds."""
@@ -1070,6 +1396,7 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "idle": idle_pickup,
     "burst": burst,
     "fleet": fleet,
+    "operations": operations,
 }
 
 #: Size of the whole scenario's messages, to print with the table.
