@@ -1266,15 +1266,13 @@ def operations(ctx: Ctx) -> dict[str, Any]:
     ctx.log(f"operations/redisson: {n} scheduled 1-2 h ahead in {data['fill_seconds']} s (enqueue_many)")
     check("fill", "scheduled", dq.size(), n)
 
-    seen, m = measure("scan()", lambda: [(due, msg.message_id) for due, msg in dq.scan(batch=1000)])
+    seen, m = measure("scan()", lambda: [(due, msg.message_id) for due, msg in dq.scan()])
     ok = check("scan()", "messages", len(seen), n)
     ok &= check("scan()", "distinct messages", len({mid for _, mid in seen}), n)
     ok &= check("scan()", "due order", all(a[0] <= b[0] for a, b in zip(seen, seen[1:], strict=False)), True)
     row("scan()", len(seen), m, ok)
 
-    seen, m = measure(
-        "scan(actor_name=a)", lambda: [msg.actor_name for _, msg in dq.scan(actor_name=OP_ACTORS[0], batch=1000)]
-    )
+    seen, m = measure("scan(actor_name=a)", lambda: [msg.actor_name for _, msg in dq.scan(actor_name=OP_ACTORS[0])])
     ok = check("scan(actor_name=a)", "messages", len(seen), n_a)
     ok &= check("scan(actor_name=a)", "other actors' messages", sum(a != OP_ACTORS[0] for a in seen), 0)
     row("scan(actor_name=a)", len(seen), m, ok)

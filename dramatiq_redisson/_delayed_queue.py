@@ -23,6 +23,9 @@ OVERDUE_GRACE = 1000
 #: O(step * log n), about a millisecond on a server with a million scheduled.
 BULK_STEP = 500
 
+#: Default entries per server call of :meth:`DelayedQueue.scan`.
+SCAN_BATCH = 500
+
 
 def check_batch(batch: object, name: str = "batch") -> int:
     """``batch`` as a positive int, or a ValueError naming it."""
@@ -127,7 +130,7 @@ class DelayedQueue:
         return self.broker.redisson_scripts.count(self.keys, "overdue", grace)
 
     def scan(
-        self, *, actor_name: str | None = None, match: str | bytes | None = None, batch: int = 1000
+        self, *, actor_name: str | None = None, match: str | bytes | None = None, batch: int = SCAN_BATCH
     ) -> Iterator[tuple[int, Message[Any]]]:
         """Every scheduled message as ``(due epoch ms, message)``, in due order, read
         ``batch`` at a time (one O(log n + batch) server call per page, never the whole
@@ -139,7 +142,9 @@ class DelayedQueue:
           actor_name: Only this actor's messages.
           match: Only messages whose encoded form contains this substring (with
             Dramatiq's JSON encoder, non-ASCII text is encoded as ``\\uXXXX``).
-          batch: Entries per server call.
+          batch: Entries per server call (:data:`SCAN_BATCH`, 500: about 1 ms of server
+            time with a million scheduled; pages of 1 000 measured up to 10 ms on a
+            busy 2-core host).
 
         Raises:
           ValueError: A batch that is not a positive int.

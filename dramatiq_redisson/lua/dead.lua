@@ -49,15 +49,18 @@ redis.call("HDEL", xq_msgs, unpack(ids))
 if action == "remove" then
     return #ids
 end
-local pushed = 0
+local queued = redis.call("HMGET", ready_msgs, unpack(ids))
+local pairs_, pushed = {}, {}
 for i = 1, #ids do
-    if data[i] and redis.call("HEXISTS", ready_msgs, ids[i]) == 0 then
-        redis.call("HSET", ready_msgs, ids[i], data[i])
-        redis.call("RPUSH", ready, ids[i])
-        pushed = pushed + 1
+    if data[i] and not queued[i] then
+        pairs_[#pairs_ + 1] = ids[i]
+        pairs_[#pairs_ + 1] = data[i]
+        pushed[#pushed + 1] = ids[i]
     end
 end
-if pushed > 0 then
-    wake(KEYS[5], KEYS[6] .. ":wake:{", pushed)
+if #pushed > 0 then
+    redis.call("HSET", ready_msgs, unpack(pairs_))
+    redis.call("RPUSH", ready, unpack(pushed))
+    wake(KEYS[5], KEYS[6] .. ":wake:{", #pushed)
 end
 return #ids
