@@ -1,0 +1,444 @@
+"""Prometheus metrics for :class:`~dramatiq_redisson.RedissonBroker` (needs ``prometheus-client``).
+
+Two kinds of metrics, all prefixed ``dramatiq_redisson_``:
+
+* queue gauges (scheduled, overdue, oldest overdue, ready, in flight, dead, consumers,
+  legacy delayed; live workers), read at scrape time by :class:`StatsCollector` with one
+  :meth:`RedissonBroker.stats` call: a fixed number of O(1)/O(log n) commands per queue,
+  one round trip for all queues;
+* transfer metrics (messages moved, and how late each moved after its due time on the
+  server clock), counted in the worker processes by :class:`TransferMetrics`, a
+  :attr:`RedissonBroker.transfer_listeners` entry.
+
+With Dramatiq's ``Prometheus`` middleware, use :data:`Prometheus` from this module (the
+broker may also adopt Dramatiq's own, see :func:`adopt_middleware`): its exposition
+server, forked once by the ``dramatiq`` command as Dramatiq's is, serves Dramatiq's
+multiprocess metrics plus these on the same host and port (``dramatiq_prom_host``,
+``dramatiq_prom_port``); worker processes write the transfer metrics to the multiprocess
+directory (``dramatiq_prom_db``). Without it, :func:`make_wsgi_app` and :func:`serve`
+(``dramatiq-redisson metrics``) serve the queue gauges.
+
+Importing this module imports neither ``prometheus_client`` nor Dramatiq's prometheus
+module (which creates its directory on import); both are imported when first needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dramatiq.middleware import Middleware
+
+from ._delayed_queue import OVERDUE_GRACE
+
+if TYPE_CHECKING:
+    # At run time ``Prometheus`` is this package's subclass of it, made on first access
+    # (see ``__getattr__`` below and :func:`prometheus_middleware_class`).
+    from dramatiq.middleware.prometheus import Prometheus as Prometheus
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
+    from ._broker import RedissonBroker
+    from ._stats import Stats
+
+__all__ = [
+    "LATENESS_BUCKETS",
+    "Prometheus",
+    "StatsCollector",
+    "TransferMetrics",
+    "adopt_middleware",
+    "exposition_server",
+    "instrument_transfers",
+    "make_registry",
+    "make_wsgi_app",
+    "prometheus_middleware_class",
+    "serve",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Upper bounds (seconds) of the transfer lateness histogram's buckets: 1 ms to 60 s.
+LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+#: Environment variable naming the broker (``module:attribute``, as given to the
+#: ``dramatiq`` command) that :func:`exposition_server` loads; by default it takes the
+#: one the ``dramatiq`` command that forked it was given.
+BROKER_ENV = "dramatiq_redisson_broker"
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+# name, help, QueueStats field (None: computed), per queue
+_QUEUE_GAUGES: tuple[tuple[str, str, str | None], ...] = (
+    ("dramatiq_redisson_ready_messages", "Messages waiting in the ready queue.", "ready"),
+    ("dramatiq_redisson_in_flight_messages", "Messages fetched by workers and not yet acked.", "in_flight"),
+    ("dramatiq_redisson_scheduled_messages", "Messages scheduled for later (delays, retry back-offs).", "scheduled"),
+    (
+        "dramatiq_redisson_overdue_messages",
+        "Scheduled messages due more than the overdue grace ago and not yet moved to the ready queue.",
+        "overdue",
+    ),
+    (
+        "dramatiq_redisson_oldest_overdue_seconds",
+        "Server time minus the earliest due time when that message is overdue, else 0.",
+        None,
+    ),
+    ("dramatiq_redisson_dead_messages", "Dead-lettered messages.", "dead"),
+    ("dramatiq_redisson_consumers", "Consumers of the queue seen within three transfer leases.", "consumers"),
+    (
+        "dramatiq_redisson_legacy_delayed_messages",
+        "Messages still in the built-in broker's .DQ delay queue (not yet migrated).",
+        "legacy_delayed",
+    ),
+)
+
+
+def _require_prometheus_client() -> None:
+    """Raise a helpful ImportError when prometheus-client is not installed."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            "dramatiq_redisson.metrics needs prometheus-client: pip install 'dramatiq-redisson[metrics]'"
+        ) from e
+
+
+class StatsCollector:
+    """A prometheus_client collector that reads :meth:`RedissonBroker.stats` at every scrape.
+
+    Parameters:
+      broker: The broker whose namespace is read (its own connection pool is used).
+      queues: The queues to export; by default :meth:`RedissonBroker.known_queues` (the
+        queues declared in this process and those that have ever had consumers).
+      overdue_grace: Scheduled messages due more than this many ms ago count as overdue.
+
+    A failed read (server unreachable, ...) is logged and exports only
+    ``dramatiq_redisson_stats_up 0``, so the rest of the registry is still served.
+    """
+
+    def __init__(
+        self,
+        broker: RedissonBroker,
+        *,
+        queues: Sequence[str] | None = None,
+        overdue_grace: int = OVERDUE_GRACE,
+    ) -> None:
+        self.broker = broker
+        if queues is not None and (isinstance(queues, str) or not queues):
+            raise ValueError("queues must be a non-empty list of queue names, or None for every known queue")
+        self.queues = list(queues) if queues is not None else None
+        self.overdue_grace = overdue_grace
+
+    def read(self) -> Stats:
+        """The stats exported: of every known queue (one call), or of the given queues."""
+        if self.queues is None:
+            return self.broker.stats(overdue_grace=self.overdue_grace)
+        stats = self.broker.stats(self.queues[0], overdue_grace=self.overdue_grace)
+        for name in self.queues[1:]:
+            stats["queues"].update(self.broker.stats(name, overdue_grace=self.overdue_grace)["queues"])
+        return stats
+
+    def describe(self) -> list[Metric]:
+        # Names only: registering the collector must not read the server.
+        return [self._up(None), *self._families(None)]
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = self.read()
+        except Exception:
+            logger.exception("Could not read the queue stats for the metrics.")
+            yield self._up(0.0)
+            return
+        yield self._up(1.0)
+        yield from self._families(stats)
+
+    @staticmethod
+    def _up(value: float | None) -> Metric:
+        from prometheus_client.core import GaugeMetricFamily
+
+        up = GaugeMetricFamily("dramatiq_redisson_stats_up", "1 when this scrape read the queue stats, else 0.")
+        if value is not None:
+            up.add_metric([], value)
+        return up
+
+    def _families(self, stats: Stats | None) -> list[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        queues: dict[str, Mapping[str, Any]] = dict(stats["queues"]) if stats else {}
+        now_ms = stats["time_ms"] if stats else 0
+        families: list[Metric] = []
+        for name, documentation, field in _QUEUE_GAUGES:
+            family = GaugeMetricFamily(name, documentation, labels=["queue_name"])
+            for queue_name, queue in queues.items():
+                if field is not None:
+                    value = float(queue[field])
+                elif queue["overdue"] > 0 and queue["next_due_ms"] is not None:
+                    value = max(0.0, (now_ms - queue["next_due_ms"]) / 1000)
+                else:
+                    value = 0.0
+                family.add_metric([queue_name], value)
+            families.append(family)
+        workers = GaugeMetricFamily(
+            "dramatiq_redisson_workers", "Worker processes of the namespace whose heartbeat is recent."
+        )
+        if stats:
+            workers.add_metric([], float(stats["workers"]))
+        families.append(workers)
+        return families
+
+
+class TransferMetrics:
+    """A :attr:`RedissonBroker.transfer_listeners` entry: counts the messages each transfer
+    moved and observes how late each moved (moved-at minus due time, server clock).
+
+    Parameters:
+      registry: Where the counter and histogram are registered (default: prometheus_client's
+        global registry). In multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set before
+        prometheus_client was first imported in the process) the values are written to
+        that directory, whatever the registry, for an exporter's ``MultiProcessCollector``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        _require_prometheus_client()
+        import prometheus_client as prom
+
+        if registry is None:
+            registry = prom.REGISTRY
+        self.transferred = prom.Counter(
+            "dramatiq_redisson_transferred_messages",
+            "Scheduled messages moved to their ready queue.",
+            ["queue_name"],
+            registry=registry,
+        )
+        self.lateness = prom.Histogram(
+            "dramatiq_redisson_transfer_lateness_seconds",
+            "How long after its due time each scheduled message moved to its ready queue (server clock).",
+            ["queue_name"],
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+
+    def __call__(self, queue_name: str, lateness_ms: list[int]) -> None:
+        if not lateness_ms:
+            return
+        self.transferred.labels(queue_name).inc(len(lateness_ms))
+        histogram = self.lateness.labels(queue_name)
+        for ms in lateness_ms:
+            histogram.observe(max(0, ms) / 1000)
+
+
+def instrument_transfers(broker: RedissonBroker, registry: CollectorRegistry | None = None) -> TransferMetrics:
+    """Count ``broker``'s transfers in this process (see :class:`TransferMetrics`); once per
+    broker: a second call returns the listener already added."""
+    for listener in broker.transfer_listeners:
+        if isinstance(listener, TransferMetrics):
+            return listener
+    metrics = TransferMetrics(registry)
+    broker.transfer_listeners.append(metrics)
+    return metrics
+
+
+# -- Dramatiq's Prometheus middleware -------------------------------------------------
+
+_prometheus_class: type[Middleware] | None = None
+
+
+def prometheus_middleware_class() -> type[Middleware]:
+    """This package's subclass of ``dramatiq.middleware.prometheus.Prometheus``, made on
+    first use (importing Dramatiq's module creates its multiprocess directory).
+
+    It is Dramatiq's middleware with two changes: each worker process also counts the
+    transfers (:class:`TransferMetrics`, in multiprocess mode), and its fork is
+    :func:`exposition_server`, which serves Dramatiq's metrics and the queue gauges.
+    """
+    global _prometheus_class
+    if _prometheus_class is None:
+        from dramatiq.middleware.prometheus import Prometheus as DramatiqPrometheus
+
+        class Prometheus(DramatiqPrometheus):
+            __doc__ = prometheus_middleware_class.__doc__
+
+            @property
+            def forks(self) -> list[Callable[[], int]]:
+                return [exposition_server]
+
+            def after_process_boot(self, broker: Any) -> None:
+                super().after_process_boot(broker)  # sets PROMETHEUS_MULTIPROC_DIR first
+                if isinstance(getattr(broker, "transfer_listeners", None), list):
+                    from prometheus_client import CollectorRegistry
+
+                    instrument_transfers(broker, CollectorRegistry())
+
+        Prometheus.__module__ = __name__
+        Prometheus.__qualname__ = "Prometheus"
+        _prometheus_class = Prometheus
+    return _prometheus_class
+
+
+def adopt_middleware(middleware: Middleware) -> Middleware:
+    """Turn an instance of Dramatiq's own ``Prometheus`` middleware into this package's
+    (the same object, its class swapped for the subclass, which adds only behaviour);
+    return any other middleware unchanged. Meant for ``RedissonBroker.add_middleware``,
+    so that ``broker.add_middleware(Prometheus())`` exports these metrics too."""
+    dramatiq_prometheus = sys.modules.get("dramatiq.middleware.prometheus")
+    if dramatiq_prometheus is not None and type(middleware) is dramatiq_prometheus.Prometheus:
+        middleware.__class__ = prometheus_middleware_class()
+    return middleware
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Prometheus":
+        return prometheus_middleware_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _dramatiq_cli_broker_path() -> str | None:
+    """The broker argument of the ``dramatiq`` command whose ``fork_process`` runs us."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fork_process" and frame.f_globals.get("__name__") == "dramatiq.cli":
+            path = getattr(frame.f_locals.get("args"), "broker", None)
+            return path if isinstance(path, str) else None
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _load_broker() -> RedissonBroker:
+    from dramatiq.cli import import_broker
+
+    from ._broker import RedissonBroker
+
+    path = os.environ.get(BROKER_ENV) or _dramatiq_cli_broker_path()
+    if not path:
+        raise RuntimeError(
+            f"Cannot tell which broker to read: not run by the dramatiq command's fork_process; set {BROKER_ENV}."
+        )
+    _, broker = import_broker(path)
+    if not isinstance(broker, RedissonBroker):
+        raise RuntimeError(f"{path!r} is a {type(broker).__name__}, not a RedissonBroker.")
+    return broker
+
+
+def exposition_server() -> int:
+    """The fork function of :data:`Prometheus`: Dramatiq's exposition server plus the
+    queue gauges, on ``dramatiq_prom_host``:``dramatiq_prom_port``.
+
+    The ``dramatiq`` command forks it once (not per worker process). It loads the broker
+    the command was given (or ``$dramatiq_redisson_broker``), so its redis connections
+    are made in this process, after the fork, and reads the stats at each scrape. If the
+    broker cannot be loaded the error is logged and Dramatiq's metrics are served alone.
+    """
+    from dramatiq.middleware.prometheus import DB_PATH, HTTP_HOST, HTTP_PORT
+
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = DB_PATH
+    os.environ["prometheus_multiproc_dir"] = DB_PATH
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=DB_PATH)
+    broker = None
+    try:
+        broker = _load_broker()
+        registry.register(StatsCollector(broker))
+    except Exception:
+        logger.exception("Serving Dramatiq's metrics without the dramatiq_redisson ones.")
+    try:
+        _serve_registry(registry, HTTP_HOST, HTTP_PORT)
+    finally:
+        if broker is not None:
+            broker.close()
+    return 0
+
+
+# -- without Dramatiq's middleware ----------------------------------------------------
+
+
+def make_registry(
+    broker: RedissonBroker,
+    *,
+    queues: Sequence[str] | None = None,
+    overdue_grace: int = OVERDUE_GRACE,
+    multiprocess_dir: str | None = None,
+) -> CollectorRegistry:
+    """A registry holding a :class:`StatsCollector` of ``broker`` and, given
+    ``multiprocess_dir``, the multiprocess metrics written there (Dramatiq's and the
+    transfer metrics of worker processes).
+
+    Raises:
+      ImportError: prometheus-client is not installed.
+    """
+    _require_prometheus_client()
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    if multiprocess_dir is not None:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        MultiProcessCollector(registry, path=multiprocess_dir)
+    registry.register(StatsCollector(broker, queues=queues, overdue_grace=overdue_grace))
+    return registry
+
+
+def make_wsgi_app(
+    broker: RedissonBroker,
+    *,
+    queues: Sequence[str] | None = None,
+    overdue_grace: int = OVERDUE_GRACE,
+    multiprocess_dir: str | None = None,
+) -> WSGIApp:
+    """A WSGI app serving :func:`make_registry`'s metrics (the queue gauges read at each
+    request), to mount in a web app or serve with any WSGI server."""
+    from prometheus_client import make_wsgi_app as prometheus_wsgi_app
+
+    registry = make_registry(broker, queues=queues, overdue_grace=overdue_grace, multiprocess_dir=multiprocess_dir)
+    app: WSGIApp = prometheus_wsgi_app(registry)
+    return app
+
+
+def serve(
+    broker: RedissonBroker,
+    host: str = "127.0.0.1",
+    port: int = 9191,
+    *,
+    queues: Sequence[str] | None = None,
+    overdue_grace: int = OVERDUE_GRACE,
+    multiprocess_dir: str | None = None,
+) -> None:
+    """Serve :func:`make_registry`'s metrics over HTTP on ``host``:``port`` until
+    KeyboardInterrupt (then close the socket and return). ``dramatiq-redisson metrics``.
+
+    Raises:
+      ImportError: prometheus-client is not installed.
+      OSError: The address cannot be bound.
+    """
+    registry = make_registry(broker, queues=queues, overdue_grace=overdue_grace, multiprocess_dir=multiprocess_dir)
+    try:
+        _serve_registry(registry, host, port)
+    except KeyboardInterrupt:
+        pass
+
+
+def _serve_registry(registry: CollectorRegistry, host: str, port: int) -> None:
+    """Serve ``registry`` on a threading HTTP server until an exception (KeyboardInterrupt,
+    SystemExit from a signal handler) leaves ``serve_forever``; the socket is closed."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import make_wsgi_app as prometheus_wsgi_app
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Handler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug(format, *args)
+
+    server = make_server(host, port, prometheus_wsgi_app(registry), Server, Handler)
+    logger.info("Serving metrics on http://%s:%d/metrics", host, server.server_port)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
