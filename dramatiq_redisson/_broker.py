@@ -29,6 +29,7 @@ from ._keys import QueueKeys, heartbeats_key, registry_key
 from ._permissions import MissingPermission, check_permissions, is_permission_error
 from ._scripts import Scripts, Unanswered
 from ._stats import QueueStats, Stats
+from .metrics import adopt_middleware
 
 #: Most scheduled messages one transfer call moves to the ready queue.
 DEFAULT_TRANSFER_BATCH_SIZE = 100
@@ -276,10 +277,20 @@ class RedissonBroker(RedisBroker):
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
         self.permissions_checked: set[str] = set()
         self._owns_client = owns_client
+        #: Queues this process listed in the queue registry (see :meth:`_register_queue`).
+        self._registered: set[str] = set()
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
         #: process's consumers run that moved messages: for each moved message, how late
         #: it moved (ms after its due time, server clock). Metrics hook in here.
         self.transfer_listeners: list[Callable[[str, list[int]], None]] = []
+
+    def add_middleware(
+        self, middleware: Middleware, *, before: type[Middleware] | None = None, after: type[Middleware] | None = None
+    ) -> None:
+        """As Dramatiq's; Dramatiq's own ``Prometheus`` middleware becomes this package's
+        (see :mod:`dramatiq_redisson.metrics`), which also exports the queue gauges and
+        the transfer metrics."""
+        super().add_middleware(adopt_middleware(middleware), before=before, after=after)
 
     def notify_transfer(self, queue_name: str, lateness_ms: list[int]) -> None:
         """Tell :attr:`transfer_listeners` about a transfer (a failing listener is logged,
@@ -417,6 +428,7 @@ class RedissonBroker(RedisBroker):
         )
         estimate = _eta_estimate(delay_ms)
         self._emit_before_enqueue(message, delay, estimate)
+        self._register_queue(keys)
         due: int | None = None
         try:
             if in_flight:
@@ -511,6 +523,18 @@ class RedissonBroker(RedisBroker):
             raise missing from error
         except redis.RedisError:
             pass
+
+    def _register_queue(self, keys: QueueKeys) -> None:
+        """List a queue this process sends to in the namespace's queue registry, once per
+        process (consumers' heartbeats list theirs), so that operators' tools and metrics
+        see queues nobody consumes yet: their overdue messages are the ones to alert on."""
+        if keys.queue_name in self._registered:
+            return
+        self._registered.add(keys.queue_name)
+        try:
+            self.client.sadd(keys.registry, keys.queue_name)
+        except redis.RedisError as e:
+            self.logger.debug("Could not list queue %r in %r: %s", keys.queue_name, keys.registry, e)
 
     def _send(
         self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, replacing: str = ""
@@ -635,6 +659,7 @@ class RedissonBroker(RedisBroker):
         chunks: list[list[int]] = []  # per script call, the indexes of its messages
         for queue_name, indexes in by_queue.items():
             keys = self.keys(queue_name)
+            self._register_queue(keys)
             for start in range(0, len(indexes), BULK_CHUNK_SIZE):
                 chunk = indexes[start : start + BULK_CHUNK_SIZE]
                 chunks.append(chunk)

@@ -80,7 +80,8 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
 
 #: Commands issued from Python: ``RedissonBroker`` (flush's UNLINK and pending's ZCARD and
 #: HLEN in MULTI/EXEC; stats' TIME, ZCOUNT of heartbeats and SMEMBERS of the queue
-#: registry), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
+#: registry; the first send to a queue, SADD to that registry), its consumer (SMEMBERS,
+#: LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
 #: ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET) and ``DeadLetters`` (ZCARD, ZRANGE,
 #: HMGET; ZSCORE and HGET in MULTI/EXEC).
 CLIENT_COMMANDS: tuple[str, ...] = (
@@ -91,6 +92,7 @@ CLIENT_COMMANDS: tuple[str, ...] = (
     "hmget",
     "lrange",
     "multi",
+    "sadd",
     "scan",
     "smembers",
     "time",

@@ -346,9 +346,6 @@ def test_dramatiqs_prometheus_middleware_is_adopted_with_the_exporter_swapped() 
     assert m.adopt_middleware(other) is other and type(other) is AgeLimit
 
 
-@pytest.mark.xfail(
-    strict=True, reason="needs RedissonBroker.add_middleware to call metrics.adopt_middleware (remove this mark then)"
-)
 def test_redisson_broker_adopts_dramatiqs_prometheus_middleware(make_broker: Callable[..., Any]) -> None:
     from dramatiq.middleware.prometheus import Prometheus as DramatiqPrometheus
 

@@ -342,3 +342,24 @@ def test_transfer_listeners_get_each_moved_message_lateness(
     assert len(lateness) == 7
     assert sorted(lateness)[-2] >= 2000 and sorted(lateness)[-1] < 3000
     assert all(0 <= late_ms < 100 for late_ms in sorted(lateness)[:5])
+
+
+def test_a_queue_nobody_consumes_is_listed_by_its_first_send(
+    broker: RedissonBroker, redis_url: str, make_broker: Any, redis_client: redis.Redis
+) -> None:
+    # Given a producer that sends to a queue no worker consumes (the "stuck" case)
+    @dramatiq.actor(queue_name="orphans")
+    def orphan() -> None: ...
+
+    message = orphan.send_with_options(delay=60_000)
+    keys = broker.keys("orphans")
+    redis_client.zadd(keys.timeout_zset, {message.options["redis_message_id"]: server_ms(redis_client) - 5000})
+    broker.enqueue_many([orphan.message()], delay=None)
+    # Then a broker in another process (one that declared nothing) sees it, and its overdue message
+    other = make_broker(url=redis_url)
+    assert other.known_queues() == ["orphans"]
+    q = other.stats()["queues"]["orphans"]
+    assert (q["scheduled"], q["overdue"], q["ready"], q["consumers"]) == (1, 1, 1, 0)
+    # Listing costs one command per queue and process, not one per send
+    assert redis_client.smembers(keys.registry) == {b"orphans"}
+    assert broker._registered == {"orphans"}
