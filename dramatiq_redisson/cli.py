@@ -944,12 +944,12 @@ def cmd_watch(ctx: Context) -> int:
 
 def cmd_metrics(ctx: Context) -> int:
     args = ctx.args
+    needs = "the metrics command needs prometheus-client (pip install 'dramatiq-redisson[metrics]')"
     try:
         metrics = importlib.import_module("dramatiq_redisson.metrics")
+        importlib.import_module("prometheus_client")
     except ImportError as e:
-        raise UsageError(
-            f"the metrics command needs prometheus-client (pip install prometheus-client): {one_line(e)}"
-        ) from None
+        raise UsageError(f"{needs}: {one_line(e)}") from None
     serve: Callable[..., Any] = metrics.serve
     url = f"http://{args.host}:{args.port}/metrics"
     if ctx.json_mode:
@@ -959,6 +959,8 @@ def cmd_metrics(ctx: Context) -> int:
         serve(ctx.broker, host=args.host, port=args.port)
     except KeyboardInterrupt:
         pass
+    except ImportError as e:
+        raise UsageError(f"{needs}: {one_line(e)}") from None
     except OSError as e:
         raise UsageError(f"cannot serve metrics on {args.host}:{args.port}: {one_line(e)}") from None
     return EXIT_OK
