@@ -428,7 +428,6 @@ class RedissonBroker(RedisBroker):
         )
         estimate = _eta_estimate(delay_ms)
         self._emit_before_enqueue(message, delay, estimate)
-        self._register_queue(keys)
         due: int | None = None
         try:
             if in_flight:
@@ -453,6 +452,7 @@ class RedissonBroker(RedisBroker):
             if is_permission_error(e):
                 self._explain_permissions(keys, e)
             raise
+        self._register_queue(keys)
         if estimate is not None:
             # The due time the offer stored (server clock), as the built-in broker's eta.
             message.options["eta"] = due if due is not None else estimate
@@ -659,7 +659,6 @@ class RedissonBroker(RedisBroker):
         chunks: list[list[int]] = []  # per script call, the indexes of its messages
         for queue_name, indexes in by_queue.items():
             keys = self.keys(queue_name)
-            self._register_queue(keys)
             for start in range(0, len(indexes), BULK_CHUNK_SIZE):
                 chunk = indexes[start : start + BULK_CHUNK_SIZE]
                 chunks.append(chunk)
@@ -679,6 +678,8 @@ class RedissonBroker(RedisBroker):
             outcomes = self.redisson_scripts.enqueue_bulk(ready, self.dedupe_window)
         else:
             outcomes = []
+        for queue_name in by_queue:
+            self._register_queue(self.keys(queue_name))
         enqueued: list[int] = []
         failed: list[int] = []
         unknown: list[int] = []
@@ -800,9 +801,13 @@ class RedissonBroker(RedisBroker):
         return Stats(time_ms=now_ms, workers=workers, queues=queues)
 
     def flush(self, queue_name: str) -> None:
-        """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``."""
+        """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``;
+        the queue leaves the namespace's queue registry (its next send or consumer lists
+        it again)."""
         keys = self.keys(queue_name)
+        self._registered.discard(keys.queue_name)
         with self.client.pipeline(transaction=True) as pipe:
+            pipe.srem(keys.registry, keys.queue_name)
             pipe.unlink(
                 keys.ready,
                 keys.ready_msgs,

@@ -80,7 +80,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
 
 #: Commands issued from Python: ``RedissonBroker`` (flush's UNLINK and pending's ZCARD and
 #: HLEN in MULTI/EXEC; stats' TIME, ZCOUNT of heartbeats and SMEMBERS of the queue
-#: registry; the first send to a queue, SADD to that registry), its consumer (SMEMBERS,
+#: registry; the first send to a queue, SADD to that registry; flush, SREM), its consumer (SMEMBERS,
 #: LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
 #: ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET) and ``DeadLetters`` (ZCARD, ZRANGE,
 #: HMGET; ZSCORE and HGET in MULTI/EXEC).
@@ -95,6 +95,7 @@ CLIENT_COMMANDS: tuple[str, ...] = (
     "sadd",
     "scan",
     "smembers",
+    "srem",
     "time",
     "unlink",
     "zcard",

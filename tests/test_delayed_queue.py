@@ -168,7 +168,7 @@ def test_reschedule_moves_the_due_time_on_the_server_clock_and_keeps_the_id(
         with pytest.raises(TypeError):
             dq.reschedule(first.message_id, **kwargs)
     with pytest.raises(ValueError):
-        dq.reschedule(first.message_id, delay=-1)
+        dq.reschedule(first.message_id, delay=float("nan"))
     with pytest.raises(ValueError, match="timezone-aware"):
         dq.reschedule(first.message_id, at=datetime.datetime.now())
     assert dq.get(second.message_id)[0] == before + 10_000  # type: ignore[index]

@@ -61,6 +61,7 @@ def test_namespace_prefixes_every_key(
         b"redisson_delay_queue:{shop:mail}",
         b"redisson_delay_queue_msgs:{shop:mail}",
         b"redisson_delay_queue_sent:{shop:mail}",
+        b"shop:__queues__",
     }
 
 
