@@ -27,7 +27,7 @@ from ._held import HeldMessages
 from ._ids import next_sort_key, next_sort_keys
 from ._keys import QueueKeys, heartbeats_key, registry_key
 from ._permissions import MissingPermission, check_permissions, is_permission_error
-from ._scripts import Scripts, Unanswered
+from ._scripts import NotReplicated, Outcomes, Scripts, Unanswered
 from ._stats import QueueStats, Stats
 from .metrics import adopt_middleware
 
@@ -68,6 +68,33 @@ REDELIVERY_RETRY_TIME = 30_000
 
 #: Longest pause (ms) between two of those attempts; the first pause is 100 ms.
 MAX_REDELIVERY_BACKOFF = 2000
+
+
+#: Default ``wait_timeout`` (ms): how long a write waits for ``wait_for_replicas`` replicas.
+DEFAULT_WAIT_TIMEOUT = 1000
+
+
+class EnqueueNotReplicated(EnqueueError, NotReplicated):
+    """An enqueue went through on the primary (its messages are in ``enqueued``), but
+    fewer replicas than ``wait_for_replicas`` acknowledged it within ``wait_timeout``:
+    a failover before they catch up may lose it. Sending the messages again is safe
+    (a scheduled id is rescheduled, an immediate message is pushed once)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        enqueued: list[Message[Any]],
+        failed: list[Message[Any]],
+        unknown: list[Message[Any]],
+        replicas: int | None,
+        wanted: int,
+        timeout_ms: int,
+    ) -> None:
+        EnqueueError.__init__(self, message, enqueued=enqueued, failed=failed, unknown=unknown)
+        self.replicas = replicas
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
 
 
 #: The fields of a message, in the order ``Message.asdict`` gives them.
@@ -206,6 +233,16 @@ class RedissonBroker(RedisBroker):
       dedupe_window: Time (ms) an immediate message stays remembered after it was
         enqueued (see :data:`DEFAULT_DEDUPE_WINDOW`); widened to the client's retry
         span. 0 keeps only the check against messages still queued or in flight.
+      wait_for_replicas: After each enqueue (``enqueue``, ``enqueue_many``, a retry's
+        re-enqueue), cancel (``DelayedQueue.remove``) and transfer, wait (``WAIT``, on
+        the connection that wrote) until this many replicas have the write. Replication
+        is asynchronous: without it, a write the primary acknowledged can be lost when a
+        replica takes over. 0 (the default) waits for none. An enqueue or cancel that
+        too few replicas acknowledged in time raises :class:`EnqueueNotReplicated` /
+        :class:`NotReplicated` (the write is on the primary); a consumer's transfer logs
+        it and transfers again soon. Needs ``+wait`` in an ACL rule
+        (``acl_rule(wait_for_replicas=True)``).
+      wait_timeout: Longest wait (ms) for those replicas, per write.
       **parameters: Connection parameters passed to :class:`redis.Redis`.
 
     One message id is enqueued at most once per queue: an immediate message is pushed
@@ -230,6 +267,8 @@ class RedissonBroker(RedisBroker):
         maintenance_interval: int = DEFAULT_MAINTENANCE_INTERVAL,
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         transfer_lease: int = DEFAULT_TRANSFER_LEASE,
+        wait_for_replicas: int = 0,
+        wait_timeout: int = DEFAULT_WAIT_TIMEOUT,
         **parameters: Any,
     ) -> None:
         owns_client = client is None
@@ -256,6 +295,11 @@ class RedissonBroker(RedisBroker):
             raise ValueError("dedupe_window must not be negative")
         if not isinstance(transfer_lease, int) or transfer_lease < 100:
             raise ValueError(f"transfer_lease must be an int of at least 100 ms, got {transfer_lease!r}")
+        if isinstance(wait_for_replicas, bool) or not isinstance(wait_for_replicas, int) or wait_for_replicas < 0:
+            raise ValueError(f"wait_for_replicas must be a non-negative int, got {wait_for_replicas!r}")
+        if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, int) or wait_timeout < 1:
+            # WAIT n 0 would block forever: a producer must never hang on a lost replica.
+            raise ValueError(f"wait_timeout must be a positive int of ms, got {wait_timeout!r}")
         span = client_retry_span_ms(self.client)
         if span is None:
             self.logger.warning(
@@ -271,7 +315,10 @@ class RedissonBroker(RedisBroker):
         self.safety_interval = safety_interval
         self.maintenance_interval = maintenance_interval
         self.transfer_lease = transfer_lease
-        self.redisson_scripts = Scripts(self.client)
+        #: Replicas each write waits for (``WAIT``), and for how long (ms) at most.
+        self.wait_for_replicas = wait_for_replicas
+        self.wait_timeout = wait_timeout
+        self.redisson_scripts = Scripts(self.client, wait_for_replicas=wait_for_replicas, wait_timeout=wait_timeout)
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
@@ -412,6 +459,8 @@ class RedissonBroker(RedisBroker):
           TypeError: If ``delay`` is not a number of milliseconds or a timedelta.
           ValueError: If ``delay`` is NaN, infinite or over ten years.
           ServerMemoryFull: The server is at its ``maxmemory`` limit; nothing was written.
+          EnqueueNotReplicated: With ``wait_for_replicas``: written on the primary, but
+            too few replicas acknowledged it within ``wait_timeout``.
           redis.RedisError: Any other error of the client (a connection error: the
             message may or may not have been enqueued; sending it again is safe).
         """
@@ -452,12 +501,34 @@ class RedissonBroker(RedisBroker):
             if is_permission_error(e):
                 self._explain_permissions(keys, e)
             raise
+        except NotReplicated as e:
+            self._register_queue(keys)
+            raise self._not_replicated(e, enqueued=[message], failed=[], unknown=[]) from e
         self._register_queue(keys)
         if estimate is not None:
             # The due time the offer stored (server clock), as the built-in broker's eta.
             message.options["eta"] = due if due is not None else estimate
         self.emit_after("enqueue", message, delay)
         return message
+
+    @staticmethod
+    def _not_replicated(
+        error: NotReplicated,
+        *,
+        enqueued: list[Message[Any]],
+        failed: list[Message[Any]],
+        unknown: list[Message[Any]],
+    ) -> EnqueueNotReplicated:
+        lost = f"; {len(failed)} not enqueued and {len(unknown)} unknown" if failed or unknown else ""
+        return EnqueueNotReplicated(
+            f"{len(enqueued)} message(s) enqueued{lost}: {error}",
+            enqueued=enqueued,
+            failed=failed,
+            unknown=unknown,
+            replicas=error.replicas,
+            wanted=error.wanted,
+            timeout_ms=error.timeout_ms,
+        )
 
     def _emit_before_enqueue(self, message: Message[Any], delay: Any, eta: int | None) -> None:
         """Emit the ``before_enqueue`` hook on a delayed message with an ``eta`` option, as
@@ -493,7 +564,11 @@ class RedissonBroker(RedisBroker):
                 if attempts:
                     self.logger.info("Re-enqueued message %r after %d attempts.", message.message_id, attempts + 1)
                 return due
-            except (redis.ConnectionError, redis.TimeoutError) as e:  # BusyLoadingError is a ConnectionError
+            except (redis.ConnectionError, redis.TimeoutError, NotReplicated) as e:
+                # BusyLoadingError, MasterNotFoundError (a Sentinel failover) are
+                # ConnectionErrors. NotReplicated: the retry is on the primary but too few
+                # replicas have it; sending it again is safe, and acking the copy in
+                # flight before a replica has the retry could lose both in a failover.
                 if time.monotonic() >= deadline:
                     self.held.release(keys.queue_name, in_flight)
                     self.logger.error(
@@ -518,7 +593,13 @@ class RedissonBroker(RedisBroker):
         """A send was refused by ACL: raise one :class:`MissingPermission` naming everything
         the user lacks (returns when the probe finds nothing missing)."""
         try:
-            check_permissions(self.client, keys, worker_id=self.broker_id, subscribe=False)
+            check_permissions(
+                self.client,
+                keys,
+                worker_id=self.broker_id,
+                subscribe=False,
+                wait_for_replicas=bool(self.wait_for_replicas),
+            )
         except MissingPermission as missing:
             raise missing from error
         except redis.RedisError:
@@ -634,6 +715,8 @@ class RedissonBroker(RedisBroker):
           TypeError, ValueError: As :meth:`enqueue`, before anything is written.
           ServerMemoryFull: The server refused a call at its ``maxmemory`` limit (an
             :class:`EnqueueError`: its lists say what was written).
+          EnqueueNotReplicated: With ``wait_for_replicas``: every message was written on
+            the primary (``enqueued``), but too few replicas acknowledged them in time.
           EnqueueError: Any other failure: ``enqueued``, ``failed`` and ``unknown``
             (sent, reply lost) partition the prepared messages; the error is the cause.
         """
@@ -717,6 +800,12 @@ class RedissonBroker(RedisBroker):
                 self.emit_after("enqueue", prepared[i], delay)
         if errors:
             raise self._enqueue_error(prepared, errors, enqueued, sorted(failed), sorted(unknown))
+        replicas = outcomes.replicas if isinstance(outcomes, Outcomes) else None
+        if self.wait_for_replicas and outcomes and (replicas is None or replicas < self.wait_for_replicas):
+            error = NotReplicated.describe(
+                f"Enqueueing {len(prepared)} message(s)", replicas, self.wait_for_replicas, self.wait_timeout
+            )
+            raise self._not_replicated(error, enqueued=[prepared[i] for i in enqueued], failed=[], unknown=[])
         return prepared
 
     def _enqueue_error(

@@ -23,10 +23,12 @@ from dramatiq.message import Message
 from ._broker import encode_scheduled
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 from ._permissions import DOCS, MissingPermission, check_permissions, is_permission_error
+from ._scripts import NotReplicated
 from ._timer import TransferTimer
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
+    from ._scripts import TransferResult
 
 #: Most transfer calls in one tick before the consumer hands back control.
 MAX_TRANSFER_CALLS_PER_TICK = 20
@@ -172,9 +174,11 @@ class RedissonConsumer(Consumer):
                     self._recovered()
                     self.capacity_freed.clear()
                     self.capacity_freed.wait(min(self.timeout / 1000, self.timer.seconds_until_due()))
-            except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
+            except (*_CONNECTION_ERRORS, redis.ResponseError, NotReplicated) as e:
                 # Dramatiq would restart the whole consumer after 3 s; instead keep
-                # this one, back off briefly and go on with what still works.
+                # this one, back off briefly and go on with what still works. (A Sentinel
+                # failover shows as connection errors: MasterNotFoundError, and a demoted
+                # primary's READONLY, which redis-py turns into a ConnectionError.)
                 self._failed(e)
             return None
 
@@ -245,7 +249,9 @@ class RedissonConsumer(Consumer):
         if self.timer.is_due():
             try:
                 self._transfer()
-            except redis.ResponseError as e:
+            except (redis.ResponseError, NotReplicated) as e:
+                # NotReplicated: the transfer went through, but too few replicas have it
+                # yet: transfer (and wait) again soon rather than at the next due time.
                 self._log_failure(e)
                 self.transfer_failures, backoff_ms = compute_backoff(
                     self.transfer_failures, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
@@ -269,7 +275,7 @@ class RedissonConsumer(Consumer):
         """Run one of the timer's tasks; a server error is logged and gives ``None``."""
         try:
             return task(*args)
-        except redis.ResponseError as e:
+        except (redis.ResponseError, NotReplicated) as e:
             self._log_failure(e)
             return None
 
@@ -351,7 +357,12 @@ class RedissonConsumer(Consumer):
         """Once per queue and broker, before the first subscription: name everything the
         Redis user may not do, in one error, instead of failing call by call."""
         try:
-            check_permissions(self.broker.client, self.keys, worker_id=self.worker_id)
+            check_permissions(
+                self.broker.client,
+                self.keys,
+                worker_id=self.worker_id,
+                wait_for_replicas=bool(self.broker.wait_for_replicas),
+            )
         except MissingPermission as e:
             self.logger.error("%s", e)
         except (*_CONNECTION_ERRORS, redis.ResponseError):
@@ -405,6 +416,8 @@ class RedissonConsumer(Consumer):
                 )
             elif isinstance(error, redis.ResponseError):
                 self.logger.error("Redis refused a call on queue %r: %s. Retrying.", self.queue_name, error)
+            elif isinstance(error, NotReplicated):
+                self.logger.warning("On queue %r: %s Retrying.", self.queue_name, error)
             else:
                 self.logger.warning("Lost the connection to Redis on queue %r: %s. Retrying.", self.queue_name, error)
 
@@ -418,7 +431,13 @@ class RedissonConsumer(Consumer):
 
     def _transfer(self) -> None:
         """Run the transfer script until no full batch moves (or another consumer holds
-        the lease), then follow the lease: listen for announcements while holding it."""
+        the lease), then follow the lease: listen for announcements while holding it.
+
+        With ``wait_for_replicas``, a transfer too few replicas acknowledged in time is
+        still taken as done (its messages are on the primary's ready queue; holding them
+        back would only delay them); :class:`NotReplicated` is raised at the end, so the
+        caller transfers, and waits, again soon."""
+        unreplicated: TransferResult | None = None
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
             own_slots = max(0, self.prefetch - self.outstanding_message_count)
             with self.broker.held.lock(self.queue_name):
@@ -441,6 +460,8 @@ class RedissonConsumer(Consumer):
                     raise
                 self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
             self.timer.record(result)
+            if not result.replicated:
+                unreplicated = result
             if result.fetched:
                 self.misses = 0
                 self._cache(result.fetched)
@@ -462,6 +483,10 @@ class RedissonConsumer(Consumer):
         else:
             self.timer.force()
         self._follow_lease()
+        if unreplicated is not None:
+            raise NotReplicated.describe(
+                "A transfer", unreplicated.replicas, self.broker.wait_for_replicas, self.broker.wait_timeout
+            )
 
     def _follow_lease(self) -> None:
         """Subscribe to the queue's announcements on taking the lease, unsubscribe on

@@ -12,7 +12,9 @@ The rule is derived from every command the broker issues:
   health-check PING of redis-py's PubSub);
 * :data:`CONNECTION_COMMANDS`: redis-py's connection setup (SELECT for a database other
   than 0; CLIENT SETINFO, whose refusal redis-py ignores but the server writes to its
-  ACL log on every new connection).
+  ACL log on every new connection);
+* :data:`REPLICATION_COMMANDS`: WAIT, sent only by a broker with ``wait_for_replicas``,
+  so in the rule only when asked for (``acl_rule(wait_for_replicas=True)``).
 
 ``tests/test_acl.py`` parses the Lua scripts and the Python sources and fails when they
 use a command missing here (or from :data:`OPTIONAL_COMMANDS`, which the rule leaves out).
@@ -117,6 +119,10 @@ PUBSUB_COMMANDS: tuple[str, ...] = ("ping", "subscribe", "unsubscribe")
 #: redis-py's connection setup.
 CONNECTION_COMMANDS: tuple[str, ...] = ("client|setinfo", "select")
 
+#: Sent only by a broker with ``wait_for_replicas`` (after each write it covers), so
+#: granted only by ``acl_rule(wait_for_replicas=True)``.
+REPLICATION_COMMANDS: tuple[str, ...] = ("wait",)
+
 #: Commands the broker may issue but does without when refused, left out of the rule:
 #: INFO (``@dangerous``) only words the message of ``ServerMemoryFull``.
 OPTIONAL_COMMANDS: tuple[str, ...] = ("info",)
@@ -155,19 +161,20 @@ def channel_patterns(namespace: str = "dramatiq") -> tuple[str, ...]:
     return (f"redisson_delay_queue_channel:{{{_glob_escape(namespace)}:*}}",)
 
 
-def acl_tokens(namespace: str = "dramatiq") -> list[str]:
+def acl_tokens(namespace: str = "dramatiq", *, wait_for_replicas: bool = False) -> list[str]:
     """The ACL SETUSER arguments of :func:`acl_rule`, one list item per argument."""
+    commands = sorted({*COMMANDS, *REPLICATION_COMMANDS}) if wait_for_replicas else COMMANDS
     return [
         "resetkeys",
         "resetchannels",
         "-@all",
-        *(f"+{command}" for command in COMMANDS),
+        *(f"+{command}" for command in commands),
         *(f"~{pattern}" for pattern in key_patterns(namespace)),
         *(f"&{pattern}" for pattern in channel_patterns(namespace)),
     ]
 
 
-def acl_rule(namespace: str = "dramatiq") -> str:
+def acl_rule(namespace: str = "dramatiq", *, wait_for_replicas: bool = False) -> str:
     """The ACL rule of the broker's Redis user for ``namespace``, as ACL SETUSER text
     without user name, ``on`` and password::
 
@@ -176,6 +183,8 @@ def acl_rule(namespace: str = "dramatiq") -> str:
     It grants exactly :data:`COMMANDS` on the namespace's keys and channels and nothing
     else (``resetkeys resetchannels -@all`` first, so applying it to an existing user
     also takes away what it had). Glob characters in ``namespace`` are escaped.
+    ``wait_for_replicas=True`` adds ``+wait``, which a broker with ``wait_for_replicas``
+    needs.
 
     Raises:
       ValueError: If ``namespace`` contains whitespace (it could not be written as
@@ -183,7 +192,7 @@ def acl_rule(namespace: str = "dramatiq") -> str:
     """
     if any(c.isspace() for c in namespace):
         raise ValueError(f"namespace {namespace!r} contains whitespace; use acl_tokens()")
-    return " ".join(acl_tokens(namespace))
+    return " ".join(acl_tokens(namespace, wait_for_replicas=wait_for_replicas))
 
 
 class MissingPermission(NoPermissionError):
@@ -282,12 +291,17 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
     return [item for pair in pairs for item in pair]
 
 
-def _client_calls(keys: QueueKeys, worker_id: str) -> list[tuple[str, str, tuple[Any, ...]]]:
+def _client_calls(
+    keys: QueueKeys, worker_id: str, wait_for_replicas: bool = False
+) -> list[tuple[str, str, tuple[Any, ...]]]:
     """``(command, target, arguments)``: every call the broker makes from Python, in a
-    harmless form, then the probe script. MULTI/EXEC come last (an empty transaction)."""
+    harmless form, then the probe script. MULTI/EXEC come last (an empty transaction).
+    ``wait_for_replicas``: WAIT too (``WAIT 0 0`` returns at once)."""
     token = PROBE_TOKEN
     argv = (token, scratch_key(keys), keys.channel, *_typed_keys(keys, worker_id))
+    waits = [("wait", "", ("WAIT", 0, 0))] if wait_for_replicas else []
     return [
+        *waits,
         ("ping", "", ("PING",)),
         ("script|exists", "", ("SCRIPT", "EXISTS", _PROBE_SHA)),
         ("script|load", "", ("SCRIPT", "LOAD", _PROBE_SOURCE)),
@@ -315,7 +329,12 @@ def _client_calls(keys: QueueKeys, worker_id: str) -> list[tuple[str, str, tuple
 
 
 def check_permissions(
-    client: redis.Redis, keys: QueueKeys, *, worker_id: str = PROBE_TOKEN, subscribe: bool = True
+    client: redis.Redis,
+    keys: QueueKeys,
+    *,
+    worker_id: str = PROBE_TOKEN,
+    subscribe: bool = True,
+    wait_for_replicas: bool = False,
 ) -> None:
     """Check that ``client``'s user may run everything the broker does on one queue.
 
@@ -332,6 +351,7 @@ def check_permissions(
       worker_id: Whose ack set to check (``broker.broker_id``); any id checks the same
         key pattern.
       subscribe: Also check the subscription (consumers need it; producers do not).
+      wait_for_replicas: Also check WAIT (a broker with ``wait_for_replicas`` sends it).
 
     Raises:
       MissingPermission: Naming every missing command, key and channel, and the rule.
@@ -339,7 +359,7 @@ def check_permissions(
       redis.ResponseError: A reply that is no ACL refusal and not expected (say, a
         server that runs no Lua).
     """
-    calls = _client_calls(keys, worker_id)
+    calls = _client_calls(keys, worker_id, wait_for_replicas)
     denials: list[tuple[str, str, str]] = []
     unchecked: list[str] = []
     probe_reply: Any = None
@@ -349,7 +369,7 @@ def check_permissions(
     except NoPermissionError as e:
         # The connection setup itself was refused (SELECT of a database other than 0):
         # nothing else can be tried.
-        _raise(keys, [("select", "", str(e))], [c for c in COMMANDS if c != "select"])
+        _raise(keys, [("select", "", str(e))], [c for c in COMMANDS if c != "select"], wait_for_replicas)
     try:
         connection.send_packed_command(connection.pack_commands([call for _, _, call in calls]), check_health=False)
         for command, target, _ in calls:
@@ -388,7 +408,7 @@ def check_permissions(
             denials.append(denial)
 
     if denials or unchecked:
-        _raise(keys, denials, unchecked)
+        _raise(keys, denials, unchecked, wait_for_replicas)
 
 
 def _check_subscribe(client: redis.Redis, channel: str) -> tuple[str, str, str] | None:
@@ -428,7 +448,9 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list[str]) -> NoReturn:
+def _raise(
+    keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list[str], wait_for_replicas: bool = False
+) -> NoReturn:
     commands: set[str] = set()
     key_notes: dict[str, set[str]] = {}
     channels: set[str] = set()
@@ -473,7 +495,8 @@ def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list
         message += f" Not checked until those are granted: {', '.join(missing_unchecked)}."
     if scratch_key(keys) in key_notes:
         message += f" ({scratch_key(keys)} is a key the check itself uses, in the namespace's key pattern.)"
-    message += f" Grant the least-privilege rule (see {DOCS}): ACL SETUSER <user> {_rule_text(keys.namespace)}"
+    rule = _rule_text(keys.namespace, wait_for_replicas)
+    message += f" Grant the least-privilege rule (see {DOCS}): ACL SETUSER <user> {rule}"
     raise MissingPermission(
         message,
         commands=sorted(commands),
@@ -483,9 +506,9 @@ def _raise(keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list
     )
 
 
-def _rule_text(namespace: str) -> str:
+def _rule_text(namespace: str, wait_for_replicas: bool = False) -> str:
     """:func:`acl_rule`, or the quoted tokens when the namespace has whitespace."""
     try:
-        return acl_rule(namespace)
+        return acl_rule(namespace, wait_for_replicas=wait_for_replicas)
     except ValueError:
-        return " ".join(repr(token) for token in acl_tokens(namespace))
+        return " ".join(repr(token) for token in acl_tokens(namespace, wait_for_replicas=wait_for_replicas))

@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 import redis
+from dramatiq.errors import BrokerError
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -93,6 +94,8 @@ class TransferResult:
         "fetched",
         "registered",
         "lateness_ms",
+        "replicas",
+        "replicated",
     )
 
     def __init__(
@@ -119,6 +122,10 @@ class TransferResult:
         self.registered = registered
         #: For each moved message, how late it moved (ms after its due time, server clock).
         self.lateness_ms = lateness_ms or []
+        #: With ``wait_for_replicas``: how many replicas acknowledged the call's writes
+        #: (``None``: unknown, or no WAIT), and whether that is enough.
+        self.replicas: int | None = None
+        self.replicated = True
 
     @property
     def owner(self) -> bool:
@@ -130,6 +137,14 @@ class TransferResult:
             f"TransferResult(moved={self.moved}, next_due_ms={self.next_due_ms}, "
             f"server_now_us={self.server_now_us}, dead={self.dead}, lease_until_ms={self.lease_until_ms})"
         )
+
+
+class Outcomes(list[Any]):
+    """The outcomes of :meth:`Scripts.stream`, one per call, and ``replicas``: how many
+    replicas acknowledged the stream's writes when the broker waits for them (else
+    ``None``)."""
+
+    replicas: int | None = None
 
 
 class Unanswered:
@@ -153,12 +168,98 @@ class Unanswered:
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
+class NotReplicated(BrokerError):
+    """A write went through on the primary, but fewer replicas than the broker's
+    ``wait_for_replicas`` acknowledged it within ``wait_timeout`` ms (``WAIT``).
+
+    The write is on the primary: it stays unless a replica that lacks it takes over
+    (a failover now may lose it). Doing the same call again is safe (a scheduled
+    message id is rescheduled, an immediate message is pushed once).
+
+    Attributes:
+      replicas: How many replicas acknowledged it (``None``: unknown, the connection
+        failed during the wait; the cause says why).
+      wanted: The broker's ``wait_for_replicas``.
+      timeout_ms: The broker's ``wait_timeout``.
+    """
+
+    def __init__(self, message: str, *, replicas: int | None = None, wanted: int = 0, timeout_ms: int = 0) -> None:
+        super().__init__(message)
+        self.replicas = replicas
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+
+    @classmethod
+    def describe(cls, what: str, replicas: int | None, wanted: int, timeout_ms: int) -> NotReplicated:
+        got = "an unknown number of" if replicas is None else str(replicas)
+        return cls(
+            f"{what} went through on the primary, but {got} of the {wanted} replica(s) asked for "
+            f"(wait_for_replicas) acknowledged it within {timeout_ms} ms (wait_timeout): a failover "
+            f"before the replicas catch up may lose it; doing it again is safe.",
+            replicas=replicas,
+            wanted=wanted,
+            timeout_ms=timeout_ms,
+        )
+
+    def __reduce__(self) -> Any:
+        return _rebuild_error, (type(self), self.args, self.__dict__)
+
+
+def _rebuild_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class Scripts:
     """One client's registered scripts."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, wait_for_replicas: int = 0, wait_timeout: int = 1000) -> None:
         self.client = client
         self._s: dict[str, Script] = {name: client.register_script(src) for name, src in _SOURCES.items()}
+        #: After offer, enqueue, cancel and transfer: ``WAIT wait_for_replicas wait_timeout``
+        #: on the connection that made the write (0: no WAIT).
+        self.wait_for_replicas = wait_for_replicas
+        self.wait_timeout = wait_timeout
+
+    def _run_waiting(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, int | None]:
+        """Run a script and ``WAIT`` for the replicas on the same connection (one
+        pipeline, one round trip: WAIT counts the replicas that have this connection's
+        writes). NOSCRIPT (the call did not run) is answered by EVAL with the source.
+
+        Returns the script's reply and how many replicas acknowledged the write, or
+        ``None`` when the connection failed during the wait after the script's reply
+        came (the write went through; its replication is unknown). Raises the script's
+        error reply, or a connection error when the script's reply was lost."""
+        for by_sha in (True, False):
+            with self.client.pipeline(transaction=False) as pipe:
+                if by_sha:
+                    pipe.evalsha(self._s[name].sha, len(keys), *keys, *args)
+                else:
+                    pipe.eval(_SOURCES[name].decode(), len(keys), *keys, *args)
+                pipe.wait(self.wait_for_replicas, self.wait_timeout)
+                reply, acked = pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and by_sha:
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception):
+                if isinstance(acked, redis.ResponseError) and not isinstance(acked, redis.ConnectionError):
+                    raise acked  # WAIT refused (ACL, a replica): the write is through, unconfirmed
+                return reply, None
+            return reply, int(acked)
+        raise AssertionError("unreachable")
+
+    def _wait_checked(self, what: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """:meth:`_run_waiting`, raising :class:`NotReplicated` (with the reply as
+        ``reply``) when fewer replicas than asked acknowledged the write."""
+        reply, acked = self._run_waiting(name, keys, args)
+        if acked is None or acked < self.wait_for_replicas:
+            error = NotReplicated.describe(what, acked, self.wait_for_replicas, self.wait_timeout)
+            error.reply = reply  # type: ignore[attr-defined]
+            raise error
+        return reply
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
         return self._s[name](keys=list(keys), args=list(args), client=client or self.client)
@@ -179,6 +280,8 @@ class Scripts:
         the script back in the cache. A pipeline ``client`` loads scripts itself."""
         if client is not None:
             return self._run(name, keys, args, client)
+        if self.wait_for_replicas:
+            return self._wait_checked(f"{name.capitalize()} script", name, keys, args)
         script = self._s[name]
         try:
             return self.client.evalsha(script.sha, len(keys), *keys, *args)
@@ -240,14 +343,18 @@ class Scripts:
           wrote nothing);
         - an :class:`Unanswered`: the connection failed before its reply was read
           (``sent``: it may have run; not sent: it did not run).
+
+        With ``wait_for_replicas``, a ``WAIT`` follows the calls on their connection;
+        the list's ``replicas`` says how many replicas acknowledged them (``None``:
+        unknown, the connection failed).
         """
         script = self._s[name]
-        outcomes: list[Any] = [None] * len(calls)
+        outcomes = Outcomes([None] * len(calls))
         pool = self.client.connection_pool
         try:
             connection = pool.get_connection()
         except _CONNECTION_ERRORS as e:
-            return [Unanswered(e, sent=False)] * len(calls)
+            return Outcomes([Unanswered(e, sent=False)] * len(calls))
         try:
             # Load the script in the same stream, so that EVALSHA normally finds it.
             load = [connection.pack_command("SCRIPT", "LOAD", script.script)]
@@ -256,7 +363,11 @@ class Scripts:
                 connection, calls, range(len(calls)), outcomes, lambda k, a: ("EVALSHA", sha, len(k), *k, *a), load
             )
             if noscript and alive:
-                self._exchange(connection, calls, noscript, outcomes, lambda k, a: ("EVAL", source, len(k), *k, *a), [])
+                _, alive = self._exchange(
+                    connection, calls, noscript, outcomes, lambda k, a: ("EVAL", source, len(k), *k, *a), []
+                )
+            if self.wait_for_replicas:
+                outcomes.replicas = self._wait_on(connection) if alive else None
         except BaseException:
             # Replies may be left unread on this connection: never reuse it.
             connection.disconnect()
@@ -264,6 +375,15 @@ class Scripts:
         finally:
             pool.release(connection)
         return outcomes
+
+    def _wait_on(self, connection: Any) -> int | None:
+        """``WAIT`` on ``connection`` (after its writes); ``None`` if the connection failed."""
+        try:
+            connection.send_command("WAIT", self.wait_for_replicas, self.wait_timeout, check_health=False)
+            return int(connection.read_response())
+        except _CONNECTION_ERRORS:
+            connection.disconnect()
+            return None
 
     @staticmethod
     def _exchange(
@@ -347,28 +467,36 @@ class Scripts:
 
         A call that may hand messages off is not retried after a lost reply (they would
         sit in the ack set, unheld): the caller reconciles instead."""
-        run = self._run if own_slots else self._run_idempotent
-        moved, next_due, now_us, dead, lease_until, handed, registered, lateness = run(
-            "transfer",
-            (
-                keys.timeout_zset,
-                keys.backup_list,
-                keys.payloads,
-                keys.compact_list,
-                keys.compact_cursor,
-                keys.ready,
-                keys.ready_msgs,
-                keys.xq,
-                keys.xq_msgs,
-                keys.lease,
-                keys.consumers,
-                keys.idle,
-                keys.channel,
-                keys.acks(worker_id),
-            ),
-            (limit, trim_budget, compact_step, compact_slack, token, lease_ms, own_slots, "1" if listening else ""),
+        transfer_keys = (
+            keys.timeout_zset,
+            keys.backup_list,
+            keys.payloads,
+            keys.compact_list,
+            keys.compact_cursor,
+            keys.ready,
+            keys.ready_msgs,
+            keys.xq,
+            keys.xq_msgs,
+            keys.lease,
+            keys.consumers,
+            keys.idle,
+            keys.channel,
+            keys.acks(worker_id),
         )
-        return TransferResult(
+        args = (limit, trim_budget, compact_step, compact_slack, token, lease_ms, own_slots, "1" if listening else "")
+        replicas: int | None = None
+        if self.wait_for_replicas:
+            try:
+                reply, replicas = self._run_waiting("transfer", transfer_keys, args)
+            except redis.ConnectionError:
+                if own_slots:
+                    raise
+                reply, replicas = self._run_waiting("transfer", transfer_keys, args)
+        else:
+            run = self._run if own_slots else self._run_idempotent
+            reply = run("transfer", transfer_keys, args)
+        moved, next_due, now_us, dead, lease_until, handed, registered, lateness = reply
+        result = TransferResult(
             int(moved),
             None if int(next_due) < 0 else int(next_due),
             int(now_us),
@@ -378,13 +506,23 @@ class Scripts:
             bool(registered),
             [int(late) for late in lateness],
         )
+        if self.wait_for_replicas:
+            result.replicas = replicas
+            result.replicated = replicas is not None and replicas >= self.wait_for_replicas
+        return result
 
     def release(self, keys: QueueKeys, token: str) -> int:
         """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""
         return int(self._run_idempotent("release", (keys.lease, keys.consumers, keys.idle, keys.channel), (token,)))
 
     def cancel(self, keys: QueueKeys, message_ids: Sequence[str]) -> int:
-        return int(self._run("cancel", (keys.timeout_zset, keys.payloads), message_ids))
+        """Unschedule messages by id; returns how many were scheduled. With
+        ``wait_for_replicas``, raises :class:`NotReplicated` (``reply``: that count) when
+        too few replicas acknowledged the cancel in time."""
+        cancel_keys = (keys.timeout_zset, keys.payloads)
+        if self.wait_for_replicas:
+            return int(self._wait_checked("Cancel", "cancel", cancel_keys, message_ids))
+        return int(self._run("cancel", cancel_keys, message_ids))
 
     def clear(self, keys: QueueKeys, client: Any = None) -> Any:
         """Returns how many were scheduled, or the pipeline when ``client`` is one."""

@@ -29,6 +29,7 @@ from dramatiq_redisson._permissions import (
     CONNECTION_COMMANDS,
     OPTIONAL_COMMANDS,
     PUBSUB_COMMANDS,
+    REPLICATION_COMMANDS,
     SCRIPT_COMMANDS,
     SCRIPTING_COMMANDS,
     MissingPermission,
@@ -168,7 +169,13 @@ def test_rule_has_every_command_the_python_code_issues() -> None:
     sources = sorted(p for p in PACKAGE.glob("*.py") if p.name not in {"_permissions.py", "embedded.py"})
     used = {p.name: python_commands(p.read_text()) for p in sources}
     every = set().union(*used.values())
-    allowed = set(CLIENT_COMMANDS) | set(SCRIPTING_COMMANDS) | set(PUBSUB_COMMANDS) | set(OPTIONAL_COMMANDS)
+    allowed = (
+        set(CLIENT_COMMANDS)
+        | set(SCRIPTING_COMMANDS)
+        | set(PUBSUB_COMMANDS)
+        | set(OPTIONAL_COMMANDS)
+        | set(REPLICATION_COMMANDS)
+    )
     missing = {name: sorted(cmds - allowed) for name, cmds in used.items() if cmds - allowed}
     assert not missing, (
         f"add these to CLIENT_COMMANDS in _permissions.py (or to OPTIONAL_COMMANDS if the "
@@ -178,6 +185,12 @@ def test_rule_has_every_command_the_python_code_issues() -> None:
     assert not unused, f"no Python code issues these any more; drop them from CLIENT_COMMANDS: {sorted(unused)}"
     assert {"evalsha", "script|load", "subscribe", "scan", "multi"} <= every
     assert not set(OPTIONAL_COMMANDS) & set(COMMANDS)
+    # WAIT is sent only with wait_for_replicas: the default rule leaves it out.
+    assert set(REPLICATION_COMMANDS) <= every
+    assert not set(REPLICATION_COMMANDS) & set(COMMANDS)
+    assert "+wait" not in acl_rule() and "+wait" in acl_rule(wait_for_replicas=True).split()
+    probed = {command for command, _, _ in _client_calls(QueueKeys("dramatiq", "q"), "w", wait_for_replicas=True)}
+    assert set(REPLICATION_COMMANDS) <= probed
 
 
 def test_the_python_parser_catches_a_new_command() -> None:
