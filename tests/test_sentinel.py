@@ -138,13 +138,20 @@ def test_a_worker_without_a_replica_still_moves_and_runs_delayed_messages(
     assert not any("Consumer encountered" in r.getMessage() for r in caplog.records)
 
 
-def test_with_a_replica_acknowledging_nothing_raises(redis_url: str, redis_client: redis.Redis) -> None:
+def test_without_wait_for_replicas_no_wait_is_sent(redis_url: str, redis_client: redis.Redis) -> None:
     """wait_for_replicas=0 sends no WAIT at all (and so needs no +wait)."""
+
+    def waits() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
     broker = RedissonBroker(url=redis_url)
     try:
         assert broker.redisson_scripts.wait_for_replicas == 0
+        before = waits()
         broker.enqueue(_message(broker), delay=60_000)
         broker.enqueue_many([_message(broker, 1)])
+        broker.delayed_queue("default").remove(_message(broker, 2).message_id)
+        assert waits() == before
     finally:
         broker.flush_all()
         broker.close()
