@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
-from ._delayed_queue import BULK_STEP, check_limit
+from ._delayed_queue import BULK_STEP, check_limit, in_steps
 from ._keys import QueueKeys
 
 if TYPE_CHECKING:
@@ -95,16 +95,8 @@ class DeadLetters:
 
     def _bulk(self, action: str, limit: int | None) -> int:
         limit = check_limit(limit)
-        remaining = self.size() if limit is None else min(limit, self.size())
-        done = 0
-        while remaining > 0:
-            step = min(BULK_STEP, remaining)
-            changed = self.broker.redisson_scripts.dead(self.keys, action, step)
-            done += changed
-            remaining -= changed
-            if changed < step:
-                break
-        return done
+        total = self.size() if limit is None else min(limit, self.size())
+        return in_steps(total, BULK_STEP, lambda n: self.broker.redisson_scripts.dead(self.keys, action, n))
 
     def _decode(self, redis_message_id: str, data: bytes) -> Message[Any] | None:
         try:

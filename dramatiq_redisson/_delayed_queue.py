@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq.logging import get_logger
@@ -32,6 +32,20 @@ def check_batch(batch: object, name: str = "batch") -> int:
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"{name} must be a positive int, got {batch!r}")
     return batch
+
+
+def in_steps(total: int, step: int, run: Callable[[int], int]) -> int:
+    """Call ``run(n)`` (one atomic server step acting on up to ``n`` entries, returning how
+    many it acted on) until ``total`` entries are done or a step comes up short. Returns
+    how many were done."""
+    done = 0
+    while done < total:
+        size = min(step, total - done)
+        changed = run(size)
+        done += changed
+        if changed < size:
+            break
+    return done
 
 
 def check_limit(limit: object) -> int | None:
@@ -194,16 +208,9 @@ class DelayedQueue:
         scripts = self.broker.redisson_scripts
         # Bounded by what is scheduled now: producers sending meanwhile cannot keep it going.
         remaining = self.size() if limit is None else min(limit, self.size())
-        done = 0
         if actor_name is None:
-            while remaining > 0:
-                step = min(BULK_STEP, remaining)
-                changed = scripts.bulk(self.keys, action, step)
-                done += changed
-                remaining -= changed
-                if changed < step:
-                    break
-            return done
+            return in_steps(remaining, BULK_STEP, lambda n: scripts.bulk(self.keys, action, n))
+        done = 0
         members: list[bytes] = []
         for member, _, data in self._scan_raw(batch=BULK_STEP, actor_name=actor_name):
             if remaining <= 0:
@@ -245,8 +252,7 @@ class DelayedQueue:
         Raises:
           ValueError: A negative ``limit``.
         """
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must not be negative, got {limit!r}")
+        limit = check_limit(limit)
         if limit == 0:
             return []
         client = self.broker.client
