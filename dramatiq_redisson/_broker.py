@@ -13,6 +13,7 @@ from uuid import uuid4
 
 import redis
 from dramatiq import get_encoder
+from redis.cluster import RedisCluster
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT, RedisBroker
 from dramatiq.common import compute_backoff, q_name
@@ -25,7 +26,7 @@ from ._delayed_queue import OVERDUE_GRACE, DelayedQueue
 from ._errors import EnqueueError, ServerMemoryFull
 from ._held import HeldMessages
 from ._ids import next_sort_key, next_sort_keys
-from ._keys import QueueKeys, heartbeats_key, registry_key
+from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
 from ._permissions import MissingPermission, check_permissions, is_permission_error
 from ._scripts import NotReplicated, Outcomes, Scripts, Unanswered
 from ._stats import QueueStats, Stats
@@ -134,15 +135,31 @@ def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
     return _encode(message)
 
 
-def client_retry_span_ms(client: redis.Redis) -> int | None:
+def _epoch_ms(time_reply: tuple[Any, Any]) -> int:
+    """A ``TIME`` reply as epoch ms."""
+    seconds, micros = time_reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def client_retry_span_ms(client: redis.Redis | RedisCluster) -> int | None:
     """The longest time (ms) from a command's first run to the last automatic retry of it
     by ``client`` (redis-py retries a command on a connection error or timeout, and the
     first attempt may have run before its reply was lost), estimated from the client's
     ``Retry`` (retries, backoff cap) and socket timeouts; ``None`` when it retries
     forever or its settings cannot be read. A socket timeout of ``None`` counts as 0:
     such a client waits for a reply instead of retrying.
+
+    A cluster client retries a command on top of its node connection's own retries:
+    each of its attempts may take a node connection's whole span.
     """
     try:
+        if isinstance(client, RedisCluster):
+            node = client.get_redis_connection(client.get_default_node())
+            per_node = client_retry_span_ms(node)
+            retries = int(client.retry.get_retries())
+            if per_node is None or retries < 0:
+                return None
+            return (retries + 1) * per_node + _backoff_total_ms(client.retry._backoff, retries)
         pool = client.connection_pool
         connection = pool.connection_class(**pool.connection_kwargs)  # not connected
         retry = connection.retry
@@ -156,6 +173,12 @@ def client_retry_span_ms(client: redis.Redis) -> int | None:
         return None
     if retries == 0:
         return 0
+    timeouts = 1000 * (socket_timeout + retries * (connect_timeout + socket_timeout))
+    return math.ceil(timeouts) + _backoff_total_ms(backoff, retries)
+
+
+def _backoff_total_ms(backoff: Any, retries: int) -> int:
+    """The longest total pause (ms) of ``retries`` retries with ``backoff``."""
     cap = getattr(backoff, "_cap", None)
     base = getattr(backoff, "_base", None)
     total = 0.0
@@ -166,7 +189,7 @@ def client_retry_span_ms(client: redis.Redis) -> int | None:
             total += min(float(cap), float(base) * 2**failures)
         else:  # constant (or unknown): its value
             total += float(backoff.compute(failures))
-    return math.ceil(1000 * (socket_timeout + retries * (connect_timeout + socket_timeout) + total))
+    return math.ceil(1000 * total)
 
 
 def _eta_estimate(delay_ms: int | None) -> int | None:
@@ -243,7 +266,13 @@ class RedissonBroker(RedisBroker):
         it and transfers again soon. Needs ``+wait`` in an ACL rule
         (``acl_rule(wait_for_replicas=True)``).
       wait_timeout: Longest wait (ms) for those replicas, per write.
-      **parameters: Connection parameters passed to :class:`redis.Redis`.
+      cluster: Connect to a Redis/Valkey Cluster: ``url`` (or the ``host``/``port``
+        parameters) names one of its nodes and a :class:`redis.cluster.RedisCluster`
+        client is made. A ``RedisCluster`` passed as ``client`` implies it. Keys then
+        follow the cluster layout, where every key of a queue hashes to one slot
+        (see :mod:`dramatiq_redisson._keys`), and announcements use sharded pub/sub.
+      **parameters: Connection parameters passed to :class:`redis.Redis` (or to
+        :class:`redis.cluster.RedisCluster`).
 
     One message id is enqueued at most once per queue: an immediate message is pushed
     under its message id as redis message id and is not pushed again while it is
@@ -269,14 +298,24 @@ class RedissonBroker(RedisBroker):
         transfer_lease: int = DEFAULT_TRANSFER_LEASE,
         wait_for_replicas: int = 0,
         wait_timeout: int = DEFAULT_WAIT_TIMEOUT,
+        cluster: bool = False,
         **parameters: Any,
     ) -> None:
         owns_client = client is None
-        if url and client is None:
+        if isinstance(client, RedisCluster):
+            cluster = True
+        elif client is not None and cluster:
+            raise TypeError(f"cluster=True needs a redis.cluster.RedisCluster client, got {type(client).__name__}")
+        if cluster:
+            check_cluster_name("namespace", namespace)
+        if client is None and (url or cluster):
             # The built-in broker drops every connection parameter when a url is given;
             # here they apply too (url query options still win), so ``url="rediss://…",
             # ssl_ca_certs=…`` verifies against that CA instead of failing.
-            client = redis.Redis.from_url(url, **parameters)
+            if cluster:
+                client = RedisCluster.from_url(url, **parameters) if url else RedisCluster(**parameters)
+            else:
+                client = redis.Redis.from_url(cast(str, url), **parameters)
             parameters = {}
         super().__init__(
             middleware=middleware,
@@ -300,6 +339,8 @@ class RedissonBroker(RedisBroker):
         if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, int) or wait_timeout < 1:
             # WAIT n 0 would block forever: a producer must never hang on a lost replica.
             raise ValueError(f"wait_timeout must be a positive int of ms, got {wait_timeout!r}")
+        #: Whether the client is a Redis Cluster client (the cluster key layout).
+        self.cluster = cluster
         span = client_retry_span_ms(self.client)
         if span is None:
             self.logger.warning(
@@ -318,7 +359,9 @@ class RedissonBroker(RedisBroker):
         #: Replicas each write waits for (``WAIT``), and for how long (ms) at most.
         self.wait_for_replicas = wait_for_replicas
         self.wait_timeout = wait_timeout
-        self.redisson_scripts = Scripts(self.client, wait_for_replicas=wait_for_replicas, wait_timeout=wait_timeout)
+        self.redisson_scripts = Scripts(
+            self.client, wait_for_replicas=wait_for_replicas, wait_timeout=wait_timeout, cluster=cluster
+        )
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
@@ -351,7 +394,10 @@ class RedissonBroker(RedisBroker):
     def close(self) -> None:
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""
         if self._owns_client:
-            self.client.connection_pool.disconnect()
+            if self.cluster:
+                self.client.close()
+            else:
+                self.client.connection_pool.disconnect()
 
     @property
     def consumer_class(self) -> type[Consumer]:
@@ -379,8 +425,15 @@ class RedissonBroker(RedisBroker):
         return nacked
 
     def keys(self, queue_name: str) -> QueueKeys:
-        """The Redis key names of a queue (see :mod:`dramatiq_redisson._keys`)."""
-        return QueueKeys(self.namespace, q_name(queue_name))
+        """The Redis key names of a queue (see :mod:`dramatiq_redisson._keys`).
+
+        Raises:
+          ValueError: On a cluster, a queue name that holds ``{`` or ``}``.
+        """
+        name = q_name(queue_name)
+        if self.cluster:
+            check_cluster_name("queue name", name)
+        return QueueKeys(self.namespace, name, self.cluster)
 
     def declare_queue(self, queue_name: str) -> None:
         """Declare a queue. Unlike the built-in broker, no ``.DQ`` delay queue is declared:
@@ -591,7 +644,10 @@ class RedissonBroker(RedisBroker):
 
     def _explain_permissions(self, keys: QueueKeys, error: redis.ResponseError) -> None:
         """A send was refused by ACL: raise one :class:`MissingPermission` naming everything
-        the user lacks (returns when the probe finds nothing missing)."""
+        the user lacks (returns when the probe finds nothing missing, and on a cluster,
+        where the probe's keys would span slots)."""
+        if self.cluster:
+            return
         try:
             check_permissions(
                 self.client,
@@ -865,14 +921,23 @@ class RedissonBroker(RedisBroker):
             raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
         names = [q_name(queue_name)] if queue_name is not None else self.known_queues()
         live_ms = 3 * self.transfer_lease
-        with self.client.pipeline(transaction=False) as pipe:
-            for name in names:
-                self.redisson_scripts.stats(self.keys(name), overdue_grace, live_ms, client=pipe)
-            pipe.time()
-            replies = pipe.execute()
-        seconds, micros = replies.pop()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        workers = int(self.client.zcount(heartbeats_key(self.namespace), now_ms - self.heartbeat_timeout, "+inf"))
+        if self.cluster:
+            # One call per queue, each on the node of its slot; heartbeats are per queue.
+            replies = [self.redisson_scripts.stats(self.keys(name), overdue_grace, live_ms) for name in names]
+            now_ms = self._server_ms()
+            live: set[bytes] = set()
+            for name in self.known_queues():
+                beats = self.client.zrangebyscore(self.keys(name).heartbeats, now_ms - self.heartbeat_timeout, "+inf")
+                live.update(cast("list[bytes]", beats))
+            workers = len(live)
+        else:
+            with self.client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    self.redisson_scripts.stats(self.keys(name), overdue_grace, live_ms, client=pipe)
+                pipe.time()
+                replies = pipe.execute()
+            now_ms = _epoch_ms(replies.pop())
+            workers = int(self.client.zcount(heartbeats_key(self.namespace), now_ms - self.heartbeat_timeout, "+inf"))
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
             _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy = reply
@@ -889,14 +954,22 @@ class RedissonBroker(RedisBroker):
             )
         return Stats(time_ms=now_ms, workers=workers, queues=queues)
 
+    def _server_ms(self) -> int:
+        """The server's clock (on a cluster, any node's), epoch ms."""
+        return _epoch_ms(cast("tuple[int, int]", self.client.time()))
+
     def flush(self, queue_name: str) -> None:
         """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``;
         the queue leaves the namespace's queue registry (its next send or consumer lists
         it again)."""
         keys = self.keys(queue_name)
         self._registered.discard(keys.queue_name)
+        if self.cluster:
+            # The registry is in another slot than the queue's keys.
+            self.client.srem(keys.registry, keys.queue_name)
         with self.client.pipeline(transaction=True) as pipe:
-            pipe.srem(keys.registry, keys.queue_name)
+            if not self.cluster:
+                pipe.srem(keys.registry, keys.queue_name)
             pipe.unlink(
                 keys.ready,
                 keys.ready_msgs,

@@ -21,6 +21,7 @@ from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
 from ._broker import encode_scheduled
+from ._keys import acks_pattern
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 from ._permissions import DOCS, MissingPermission, check_permissions, is_permission_error
 from ._scripts import NotReplicated
@@ -336,14 +337,22 @@ class RedissonConsumer(Consumer):
     def _subscribe(self) -> None:
         if self.queue_name not in self.broker.permissions_checked:
             self._check_permissions()
-        pubsub = self.broker.client.pubsub()
         channels = [self.wake_channel]
         if self.timer.owner:
             channels.append(self.keys.channel)
+        pubsub: Any = None
         try:
-            pubsub.subscribe(*channels)
+            if self.broker.cluster:
+                # Sharded pub/sub: the queue's channels live on the node that owns its
+                # slot (one node: they share the queue's hash tag).
+                pubsub = self.scripts.node_client(self.keys.channel).pubsub()
+                pubsub.ssubscribe(*channels)
+            else:
+                pubsub = self.broker.client.pubsub()
+                pubsub.subscribe(*channels)
         except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
-            _close_quietly(pubsub)
+            if pubsub is not None:
+                _close_quietly(pubsub)
             self._subscription_failed(e)
             return
         self.pubsub = pubsub
@@ -355,7 +364,11 @@ class RedissonConsumer(Consumer):
 
     def _check_permissions(self) -> None:
         """Once per queue and broker, before the first subscription: name everything the
-        Redis user may not do, in one error, instead of failing call by call."""
+        Redis user may not do, in one error, instead of failing call by call. (Not on a
+        cluster: the probe's keys span slots; there each refusal is logged as it comes.)"""
+        if self.broker.cluster:
+            self.broker.permissions_checked.add(self.queue_name)
+            return
         try:
             check_permissions(
                 self.broker.client,
@@ -377,6 +390,9 @@ class RedissonConsumer(Consumer):
             self.pubsub = None
         # Wake-ups no longer reach us: fetch (and back off) as without a subscription.
         self.wake_ready = self.registered = self.announcements = False
+        if self.broker.cluster:
+            # The slot may have moved (failover, migration): subscribe where it is now.
+            self.scripts.redirected(error)
         if isinstance(error, redis.ResponseError):
             self._log_failure(error)  # a refused channel: rate-limited, with its reason
         elif self.resubscribe_attempts == 0:
@@ -493,12 +509,14 @@ class RedissonConsumer(Consumer):
         losing it (only the holder times transfers, so only it needs them)."""
         if self.pubsub is None or self.announcements == self.timer.owner:
             return
+        cluster = self.broker.cluster
         try:
             if self.timer.owner:
-                self.pubsub.subscribe(self.keys.channel)  # its confirmation forces a transfer
+                # Its confirmation forces a transfer.
+                (self.pubsub.ssubscribe if cluster else self.pubsub.subscribe)(self.keys.channel)
                 self.logger.debug("Took the transfer lease of queue %r.", self.queue_name)
             else:
-                self.pubsub.unsubscribe(self.keys.channel)
+                (self.pubsub.sunsubscribe if cluster else self.pubsub.unsubscribe)(self.keys.channel)
                 self.logger.debug("Another consumer holds the transfer lease of queue %r.", self.queue_name)
         except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
             self._subscription_failed(e)
@@ -533,9 +551,18 @@ class RedissonConsumer(Consumer):
         if item is None:
             return
         kind = item["type"]
+        if isinstance(kind, bytes):
+            kind = kind.decode()
+        if kind in ("ssubscribe", "smessage", "sunsubscribe"):
+            kind = kind[1:]  # sharded pub/sub (cluster): the same meaning
         channel = item.get("channel")
         if isinstance(channel, bytes):
             channel = channel.decode()
+        if kind == "unsubscribe" and (channel == self.wake_channel or self.announcements):
+            # Not asked for: the server dropped the subscription (on a cluster, the
+            # queue's slot moved to another node). Subscribe again where it is now.
+            self._subscription_failed(redis.ConnectionError(f"the server unsubscribed {channel!r}"))
+            return
         if kind == "subscribe":
             if channel == self.wake_channel:
                 self.wake_ready = True  # from now on a wake-up cannot be missed
@@ -662,11 +689,16 @@ class RedissonConsumer(Consumer):
             self.migrate_legacy = True
         if expired:
             self.logger.debug("Expired %d dead letters of queue %r.", expired, self.queue_name)
+        if dead and self.keys.cluster:
+            # Heartbeats are per queue there, and this queue's acks of those workers
+            # were just recovered.
+            client.zrem(self.keys.heartbeats, *dead)
+            return
         for worker_id in dead:
             if worker_id in self.checked_dead_workers:
                 continue
             self.checked_dead_workers.add(worker_id)
-            pattern = f"{self.broker.namespace}:__acks__.{worker_id}.*"
+            pattern = acks_pattern(self.broker.namespace, worker_id)
             if next(iter(client.scan_iter(match=pattern, count=1000)), None) is None:
                 client.zrem(self.keys.heartbeats, worker_id)
 

@@ -42,6 +42,25 @@ channels. A wake channel keeps the queue's ``{N}`` hash tag first (same cluster 
 and ends in ``}``, so the channel pattern of earlier ACL rules
 (``redisson_delay_queue_channel:{ns:*}``) covers it.
 
+Cluster layout (``RedissonBroker(cluster=True)`` or a ``RedisCluster`` client): every
+key a script touches must hash to one slot, so every key of queue ``Q`` carries the
+queue's hash tag ``{ns:Q}``, and worker heartbeats are kept per queue (Dramatiq's
+built-in layout spans slots: its global heartbeat set and per-worker acks are touched
+by one script, dramatiq#754). The delayed-queue keys above already carry the tag.
+
+=========================================  ======  ======================================
+``{ns:Q}``                                 LIST    redis message ids ready to run
+``{ns:Q}.msgs``                            HASH    redis message id -> encoded message
+``ns:__acks__.<worker id>.{ns:Q}``         SET     fetched by a worker, not yet acked
+``ns:__heartbeats__.{ns:Q}``               ZSET    worker id -> last seen, per queue
+``ns:__queues__``                          SET     as above (written outside scripts)
+``{ns:Q}.XQ`` / ``{ns:Q}.XQ.msgs``         ZSET    dead letters / their data
+``{ns:Q}.DQ`` / ``{ns:Q}.DQ.msgs``         LIST    unused (no built-in broker on Cluster)
+=========================================  ======  ======================================
+
+Channels are published with SPUBLISH and subscribed with SSUBSCRIBE (sharded pub/sub),
+so a queue's channels live on the node that owns its slot.
+
 A member is a 16-character sort key (offer time and a per-process counter, so that
 equal due times keep offer order) followed by the message id. It doubles as the
 ``redis_message_id`` of the message once it moves to the ready queue.
@@ -62,50 +81,76 @@ def registry_key(namespace: str) -> str:
     return f"{namespace}:__queues__"
 
 
+def check_cluster_name(kind: str, name: str) -> None:
+    """Refuse a namespace or queue name that would break the cluster layout's hash tags.
+
+    Raises:
+      ValueError: ``name`` holds ``{`` or ``}``.
+    """
+    if "{" in name or "}" in name:
+        raise ValueError(f"A {kind} on Redis Cluster cannot hold '{{' or '}}' (they delimit hash tags): {name!r}")
+
+
+def acks_pattern(namespace: str, worker_id: str) -> str:
+    """A SCAN pattern matching every ack set of one worker (either layout)."""
+    return f"{namespace}:__acks__.{worker_id}.*"
+
+
 @dataclass(frozen=True)
 class QueueKeys:
-    """The names of every key that belongs to one queue."""
+    """The names of every key that belongs to one queue; ``cluster``: the cluster layout."""
 
     namespace: str
     queue_name: str
+    cluster: bool = False
 
     @property
     def name(self) -> str:
         return f"{self.namespace}:{self.queue_name}"
 
-    # Ready queue (built-in layout).
+    @property
+    def _base(self) -> str:
+        """The prefix of the queue's own keys: ``ns:Q``, or its hash tag on a cluster."""
+        return f"{{{self.name}}}" if self.cluster else self.name
+
+    # Ready queue (built-in layout; every key tagged ``{ns:Q}`` on a cluster).
     @property
     def ready(self) -> str:
-        return self.name
+        return self._base
 
     @property
     def ready_msgs(self) -> str:
-        return f"{self.name}.msgs"
+        return f"{self._base}.msgs"
 
     @property
     def xq(self) -> str:
-        return f"{self.name}.XQ"
+        return f"{self._base}.XQ"
 
     @property
     def xq_msgs(self) -> str:
-        return f"{self.name}.XQ.msgs"
+        return f"{self._base}.XQ.msgs"
 
     @property
     def legacy_dq(self) -> str:
-        return f"{self.name}.DQ"
+        return f"{self._base}.DQ"
 
     @property
     def legacy_dq_msgs(self) -> str:
-        return f"{self.name}.DQ.msgs"
+        return f"{self._base}.DQ.msgs"
 
     def acks(self, worker_id: str) -> str:
+        if self.cluster:
+            return f"{self.namespace}:__acks__.{worker_id}.{self._base}"
         return f"{self.namespace}:__acks__.{worker_id}.{self.queue_name}"
 
     def legacy_dq_acks(self, worker_id: str) -> str:
-        return f"{self.namespace}:__acks__.{worker_id}.{self.queue_name}.DQ"
+        return f"{self.acks(worker_id)}.DQ"
 
     @property
     def heartbeats(self) -> str:
+        """Worker heartbeats: the namespace's set, or on a cluster the queue's own."""
+        if self.cluster:
+            return f"{heartbeats_key(self.namespace)}.{self._base}"
         return heartbeats_key(self.namespace)
 
     @property

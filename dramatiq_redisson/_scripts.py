@@ -9,14 +9,16 @@ NOSCRIPT as EVAL with the source, which cannot miss (see :meth:`Scripts.stream`)
 from __future__ import annotations
 
 import re
+import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis
 from dramatiq.errors import BrokerError
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError
 
 from ._keys import QueueKeys
 
@@ -57,6 +59,19 @@ def _source(name: str) -> bytes:
 
 
 _SOURCES = {name: _source(name) for name in _NAMES}
+
+#: The same scripts for Redis Cluster: announcements go out with SPUBLISH (sharded
+#: pub/sub), so that a queue's channels live on the node that owns its slot.
+_CLUSTER_SOURCES = {name: src.replace(b'"PUBLISH"', b'"SPUBLISH"') for name, src in _SOURCES.items()}
+
+#: Replies of a cluster node that mean the call did not run there: the slot moved or is
+#: moving (MOVED, ASK, TRYAGAIN) or the cluster is failing over (CLUSTERDOWN).
+_REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+#: How often a call sent straight to a cluster node is sent again after a redirect, and
+#: the pause (s) between two attempts: a slot migration or failover takes seconds.
+_REDIRECT_ATTEMPTS = 40
+_REDIRECT_PAUSE = 0.1
 
 
 def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
@@ -215,9 +230,15 @@ def _rebuild_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[
 class Scripts:
     """One client's registered scripts."""
 
-    def __init__(self, client: redis.Redis, *, wait_for_replicas: int = 0, wait_timeout: int = 1000) -> None:
+    def __init__(
+        self, client: Any, *, wait_for_replicas: int = 0, wait_timeout: int = 1000, cluster: bool = False
+    ) -> None:
         self.client = client
-        self._s: dict[str, Script] = {name: client.register_script(src) for name, src in _SOURCES.items()}
+        #: ``client`` is a :class:`redis.cluster.RedisCluster`: calls that must share a
+        #: connection (streams, WAIT) go straight to the node that owns their slot.
+        self.cluster = cluster
+        self.sources = _CLUSTER_SOURCES if cluster else _SOURCES
+        self._s: dict[str, Script] = {name: client.register_script(src) for name, src in self.sources.items()}
         #: After offer, enqueue, cancel and transfer: ``WAIT wait_for_replicas wait_timeout``
         #: on the connection that made the write (0: no WAIT).
         self.wait_for_replicas = wait_for_replicas
@@ -231,16 +252,27 @@ class Scripts:
         Returns the script's reply and how many replicas acknowledged the write, or
         ``None`` when the connection failed during the wait after the script's reply
         came (the write went through; its replication is unknown). Raises the script's
-        error reply, or a connection error when the script's reply was lost."""
-        for by_sha in (True, False):
-            with self.client.pipeline(transaction=False) as pipe:
+        error reply, or a connection error when the script's reply was lost.
+
+        On a cluster the pair goes to the node that owns the keys' slot; a redirect
+        (the call did not run) refreshes the slot map and sends it again."""
+        attempts = 0
+        by_sha = True
+        while True:
+            client = self.node_client(keys[0]) if self.cluster else self.client
+            with client.pipeline(transaction=False) as pipe:
                 if by_sha:
                     pipe.evalsha(self._s[name].sha, len(keys), *keys, *args)
                 else:
-                    pipe.eval(_SOURCES[name].decode(), len(keys), *keys, *args)
+                    pipe.eval(self.sources[name].decode(), len(keys), *keys, *args)
                 pipe.wait(self.wait_for_replicas, self.wait_timeout)
                 reply, acked = pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError) and by_sha:
+                by_sha = False
+                continue
+            if self.cluster and isinstance(reply, _REDIRECTS) and attempts < _REDIRECT_ATTEMPTS:
+                attempts += 1
+                self.redirected(reply)
                 continue
             if isinstance(reply, Exception):
                 raise reply
@@ -249,7 +281,21 @@ class Scripts:
                     raise acked  # WAIT refused (ACL, a replica): the write is through, unconfirmed
                 return reply, None
             return reply, int(acked)
-        raise AssertionError("unreachable")
+
+    def node_client(self, key: str) -> redis.Redis:
+        """On a cluster: a client of the primary that owns ``key``'s slot (per the
+        cluster client's slot map)."""
+        client = self.client
+        return cast("redis.Redis", client.get_redis_connection(client.get_node_from_key(key)))
+
+    def redirected(self, error: Exception | None = None) -> None:
+        """A call sent straight to a cluster node was redirected (or its node is gone):
+        pause briefly (a migration or failover is under way), then reload the slot map."""
+        time.sleep(_REDIRECT_PAUSE if not isinstance(error, MovedError) else 0)
+        try:
+            self.client.nodes_manager.initialize()
+        except (redis.RedisError, OSError):
+            pass  # the next call fails the same way and tries again
 
     def _wait_checked(self, what: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """:meth:`_run_waiting`, raising :class:`NotReplicated` (with the reply as
@@ -286,7 +332,7 @@ class Scripts:
         try:
             return self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return self.client.eval(_SOURCES[name].decode(), len(keys), *keys, *args)
+            return self.client.eval(self.sources[name].decode(), len(keys), *keys, *args)
 
     def offer(
         self,
@@ -347,10 +393,54 @@ class Scripts:
         With ``wait_for_replicas``, a ``WAIT`` follows the calls on their connection;
         the list's ``replicas`` says how many replicas acknowledged them (``None``:
         unknown, the connection failed).
+
+        On a cluster, calls are streamed to each node that owns their slot (the
+        ``replicas`` of the whole is the least of the nodes'); a call the node
+        redirected (it did not run there) is then sent alone, following the slot.
         """
+        if not self.cluster:
+            return self._stream_on(self.client, name, calls)
+        by_node: dict[str, list[int]] = defaultdict(list)
+        clients: dict[str, redis.Redis] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = self.client.get_node_from_key(keys[0])
+            by_node[node.name].append(i)
+            clients[node.name] = self.client.get_redis_connection(node)
+        outcomes = Outcomes([None] * len(calls))
+        replicas: list[int | None] = []
+        for node_name, indexes in by_node.items():
+            part = self._stream_on(clients[node_name], name, [calls[i] for i in indexes])
+            replicas.append(part.replicas)
+            for i, outcome in zip(indexes, part, strict=True):
+                outcomes[i] = outcome
+        for i, (keys, args) in enumerate(calls):
+            outcome = outcomes[i]
+            if isinstance(outcome, _REDIRECTS) or (isinstance(outcome, Unanswered) and not outcome.sent):
+                self.redirected(outcome if isinstance(outcome, Exception) else None)
+                outcomes[i] = self._resend(name, keys, args, replicas)
+        if self.wait_for_replicas:
+            outcomes.replicas = None if None in replicas else min(cast("list[int]", replicas), default=None)
+        return outcomes
+
+    def _resend(self, name: str, keys: Sequence[str], args: Sequence[Any], replicas: list[int | None]) -> Any:
+        """One call of a cluster stream that did not run on the node it went to, sent
+        alone (with its WAIT); returns its outcome as :meth:`stream` does."""
+        try:
+            if self.wait_for_replicas:
+                reply, acked = self._run_waiting(name, keys, args)
+                replicas.append(acked)
+                return reply
+            return self._run_resending(name, keys, args)
+        except _CONNECTION_ERRORS as e:
+            return Unanswered(e, sent=True)
+        except redis.ResponseError as e:
+            return e
+
+    def _stream_on(self, client: redis.Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> Outcomes:
+        """:meth:`stream` on one server (``client``)."""
         script = self._s[name]
         outcomes = Outcomes([None] * len(calls))
-        pool = self.client.connection_pool
+        pool = client.connection_pool
         try:
             connection = pool.get_connection()
         except _CONNECTION_ERRORS as e:
@@ -662,5 +752,11 @@ class Scripts:
         )
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
-        """Mark ``worker_id`` alive (runs on a full server too); returns the server time, epoch ms."""
+        """Mark ``worker_id`` alive (runs on a full server too) and list the queue in the
+        namespace's registry; returns the server time, epoch ms. On a cluster the
+        registry lives in another slot: it is written by a command of its own."""
+        if keys.cluster:
+            now_ms = int(self._run_idempotent("heartbeat", (keys.heartbeats,), (worker_id,)))
+            self.client.sadd(keys.registry, keys.queue_name)
+            return now_ms
         return int(self._run_idempotent("heartbeat", (keys.heartbeats, keys.registry), (worker_id, keys.queue_name)))

@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  ZSET  <ns>:__heartbeats__     worker id -> last seen (epoch ms, server clock)
 -- KEYS[2]  SET   <ns>:__queues__         names of the queues that have had consumers
+--          (left out on a cluster, where it lives in another slot)
 --
 -- ARGV[1]  worker id
 -- ARGV[2]  the name of the queue the heartbeat comes from (listed in KEYS[2], so that
@@ -18,5 +19,7 @@ local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("ZADD", KEYS[1], now_ms, ARGV[1])
-redis.call("SADD", KEYS[2], ARGV[2])
+if KEYS[2] then
+    redis.call("SADD", KEYS[2], ARGV[2])
+end
 return now_ms
