@@ -13,13 +13,13 @@ from uuid import uuid4
 
 import redis
 from dramatiq import get_encoder
-from redis.cluster import RedisCluster
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT, RedisBroker
 from dramatiq.common import compute_backoff, q_name
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
+from redis.cluster import RedisCluster
 
 from ._dead_letters import DeadLetters
 from ._delayed_queue import OVERDUE_GRACE, DelayedQueue
@@ -290,7 +290,7 @@ class RedissonBroker(RedisBroker):
         maintenance_chance: int = 1000,
         heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
         dead_message_ttl: int = DEFAULT_DEAD_MESSAGE_TTL,
-        client: redis.Redis | None = None,
+        client: redis.Redis | RedisCluster | None = None,
         transfer_batch_size: int = DEFAULT_TRANSFER_BATCH_SIZE,
         safety_interval: int = DEFAULT_SAFETY_INTERVAL,
         maintenance_interval: int = DEFAULT_MAINTENANCE_INTERVAL,

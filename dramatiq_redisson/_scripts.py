@@ -436,7 +436,9 @@ class Scripts:
         except redis.ResponseError as e:
             return e
 
-    def _stream_on(self, client: redis.Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> Outcomes:
+    def _stream_on(
+        self, client: redis.Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> Outcomes:
         """:meth:`stream` on one server (``client``)."""
         script = self._s[name]
         outcomes = Outcomes([None] * len(calls))
