@@ -1,6 +1,7 @@
 """A worker process for the multi-process tests: ``python -m tests.proc_worker``.
 
-Environment: REDIS_URL; CLOCK_SHIFT_S shifts this process's wall clock (time.time and
+Environment: REDIS_URL (records, and the broker unless CLUSTER_URL names a Redis
+Cluster node to run the broker on); CLOCK_SHIFT_S shifts this process's wall clock (time.time and
 time.time_ns) to simulate a skewed host; THREADS; QUEUE. It runs until the key
 ``test:stop`` exists, then exits 0.
 """
@@ -23,7 +24,8 @@ from dramatiq import Worker  # noqa: E402
 from dramatiq_redisson import RedissonBroker  # noqa: E402
 from tests.helpers import record  # noqa: E402
 
-broker = RedissonBroker(url=os.environ["REDIS_URL"])
+cluster_url = os.environ.get("CLUSTER_URL")
+broker = RedissonBroker(url=cluster_url, cluster=True) if cluster_url else RedissonBroker(url=os.environ["REDIS_URL"])
 dramatiq.set_broker(broker)
 client = redis.Redis.from_url(os.environ["REDIS_URL"])
 

@@ -27,8 +27,14 @@ ZSET = "redisson_delay_queue_timeout:{dramatiq:default}"
 
 
 @contextmanager
-def worker_processes(redis_url: str, client: redis.Redis, count: int, shift_s: float = 0.0) -> Iterator[None]:
+def worker_processes(
+    redis_url: str, client: redis.Redis, count: int, shift_s: float = 0.0, cluster_url: str = ""
+) -> Iterator[None]:
+    """``count`` processes of ``tests/proc_worker.py`` (their broker on ``cluster_url``
+    when given, records on ``redis_url``), stopped at exit."""
     env = {**os.environ, "REDIS_URL": redis_url, "CLOCK_SHIFT_S": str(shift_s), "PYTHONPATH": str(ROOT)}
+    if cluster_url:
+        env["CLUSTER_URL"] = cluster_url
     procs = [subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT) for _ in range(count)]
     try:
         assert wait_for(lambda: int(client.get("test:workers-ready") or 0) == count, timeout=30)

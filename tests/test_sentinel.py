@@ -8,8 +8,8 @@ a Worker (in-process threads) and a producer run on ``Sentinel.master_for`` clie
 the primary is SIGKILLed mid-run; the sentinels promote the replica; the old primary
 comes back as a replica of the new one. Every send and run is recorded on the
 session's server, which the fault never touches, and counted with the fault suite's
-analysis (``tests/faults/analysis.py``: lost, duplicated, early, lateness). Also run as
-a command for the full-size numbers of ``docs/scaling.md``::
+analysis (harness: ``tests/failover.py``). Also run as a command for the full-size
+numbers of ``docs/scaling.md``::
 
     python -m tests.test_sentinel [--size small|full] [--json]
 """
@@ -19,33 +19,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import random
 import sys
-import threading
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dramatiq
 import pytest
 import redis
 from dramatiq import Worker
-from dramatiq.middleware import CurrentMessage, default_middleware
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._broker import EnqueueNotReplicated
 from dramatiq_redisson._scripts import NotReplicated
 
-from .faults.analysis import Stats, analyse
-from .faults.fault_common import FAIL, FINISH, REFUSED, SENT, START, Record, Stamper, records_key
-from .faults.scenarios import Event
+from . import failover
+from .failover import QUEUE, SIZES, FailoverResult, Fault, Size
 from .helpers import wait_for
 from .topology import Sentinel
-
-QUEUE = "failover"
 
 # -- wait_for_replicas on a server without replicas -------------------------------------
 
@@ -159,204 +150,39 @@ def test_without_wait_for_replicas_no_wait_is_sent(redis_url: str, redis_client:
 
 # -- failover --------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Size:
-    messages: int
-    rate: float
-    kill_after_s: float
-    threads: int
-
-
-SIZES = {
-    "small": Size(messages=400, rate=50, kill_after_s=3.0, threads=4),
-    "full": Size(messages=3000, rate=200, kill_after_s=5.0, threads=8),
-}
-DELAY_MIN_MS, DELAY_MAX_MS = 1000, 3000
 #: A failover may lose what the old primary acknowledged but had not replicated yet:
 #: runs (and their acks) in this window before the kill explain a duplicate.
 FAILOVER_LOSS_MS = 1000
 
 
-@dataclass
-class FailoverResult:
-    wait_for_replicas: int
-    stats: Stats
-    #: From the kill until the sentinels named the new primary (s).
-    failover_s: float
-    #: From the kill until the first run of a delayed message after it (ms, record clock).
-    delayed_flow_ms: int | None
-    #: From the kill until the first send after it that returned (ms).
-    sends_flow_ms: int | None
-    refused_by: dict[str, int] = field(default_factory=dict)
-    #: Sends that raised but whose message ran anyway (NotReplicated: it was on the primary).
-    refused_ran: int = 0
-    #: Dramatiq's "Consumer encountered a connection error" restarts (the consumer
-    #: should back off on its own instead).
-    consumer_restarts: int = 0
-    #: The consumer subscribed to the queue's channel on the new primary.
-    resubscribed: bool = False
-
-    def row(self) -> dict[str, Any]:
-        s = self.stats
-        return {
-            "wait_for_replicas": self.wait_for_replicas,
-            "sent": s.sent,
-            "accepted": s.sent - s.refused,
-            "refused": s.refused,
-            "refused_by": self.refused_by,
-            "refused_ran": self.refused_ran,
-            "lost": s.lost,
-            "lost_seqs": s.lost_seqs[:20],
-            "dup_explained": s.dup_explained,
-            "dup_unexplained": s.dup_unexplained,
-            "early": s.early,
-            "late_p50_ms": s.late_p50,
-            "late_p99_ms": s.late_p99,
-            "late_max_ms": s.late_max,
-            "failover_s": round(self.failover_s, 2),
-            "delayed_flow_ms": self.delayed_flow_ms,
-            "sends_flow_ms": self.sends_flow_ms,
-            "consumer_restarts": self.consumer_restarts,
-            "resubscribed": self.resubscribed,
-        }
-
-
 def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> FailoverResult:
-    """One run: producer and Worker on master_for clients, the primary SIGKILLed after
-    ``size.kill_after_s``, the old primary restarted as a replica of the new one."""
-    prefix = f"sentinel:{wait_for_replicas}:{uuid.uuid4().hex[:8]}"
-    stamp = Stamper(records_url, prefix)
-    rng = random.Random(7)
-    events: list[Event] = []
+    """One run (see ``tests/failover.py``) on ``master_for`` clients: the primary is
+    SIGKILLed, the sentinels promote the replica, the old primary comes back as a
+    replica of the new one."""
     with Sentinel(replicas=1, sentinels=3, down_after_ms=1000) as setup:
-        broker = RedissonBroker(
-            client=setup.client(),
-            middleware=[m() for m in default_middleware],
-            wait_for_replicas=wait_for_replicas,
-            wait_timeout=1000,
-            heartbeat_timeout=15_000,
-            maintenance_interval=5000,
-        )
-        broker.add_middleware(CurrentMessage())
-        producer_broker = RedissonBroker(client=setup.client(), wait_for_replicas=wait_for_replicas)
 
-        @dramatiq.actor(broker=broker, queue_name=QUEUE, max_retries=1)
-        def work(seq: int, fail_once: bool) -> None:
-            message = CurrentMessage.get_current_message()
-            attempt = int(message.options.get("retries", 0)) if message is not None else 0
-            run_id = f"{threading.get_ident()}.{uuid.uuid4().hex[:8]}"
-            stamp(START, seq, attempt, os.getpid(), run_id)
-            if fail_once and attempt == 0:
-                stamp(FAIL, seq, attempt, os.getpid(), run_id)
-                raise dramatiq.Retry(delay=1000)
-            stamp(FINISH, seq, attempt, os.getpid(), run_id)
-
-        def send(seq: int, delay: int, fail_once: bool) -> None:
-            message = work.message_with_options(args=(seq, fail_once))
-            stamp(SENT, seq, 0, os.getpid(), f"{delay},{int(fail_once)}")
-            try:
-                producer_broker.enqueue(message, delay=delay or None)
-            except Exception as e:  # noqa: BLE001 - a refused send is counted, not lost
-                stamp(REFUSED, seq, 0, os.getpid(), type(e).__name__)
-
-        restarts = _RestartCounter()
-        logging.getLogger("dramatiq").addHandler(restarts)
-        worker = Worker(broker, worker_timeout=100, worker_threads=size.threads)
-        worker.start()
-        kill: dict[str, Any] = {}
-
-        def fault() -> None:
-            time.sleep(size.kill_after_s)
-            kill["ms"] = stamp.client.time()
+        def fault(broker: RedissonBroker, now_ms: Callable[[], int], report: Fault) -> None:
+            report.at_ms, report.loss_ms = now_ms(), FAILOVER_LOSS_MS
             old = setup.kill_primary()
-            kill["at_ms"] = _ms(kill.pop("ms"))
-            _, kill["failover_s"] = setup.wait_for_failover()
-            kill["promoted_ms"] = _record_ms(stamp)
+            _, report.recovery_s = setup.wait_for_failover()
+            report.recovered_ms = now_ms()
             setup.restart(old, follow_primary=True)
             setup.wait_for_replica(old)
-            kill["replica_back_ms"] = _record_ms(stamp)
+            report.done_ms = now_ms()
 
-        fault_thread = threading.Thread(target=fault, daemon=True)
-        try:
-            fault_thread.start()
-            began = time.monotonic()
-            for seq in range(size.messages):
-                pause = began + seq / size.rate - time.monotonic()
-                if pause > 0:
-                    time.sleep(pause)
-                delay = 0 if rng.random() < 0.2 else rng.randint(DELAY_MIN_MS, DELAY_MAX_MS)
-                send(seq, delay, rng.random() < 0.1)
-            fault_thread.join(timeout=60)
-            assert "replica_back_ms" in kill, f"the failover did not complete: {kill}"
-            events.append(Event("failover", kill["at_ms"], kill["promoted_ms"], loss_ms=FAILOVER_LOSS_MS))
-            key = records_key(prefix)
-
-            def done() -> bool:
-                recs = [Record.parse(r) for r in stamp.client.lrange(key, 0, -1)]
-                sent = {r.seq for r in recs if r.kind == SENT}
-                settled = {r.seq for r in recs if r.kind in (FINISH, REFUSED)}
-                return sent <= settled
-
-            wait_for(done, timeout=DELAY_MAX_MS / 1000 + 20, interval=0.2)
-            time.sleep(1.0)  # a late duplicate shows up
-            new_primary = setup.admin(setup.primary)
+        def subscribed(broker: RedissonBroker) -> bool:
             channel = broker.keys(QUEUE).channel
-            resubscribed = wait_for(
-                lambda: dict(new_primary.pubsub_numsub(channel)).get(channel, 0) >= 1, timeout=5, interval=0.1
-            )
-        finally:
-            worker.stop()
-            logging.getLogger("dramatiq").removeHandler(restarts)
-            broker.close()
-            producer_broker.close()
-        records = [Record.parse(r) for r in stamp.client.lrange(records_key(prefix), 0, -1)]
-        stamp.client.delete(records_key(prefix))
-        stamp.close()
-    stats = analyse(records, events)
-    sent_delay = {r.seq: int(r.extra.split(",")[0]) for r in records if r.kind == SENT}
-    after = [r for r in records if r.ms >= kill["at_ms"]]
-    delayed_runs = [r.ms for r in after if r.kind == START and (sent_delay.get(r.seq) or r.attempt > 0)]
-    refused_seqs = {r.seq for r in records if r.kind == REFUSED}
-    sent_ms = {r.seq: r.ms for r in records if r.kind == SENT}
-    # The first send that returned after sends had started to fail (a send stamped a moment
-    # before the kill may still have got through).
-    first_refused = min((sent_ms[s] for s in refused_seqs if sent_ms[s] >= kill["at_ms"]), default=kill["at_ms"])
-    accepted_after = [sent_ms[s] for s in sent_ms if s not in refused_seqs and sent_ms[s] > first_refused]
-    refused_by: dict[str, int] = {}
-    for r in records:
-        if r.kind == REFUSED:
-            refused_by[r.extra] = refused_by.get(r.extra, 0) + 1
-    return FailoverResult(
-        wait_for_replicas=wait_for_replicas,
-        stats=stats,
-        failover_s=kill["failover_s"],
-        delayed_flow_ms=min(delayed_runs) - kill["at_ms"] if delayed_runs else None,
-        sends_flow_ms=min(accepted_after) - kill["at_ms"] if accepted_after else None,
-        refused_by=refused_by,
-        refused_ran=stats.refused_ran,
-        consumer_restarts=restarts.count,
-        resubscribed=resubscribed,
-    )
+            return dict(setup.admin(setup.primary).pubsub_numsub(channel)).get(channel, 0) >= 1
 
-
-class _RestartCounter(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "Consumer encountered" in record.getMessage():
-            self.count += 1
-
-
-def _ms(reply: tuple[int, int]) -> int:
-    seconds, micros = reply
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def _record_ms(stamp: Stamper) -> int:
-    return _ms(stamp.client.time())
+        return failover.run_failover(
+            records_url,
+            label="sentinel-kill9",
+            size=size,
+            wait_for_replicas=wait_for_replicas,
+            make_client=setup.client,
+            fault=fault,
+            subscribed=subscribed,
+        )
 
 
 @pytest.mark.slow
@@ -369,16 +195,7 @@ def test_failover_without_and_with_wait_for_replicas(redis_url: str) -> None:
     results = [run_failover(redis_url, w, SIZES["small"]) for w in (0, 1)]
     print("\n" + "\n".join(json.dumps(r.row()) for r in results))
     for result in results:
-        s = result.stats
-        assert s.sent == SIZES["small"].messages
-        assert s.early == 0, result.row()
-        assert s.dup_unexplained == 0, result.row()
-        assert result.delayed_flow_ms is not None and result.delayed_flow_ms < 15_000, result.row()
-        assert result.sends_flow_ms is not None, result.row()
-        assert s.sent - s.refused > SIZES["small"].messages // 2, result.row()
-        assert result.consumer_restarts == 0, result.row()
-        assert result.resubscribed, result.row()
-    assert results[1].stats.lost == 0, results[1].row()
+        failover.check(result, SIZES["small"], max_lost=0 if result.wait_for_replicas else None)
 
 
 # -- the cost of waiting ---------------------------------------------------------------
