@@ -16,6 +16,13 @@ The rule is derived from every command the broker issues:
 * :data:`REPLICATION_COMMANDS`: WAIT, sent only by a broker with ``wait_for_replicas``,
   so in the rule only when asked for (``acl_rule(wait_for_replicas=True)``).
 
+On Redis Cluster (``acl_rule(cluster=True)``, :data:`CLUSTER_COMMANDS`) the broker uses
+sharded pub/sub (:data:`SHARDED_PUBSUB`: SPUBLISH in the scripts, SSUBSCRIBE and
+SUNSUBSCRIBE in the consumer) instead of PUBLISH/SUBSCRIBE/UNSUBSCRIBE, never sends
+:data:`NOT_ON_CLUSTER`, and redis-py's cluster client adds
+:data:`CLUSTER_CLIENT_COMMANDS`; the cluster key layout (see :mod:`._keys`) adds the key
+pattern ``{ns:*``.
+
 ``tests/test_acl.py`` parses the Lua scripts and the Python sources and fails when they
 use a command missing here (or from :data:`OPTIONAL_COMMANDS`, which the rule leaves out).
 :func:`acl_rule` renders the rule; ``docs/security.md`` carries its output (checked by
@@ -23,7 +30,9 @@ the same tests).
 
 :func:`check_permissions` runs ``lua/probe.lua`` and tries the Python-side commands in
 harmless forms, and raises :class:`MissingPermission` naming every missing command, key
-and channel at once.
+and channel at once. On a cluster it runs on the node that owns the queue's slot, with
+the queue's slot-local keys only; the namespace's queue registry (another slot) is
+checked through the cluster client.
 """
 
 from __future__ import annotations
@@ -33,9 +42,11 @@ import re
 import time
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import NoPermissionError
 
 from ._keys import QueueKeys
@@ -138,6 +149,46 @@ COMMANDS: tuple[str, ...] = tuple(
     )
 )
 
+#: On Redis Cluster, pub/sub is sharded (a queue's channels live on the node of its
+#: slot): the scripts publish with SPUBLISH (their source is rewritten when loaded), the
+#: consumer subscribes with SSUBSCRIBE and unsubscribes with SUNSUBSCRIBE.
+SHARDED_PUBSUB: dict[str, str] = {"publish": "spublish", "subscribe": "ssubscribe", "unsubscribe": "sunsubscribe"}
+
+#: Commands of :data:`COMMANDS` a cluster broker never sends: SCAN (the maintenance of
+#: dead workers' ack sets is per queue there, without SCAN), SELECT (a cluster has only
+#: database 0), SCRIPT EXISTS (only a pipeline that runs scripts sends it: ``stats`` on a
+#: single server; on a cluster each queue's call goes alone to its node).
+NOT_ON_CLUSTER: tuple[str, ...] = ("scan", "script|exists", "select")
+
+#: What redis-py's :class:`redis.cluster.RedisCluster` itself sends: CLUSTER SLOTS (the
+#: slot map, at start and on every refresh after a redirect or a failover), COMMAND (its
+#: command table, at start, to find the keys of a command) and ASKING (before a command
+#: it follows an ASK redirect with, while a slot migrates).
+CLUSTER_CLIENT_COMMANDS: tuple[str, ...] = ("asking", "cluster|slots", "command")
+
+#: Every command the broker's Redis user needs on Redis Cluster, sorted.
+CLUSTER_COMMANDS: tuple[str, ...] = tuple(
+    sorted(
+        (set(COMMANDS) - set(SHARDED_PUBSUB) - set(NOT_ON_CLUSTER))
+        | set(SHARDED_PUBSUB.values())
+        | set(CLUSTER_CLIENT_COMMANDS)
+    )
+)
+
+#: The commands the Lua scripts issue on a cluster (PUBLISH becomes SPUBLISH).
+CLUSTER_SCRIPT_COMMANDS: tuple[str, ...] = tuple(sorted(SHARDED_PUBSUB.get(c, c) for c in SCRIPT_COMMANDS))
+
+
+def rule_commands(*, wait_for_replicas: bool = False, cluster: bool = False) -> tuple[str, ...]:
+    """The commands :func:`acl_rule` grants, sorted."""
+    commands = CLUSTER_COMMANDS if cluster else COMMANDS
+    return tuple(sorted({*commands, *REPLICATION_COMMANDS})) if wait_for_replicas else commands
+
+
+def _script_commands(cluster: bool) -> tuple[str, ...]:
+    return CLUSTER_SCRIPT_COMMANDS if cluster else SCRIPT_COMMANDS
+
+
 #: Where the rule is explained.
 DOCS = "'Least privilege' in docs/security.md of dramatiq-redisson"
 
@@ -148,11 +199,17 @@ def _glob_escape(text: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
-def key_patterns(namespace: str = "dramatiq") -> tuple[str, ...]:
+def key_patterns(namespace: str = "dramatiq", *, cluster: bool = False) -> tuple[str, ...]:
     """The key patterns of a namespace: its Dramatiq keys (``ns:*``: queues, messages,
     acks, heartbeats, dead letters, legacy ``.DQ``) and its Redisson structures
-    (``redisson_delay_queue*:{ns:*}``; the channel name is one of the script KEYS too)."""
+    (``redisson_delay_queue*:{ns:*}``; the channel name is one of the script KEYS too).
+
+    ``cluster``: the cluster layout's too, whose queue keys begin with the queue's hash
+    tag (``{ns:*``: ``{ns:Q}``, ``{ns:Q}.msgs``, ``{ns:Q}.XQ``, ...); acks, heartbeats and
+    the registry stay under ``ns:*``."""
     ns = _glob_escape(namespace)
+    if cluster:
+        return (f"{ns}:*", f"{{{ns}:*", f"redisson_delay_queue*:{{{ns}:*}}")
     return (f"{ns}:*", f"redisson_delay_queue*:{{{ns}:*}}")
 
 
@@ -161,20 +218,19 @@ def channel_patterns(namespace: str = "dramatiq") -> tuple[str, ...]:
     return (f"redisson_delay_queue_channel:{{{_glob_escape(namespace)}:*}}",)
 
 
-def acl_tokens(namespace: str = "dramatiq", *, wait_for_replicas: bool = False) -> list[str]:
+def acl_tokens(namespace: str = "dramatiq", *, wait_for_replicas: bool = False, cluster: bool = False) -> list[str]:
     """The ACL SETUSER arguments of :func:`acl_rule`, one list item per argument."""
-    commands = sorted({*COMMANDS, *REPLICATION_COMMANDS}) if wait_for_replicas else COMMANDS
     return [
         "resetkeys",
         "resetchannels",
         "-@all",
-        *(f"+{command}" for command in commands),
-        *(f"~{pattern}" for pattern in key_patterns(namespace)),
+        *(f"+{command}" for command in rule_commands(wait_for_replicas=wait_for_replicas, cluster=cluster)),
+        *(f"~{pattern}" for pattern in key_patterns(namespace, cluster=cluster)),
         *(f"&{pattern}" for pattern in channel_patterns(namespace)),
     ]
 
 
-def acl_rule(namespace: str = "dramatiq", *, wait_for_replicas: bool = False) -> str:
+def acl_rule(namespace: str = "dramatiq", *, wait_for_replicas: bool = False, cluster: bool = False) -> str:
     """The ACL rule of the broker's Redis user for ``namespace``, as ACL SETUSER text
     without user name, ``on`` and password::
 
@@ -184,7 +240,8 @@ def acl_rule(namespace: str = "dramatiq", *, wait_for_replicas: bool = False) ->
     else (``resetkeys resetchannels -@all`` first, so applying it to an existing user
     also takes away what it had). Glob characters in ``namespace`` are escaped.
     ``wait_for_replicas=True`` adds ``+wait``, which a broker with ``wait_for_replicas``
-    needs.
+    needs. ``cluster=True``: the rule of a broker on Redis Cluster (:data:`CLUSTER_COMMANDS`
+    and the cluster layout's key pattern ``{ns:*``), to be applied on every node.
 
     Raises:
       ValueError: If ``namespace`` contains whitespace (it could not be written as
@@ -192,7 +249,7 @@ def acl_rule(namespace: str = "dramatiq", *, wait_for_replicas: bool = False) ->
     """
     if any(c.isspace() for c in namespace):
         raise ValueError(f"namespace {namespace!r} contains whitespace; use acl_tokens()")
-    return " ".join(acl_tokens(namespace, wait_for_replicas=wait_for_replicas))
+    return " ".join(acl_tokens(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster))
 
 
 class MissingPermission(NoPermissionError):
@@ -243,6 +300,10 @@ def is_permission_error(error: BaseException) -> bool:
 
 _PROBE_SOURCE = resources.files(__package__).joinpath("lua", "probe.lua").read_bytes()
 _PROBE_SHA = hashlib.sha1(_PROBE_SOURCE).hexdigest()
+#: The probe on a cluster: it checks SPUBLISH instead of PUBLISH, as the broker's scripts
+#: are rewritten (``_scripts._CLUSTER_SOURCES``).
+_CLUSTER_PROBE_SOURCE = _PROBE_SOURCE.replace(b'"PUBLISH"', b'"SPUBLISH"')
+_CLUSTER_PROBE_SHA = hashlib.sha1(_CLUSTER_PROBE_SOURCE).hexdigest()
 
 #: The field / member name the probe reads and "removes" on real keys (no entry has it).
 PROBE_TOKEN = "__dramatiq_redisson_permission_probe__"
@@ -252,6 +313,9 @@ SUBSCRIBE_TIMEOUT = 5.0
 
 _DENIED_COMMAND = re.compile(r"no permissions to run the '([^']+)' command", re.IGNORECASE)
 
+#: Commands whose refusal on a "key" (Redis 6.2's wording inside scripts) is one on a channel.
+_CHANNEL_COMMANDS = frozenset({"publish", "subscribe", "spublish", "ssubscribe"})
+
 #: Commands in the probe that only read their key (for "(read)" / "(write)" notes).
 _READS = frozenset(
     "exists get hexists hget hlen hmget lindex llen lrange smembers zcard zmscore zrange zrangebyscore zscore".split()
@@ -260,8 +324,9 @@ _READS = frozenset(
 
 def scratch_key(keys: QueueKeys) -> str:
     """A key of the queue's namespace that the broker never uses; the probe creates and
-    removes things there."""
-    return f"{keys.name}.__permission_probe__"
+    removes things there (``ns:Q.__permission_probe__``; on a cluster in the queue's
+    slot, ``{ns:Q}.__permission_probe__``)."""
+    return f"{keys.ready}.__permission_probe__"
 
 
 def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
@@ -288,7 +353,9 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
         ("none", keys.wake_channel(worker_id)),  # matches the key and channel patterns
     )
-    return [item for pair in pairs for item in pair]
+    # On a cluster the registry is in another slot than the queue's keys: it is checked
+    # through the cluster client (see _routed_calls), not inside the probe.
+    return [item for pair in pairs if not (keys.cluster and pair[1] == keys.registry) for item in pair]
 
 
 def _client_calls(
@@ -296,18 +363,39 @@ def _client_calls(
 ) -> list[tuple[str, str, tuple[Any, ...]]]:
     """``(command, target, arguments)``: every call the broker makes from Python, in a
     harmless form, then the probe script. MULTI/EXEC come last (an empty transaction).
-    ``wait_for_replicas``: WAIT too (``WAIT 0 0`` returns at once)."""
+    ``wait_for_replicas``: WAIT too (``WAIT 0 0`` returns at once).
+
+    On a cluster (``keys.cluster``) the calls all go to the node of the queue's slot: no
+    SCAN, SELECT or SCRIPT EXISTS (a cluster broker sends none), the cluster client's
+    own ASKING, CLUSTER SLOTS and COMMAND (as COMMAND COUNT: its reply is short) instead,
+    and only keys of the queue's slot (the registry: :func:`_routed_calls`)."""
     token = PROBE_TOKEN
     argv = (token, scratch_key(keys), keys.channel, *_typed_keys(keys, worker_id))
     waits = [("wait", "", ("WAIT", 0, 0))] if wait_for_replicas else []
+    if keys.cluster:
+        setup: list[tuple[str, str, tuple[Any, ...]]] = [
+            ("asking", "", ("ASKING",)),  # only flags the next command (PING)
+            ("ping", "", ("PING",)),
+            ("cluster|slots", "", ("CLUSTER", "SLOTS")),
+            ("command", "", ("COMMAND", "COUNT")),
+            ("script|load", "", ("SCRIPT", "LOAD", _CLUSTER_PROBE_SOURCE)),
+            ("evalsha", "", ("EVALSHA", _CLUSTER_PROBE_SHA, 0, *argv)),
+            ("eval", "", ("EVAL", "return 0", 0)),
+        ]
+        registry: list[tuple[str, str, tuple[Any, ...]]] = []
+    else:
+        setup = [
+            ("ping", "", ("PING",)),
+            ("script|exists", "", ("SCRIPT", "EXISTS", _PROBE_SHA)),
+            ("script|load", "", ("SCRIPT", "LOAD", _PROBE_SOURCE)),
+            ("evalsha", "", ("EVALSHA", _PROBE_SHA, 0, *argv)),
+            ("eval", "", ("EVAL", "return 0", 0)),
+            ("scan", "", ("SCAN", 0, "MATCH", f"{_glob_escape(keys.namespace)}:__acks__.{token}.*", "COUNT", 1)),
+        ]
+        registry = [("smembers", keys.registry, ("SMEMBERS", keys.registry))]
     return [
         *waits,
-        ("ping", "", ("PING",)),
-        ("script|exists", "", ("SCRIPT", "EXISTS", _PROBE_SHA)),
-        ("script|load", "", ("SCRIPT", "LOAD", _PROBE_SOURCE)),
-        ("evalsha", "", ("EVALSHA", _PROBE_SHA, 0, *argv)),
-        ("eval", "", ("EVAL", "return 0", 0)),
-        ("scan", "", ("SCAN", 0, "MATCH", f"{_glob_escape(keys.namespace)}:__acks__.{token}.*", "COUNT", 1)),
+        *setup,
         ("smembers", keys.acks(worker_id), ("SMEMBERS", keys.acks(worker_id))),
         ("lrange", keys.legacy_dq, ("LRANGE", keys.legacy_dq, 1, 0)),
         ("hmget", keys.legacy_dq_msgs, ("HMGET", keys.legacy_dq_msgs, token)),
@@ -319,7 +407,7 @@ def _client_calls(
         ("hlen", keys.ready_msgs, ("HLEN", keys.ready_msgs)),
         ("time", "", ("TIME",)),
         ("zcount", keys.heartbeats, ("ZCOUNT", keys.heartbeats, 1, 0)),
-        ("smembers", keys.registry, ("SMEMBERS", keys.registry)),
+        *registry,
         ("zscore", keys.xq, ("ZSCORE", keys.xq, token)),
         ("hget", keys.xq_msgs, ("HGET", keys.xq_msgs, token)),
         ("unlink", scratch_key(keys), ("UNLINK", scratch_key(keys))),
@@ -328,8 +416,29 @@ def _client_calls(
     ]
 
 
+def _routed_calls(keys: QueueKeys) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """On a cluster: the calls on the namespace's queue registry, which lives in another
+    slot than the queue's keys; sent through the cluster client. (SADD, which the
+    heartbeat and the first send issue, is checked in the probe on the scratch key; SREM
+    of a member no queue has checks write access to the registry.)"""
+    return [
+        ("smembers", keys.registry, ("SMEMBERS", keys.registry)),
+        ("srem", keys.registry, ("SREM", keys.registry, PROBE_TOKEN)),
+    ]
+
+
+def _node_client(client: RedisCluster, keys: QueueKeys, worker_id: str) -> redis.Redis:
+    """The client of the cluster node that owns the queue's slot (per ``client``'s slot
+    map), after checking that every key the probe touches there is in that slot."""
+    local = [keys.channel, scratch_key(keys), *_typed_keys(keys, worker_id)[1::2]]
+    slots = {key_slot(key.encode()) for key in local}
+    if len(slots) != 1:
+        raise ValueError(f"The probe's keys of queue {keys.queue_name!r} span cluster slots: {sorted(local)}")
+    return client.get_redis_connection(client.get_node_from_key(keys.channel))
+
+
 def check_permissions(
-    client: redis.Redis,
+    client: redis.Redis | RedisCluster,
     keys: QueueKeys,
     *,
     worker_id: str = PROBE_TOKEN,
@@ -345,6 +454,13 @@ def check_permissions(
     afterwards, as it ends in MULTI/EXEC), plus, with ``subscribe``, SUBSCRIBE and
     UNSUBSCRIBE of the queue's channel on a pub/sub connection.
 
+    On Redis Cluster (a :class:`redis.cluster.RedisCluster` client, and ``keys`` of the
+    cluster layout: ``broker.keys(queue_name)`` of a cluster broker) the probe and the
+    other calls run on the node that owns the queue's slot, with the queue's keys only
+    (all in that slot), the queue registry's SMEMBERS and SREM go through the cluster
+    client, and the subscription is checked with SSUBSCRIBE/SUNSUBSCRIBE on that node;
+    the visible effect is an ``SPUBLISH "0"``.
+
     Parameters:
       client: The broker's client (``broker.client``).
       keys: The queue's key names (``broker.keys(queue_name)``).
@@ -357,19 +473,28 @@ def check_permissions(
       MissingPermission: Naming every missing command, key and channel, and the rule.
       redis.ConnectionError, redis.TimeoutError: The server could not be reached.
       redis.ResponseError: A reply that is no ACL refusal and not expected (say, a
-        server that runs no Lua).
+        server that runs no Lua, or on a cluster a redirect: the slot moved).
+      ValueError: A cluster client with keys of the single-server layout, or the reverse.
     """
+    cluster = isinstance(client, RedisCluster)
+    if cluster != keys.cluster:
+        layout = "cluster" if keys.cluster else "single-server"
+        raise ValueError(f"Keys of the {layout} layout with a {type(client).__name__} client; use broker.keys()")
     calls = _client_calls(keys, worker_id, wait_for_replicas)
+    node = _node_client(cast(RedisCluster, client), keys, worker_id) if cluster else cast(redis.Redis, client)
     denials: list[tuple[str, str, str]] = []
     unchecked: list[str] = []
     probe_reply: Any = None
-    pool = client.connection_pool
+    pool = node.connection_pool
     try:
         connection = pool.get_connection()
     except NoPermissionError as e:
-        # The connection setup itself was refused (SELECT of a database other than 0):
-        # nothing else can be tried.
-        _raise(keys, [("select", "", str(e))], [c for c in COMMANDS if c != "select"], wait_for_replicas)
+        # The connection setup itself was refused (SELECT of a database other than 0; on
+        # a cluster, READONLY of a client that reads from replicas): nothing else can be
+        # tried.
+        every = rule_commands(wait_for_replicas=wait_for_replicas, cluster=cluster)
+        refused = [("" if cluster else "select", "", str(e))]
+        _raise(keys, refused, [c for c in every if c != "select"], wait_for_replicas)
     try:
         connection.send_packed_command(connection.pack_commands([call for _, _, call in calls]), check_health=False)
         for command, target, _ in calls:
@@ -382,7 +507,7 @@ def check_permissions(
                 if is_permission_error(e):
                     denials.append((command, target, str(e)))
                 elif command == "evalsha" and "NOSCRIPT" in str(e):
-                    unchecked.extend(SCRIPT_COMMANDS)  # SCRIPT LOAD was refused: no probe
+                    unchecked.extend(_script_commands(cluster))  # SCRIPT LOAD was refused: no probe
                 elif command not in ("exec", "multi"):  # EXEC without MULTI when MULTI is refused
                     raise
                 continue
@@ -393,6 +518,15 @@ def check_permissions(
         connection.disconnect()
         pool.release(connection)
 
+    if cluster:
+        for command, target, call in _routed_calls(keys):
+            try:
+                client.execute_command(*call)
+            except redis.ResponseError as e:
+                if not is_permission_error(e):
+                    raise
+                denials.append((command, target, str(e)))
+
     if probe_reply is not None:
         flat, probe_unchecked = probe_reply
         for i in range(0, len(flat), 3):
@@ -400,10 +534,10 @@ def check_permissions(
             denials.append((command, target, error))
         unchecked.extend(_text(x) for x in probe_unchecked)
     elif not unchecked:
-        unchecked.extend(SCRIPT_COMMANDS)  # EVALSHA itself was refused
+        unchecked.extend(_script_commands(cluster))  # EVALSHA itself was refused
 
     if subscribe:
-        denial = _check_subscribe(client, keys.channel)
+        denial = _check_subscribe(node, keys.channel, sharded=cluster)
         if denial is not None:
             denials.append(denial)
 
@@ -411,23 +545,20 @@ def check_permissions(
         _raise(keys, denials, unchecked, wait_for_replicas)
 
 
-def _check_subscribe(client: redis.Redis, channel: str) -> tuple[str, str, str] | None:
-    pubsub = client.pubsub()
+def _check_subscribe(client: redis.Redis, channel: str, sharded: bool = False) -> tuple[str, str, str] | None:
+    """SUBSCRIBE and UNSUBSCRIBE ``channel`` (``sharded``: SSUBSCRIBE and SUNSUBSCRIBE,
+    on the node of the channel's slot); returns the refusal, if any."""
+    pubsub: Any = client.pubsub()
+    kinds = ("ssubscribe", "sunsubscribe") if sharded else ("subscribe", "unsubscribe")
     try:
-        try:
-            pubsub.subscribe(channel)
-            _await_reply(pubsub, "subscribe")
-        except redis.ResponseError as e:
-            if is_permission_error(e):
-                return ("subscribe", channel, str(e))
-            raise
-        try:
-            pubsub.unsubscribe(channel)
-            _await_reply(pubsub, "unsubscribe")
-        except redis.ResponseError as e:
-            if is_permission_error(e):
-                return ("unsubscribe", channel, str(e))
-            raise
+        for kind in kinds:
+            try:
+                getattr(pubsub, kind)(channel)
+                _await_reply(pubsub, kind)
+            except redis.ResponseError as e:
+                if is_permission_error(e):
+                    return (kind, channel, str(e))
+                raise
         return None
     finally:
         pubsub.close()
@@ -462,10 +593,12 @@ def _raise(
         # access at least one of the keys", the latter for channels too).
         match = _DENIED_COMMAND.search(error)
         if match:
-            commands.add(match.group(1).lower())
+            name = match.group(1).lower()
+            # COMMAND COUNT stands for COMMAND (what the rule grants and redis-py sends).
+            commands.add(command if name.startswith(f"{command}|") else name)
         elif "run this command" in error:
             commands.add(command)
-        elif "channel" in error or (command in ("publish", "subscribe") and "key" in error):
+        elif "channel" in error or (command in _CHANNEL_COMMANDS and "key" in error):
             channels.add(target)
         elif "key" in error:
             key_notes.setdefault(target, set()).add("read" if command in _READS else "write")
@@ -487,16 +620,17 @@ def _raise(
         + "; ".join(parts or ["none refused, but some could not be tried"])
         + "."
     )
-    if set(COMMANDS) - commands <= set(unchecked):
+    if set(rule_commands(wait_for_replicas=wait_for_replicas, cluster=keys.cluster)) - commands <= set(unchecked):
         message += " Nothing else could be checked: the connection could not be set up."
-    elif set(SCRIPT_COMMANDS) <= set(unchecked):
+    elif set(_script_commands(keys.cluster)) <= set(unchecked):
         message += " The scripts' commands could not be checked: the probe script could not run."
     elif missing_unchecked:
         message += f" Not checked until those are granted: {', '.join(missing_unchecked)}."
     if scratch_key(keys) in key_notes:
         message += f" ({scratch_key(keys)} is a key the check itself uses, in the namespace's key pattern.)"
-    rule = _rule_text(keys.namespace, wait_for_replicas)
-    message += f" Grant the least-privilege rule (see {DOCS}): ACL SETUSER <user> {rule}"
+    rule = _rule_text(keys.namespace, wait_for_replicas, keys.cluster)
+    where = " on every node of the cluster" if keys.cluster else ""
+    message += f" Grant the least-privilege rule (see {DOCS}){where}: ACL SETUSER <user> {rule}"
     raise MissingPermission(
         message,
         commands=sorted(commands),
@@ -506,9 +640,10 @@ def _raise(
     )
 
 
-def _rule_text(namespace: str, wait_for_replicas: bool = False) -> str:
+def _rule_text(namespace: str, wait_for_replicas: bool = False, cluster: bool = False) -> str:
     """:func:`acl_rule`, or the quoted tokens when the namespace has whitespace."""
     try:
-        return acl_rule(namespace, wait_for_replicas=wait_for_replicas)
+        return acl_rule(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster)
     except ValueError:
-        return " ".join(repr(token) for token in acl_tokens(namespace, wait_for_replicas=wait_for_replicas))
+        tokens = acl_tokens(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster)
+        return " ".join(repr(token) for token in tokens)

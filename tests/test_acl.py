@@ -25,6 +25,7 @@ import dramatiq_redisson
 from dramatiq_redisson import QueueKeys, RedissonBroker
 from dramatiq_redisson._permissions import (
     CLIENT_COMMANDS,
+    CLUSTER_COMMANDS,
     COMMANDS,
     CONNECTION_COMMANDS,
     OPTIONAL_COMMANDS,
@@ -32,8 +33,10 @@ from dramatiq_redisson._permissions import (
     REPLICATION_COMMANDS,
     SCRIPT_COMMANDS,
     SCRIPTING_COMMANDS,
+    SHARDED_PUBSUB,
     MissingPermission,
     _client_calls,
+    _routed_calls,
     acl_rule,
     acl_tokens,
     channel_patterns,
@@ -116,6 +119,10 @@ _NOT_COMMANDS = {
     "execute",
     "get_connection",
     "get_message",
+    # RedisCluster's lookups in its slot map and node list (they send nothing).
+    "get_default_node",
+    "get_node_from_key",
+    "get_redis_connection",
     "pack_command",
     "pack_commands",
     "read_response",
@@ -130,8 +137,8 @@ _METHOD_COMMANDS = {
     "pubsub": {"subscribe"},
 }
 # Calls on a client, pipeline or pub/sub (connections and pools send what they are given:
-# see _PACKED).
-_METHOD = re.compile(r"\b(?:client|pipe|pubsub)\.(\w+)\(")
+# see _PACKED), and methods picked by a condition: (pubsub.ssubscribe if c else pubsub.subscribe)(x).
+_METHOD = re.compile(r"\b(?:client|pipe|pubsub)\.(\w+)(?=\(|\s+if\b|\)\()")
 # A command written out: pack_command("SCRIPT", "LOAD", ...), execute_command("TIME"), or a
 # tuple of arguments such as ("EVALSHA", sha, ...): an upper-case string opening a call or
 # tuple, kept when redis-py knows it as a command.
@@ -175,6 +182,7 @@ def test_rule_has_every_command_the_python_code_issues() -> None:
         | set(PUBSUB_COMMANDS)
         | set(OPTIONAL_COMMANDS)
         | set(REPLICATION_COMMANDS)
+        | set(SHARDED_PUBSUB.values())  # a cluster consumer's (in the cluster rule only)
     )
     missing = {name: sorted(cmds - allowed) for name, cmds in used.items() if cmds - allowed}
     assert not missing, (
@@ -184,6 +192,8 @@ def test_rule_has_every_command_the_python_code_issues() -> None:
     unused = set(CLIENT_COMMANDS) - every
     assert not unused, f"no Python code issues these any more; drop them from CLIENT_COMMANDS: {sorted(unused)}"
     assert {"evalsha", "script|load", "subscribe", "scan", "multi"} <= every
+    assert {"ssubscribe", "sunsubscribe", "subscribe", "unsubscribe"} <= every
+    assert every & set(SHARDED_PUBSUB.values()) <= set(CLUSTER_COMMANDS)
     assert not set(OPTIONAL_COMMANDS) & set(COMMANDS)
     # WAIT is sent only with wait_for_replicas: the default rule leaves it out.
     assert set(REPLICATION_COMMANDS) <= every
@@ -205,6 +215,10 @@ def test_the_python_parser_catches_a_new_command() -> None:
     ) == {"script|load", "eval"}
     with pytest.raises(AssertionError, match="unknown client method"):
         python_commands("client.frobnicate(key)")
+    assert python_commands("(self.pubsub.ssubscribe if cluster else self.pubsub.subscribe)(channel)") == {
+        "ssubscribe",
+        "subscribe",
+    }
 
 
 def test_probe_tries_every_command_of_the_rule() -> None:
@@ -218,19 +232,24 @@ def test_probe_tries_every_command_of_the_rule() -> None:
     assert tried <= set(COMMANDS), sorted(tried - set(COMMANDS))
 
 
-def test_probe_covers_every_key_of_a_queue() -> None:
+@pytest.mark.parametrize("cluster", [False, True], ids=["single", "cluster"])
+def test_probe_covers_every_key_of_a_queue(cluster: bool) -> None:
     """Every key name QueueKeys knows is in the probe's arguments: a new key in
-    _keys.py must be added to _permissions._typed_keys (and to the key patterns)."""
-    keys = QueueKeys("ns", "q")
+    _keys.py must be added to _permissions._typed_keys (and to the key patterns). On a
+    cluster the registry (another slot) is checked through the cluster client instead."""
+    keys = QueueKeys("ns", "q", cluster)
     argv = next(call for command, _, call in _client_calls(keys, "w") if command == "evalsha")
     names: set[str] = set()
     for attribute in dir(QueueKeys):
-        if attribute.startswith("_") or attribute in {"namespace", "queue_name", "name"}:
+        if attribute.startswith("_") or attribute in {"namespace", "queue_name", "name", "cluster"}:
             continue
         value = getattr(keys, attribute)
         value = value("w") if callable(value) else value
         names.update([value] if isinstance(value, str) else value)
-    assert names <= set(argv), sorted(names - set(argv))
+    checked = set(argv) | {target for _, target, _ in (_routed_calls(keys) if cluster else [])}
+    assert names <= checked, sorted(names - checked)
+    if cluster:
+        assert keys.registry not in argv  # in another slot: not inside the probe
 
 
 # -- the rule's text ------------------------------------------------------------------
