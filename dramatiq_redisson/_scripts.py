@@ -260,13 +260,20 @@ class Scripts:
         by_sha = True
         while True:
             client = self.node_client(keys[0]) if self.cluster else self.client
-            with client.pipeline(transaction=False) as pipe:
-                if by_sha:
-                    pipe.evalsha(self._s[name].sha, len(keys), *keys, *args)
-                else:
-                    pipe.eval(self.sources[name].decode(), len(keys), *keys, *args)
-                pipe.wait(self.wait_for_replicas, self.wait_timeout)
-                reply, acked = pipe.execute(raise_on_error=False)
+            try:
+                with client.pipeline(transaction=False) as pipe:
+                    if by_sha:
+                        pipe.evalsha(self._s[name].sha, len(keys), *keys, *args)
+                    else:
+                        pipe.eval(self.sources[name].decode(), len(keys), *keys, *args)
+                    pipe.wait(self.wait_for_replicas, self.wait_timeout)
+                    reply, acked = pipe.execute(raise_on_error=False)
+            except _CONNECTION_ERRORS as e:
+                if self.cluster:
+                    # The node may be gone (a failover): the next call asks the
+                    # cluster where the slot is now. This one's outcome is unknown.
+                    self.redirected(e)
+                raise
             if isinstance(reply, NoScriptError) and by_sha:
                 by_sha = False
                 continue
@@ -413,6 +420,8 @@ class Scripts:
             replicas.append(part.replicas)
             for i, outcome in zip(indexes, part, strict=True):
                 outcomes[i] = outcome
+        if any(isinstance(outcome, Unanswered) and outcome.sent for outcome in outcomes):
+            self.redirected()  # a node may be gone: the next calls ask where the slots are now
         for i, (keys, args) in enumerate(calls):
             outcome = outcomes[i]
             if isinstance(outcome, _REDIRECTS) or (isinstance(outcome, Unanswered) and not outcome.sent):

@@ -315,14 +315,19 @@ def _subscribed(cluster: Cluster) -> Callable[[RedissonBroker], bool]:
 
 
 def kill9(cluster: Cluster) -> Callable[[RedissonBroker, Callable[[], int], Fault], None]:
-    """SIGKILL the master of the queue's slot; its replica takes over."""
+    """SIGKILL the master of the queue's slot; its replica takes over; the old master
+    restarts and rejoins as the new master's replica (until then a write that waits for
+    a replica cannot get one)."""
 
     def fault(broker: RedissonBroker, now_ms: Callable[[], int], report: Fault) -> None:
         old = _queue_master(cluster, broker)
         report.at_ms, report.loss_ms = now_ms(), FAILOVER_LOSS_MS
         cluster.kill(old)
         _, report.recovery_s = cluster.wait_for_failover(old)
-        report.recovered_ms = report.done_ms = now_ms()
+        report.recovered_ms = now_ms()
+        cluster.restart(old)
+        cluster.wait_healthy()
+        report.done_ms = now_ms()
 
     return fault
 
