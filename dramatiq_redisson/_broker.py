@@ -644,10 +644,7 @@ class RedissonBroker(RedisBroker):
 
     def _explain_permissions(self, keys: QueueKeys, error: redis.ResponseError) -> None:
         """A send was refused by ACL: raise one :class:`MissingPermission` naming everything
-        the user lacks (returns when the probe finds nothing missing, and on a cluster,
-        where the probe's keys would span slots)."""
-        if self.cluster:
-            return
+        the user lacks (returns when the probe finds nothing missing)."""
         try:
             check_permissions(
                 self.client,

@@ -364,11 +364,7 @@ class RedissonConsumer(Consumer):
 
     def _check_permissions(self) -> None:
         """Once per queue and broker, before the first subscription: name everything the
-        Redis user may not do, in one error, instead of failing call by call. (Not on a
-        cluster: the probe's keys span slots; there each refusal is logged as it comes.)"""
-        if self.broker.cluster:
-            self.broker.permissions_checked.add(self.queue_name)
-            return
+        Redis user may not do, in one error, instead of failing call by call."""
         try:
             check_permissions(
                 self.broker.client,
@@ -540,6 +536,8 @@ class RedissonConsumer(Consumer):
             return
         try:
             for _ in range(1000):
+                if self.pubsub is None:
+                    return  # dropped by the server while draining (see _handle)
                 item = self.pubsub.get_message(timeout=0)
                 if item is None:
                     return

@@ -305,11 +305,20 @@ def _queue_master(cluster: Cluster, broker: RedissonBroker) -> Server:
 
 
 def _subscribed(cluster: Cluster) -> Callable[[RedissonBroker], bool]:
+    """Whether the lease holder listens on the queue's channel in the shard that owns
+    the queue's slot: on its master or on one of its replicas (sharded pub/sub messages
+    reach the whole shard; a SIGSTOPped master comes back as a replica of the same
+    shard and keeps its subscribers)."""
+
     def check(broker: RedissonBroker) -> bool:
         channel = broker.keys(QUEUE).channel
-        owner = cluster.admin(cluster.master_of_key(channel))
-        counts = owner.execute_command("PUBSUB", "SHARDNUMSUB", channel)
-        return int(counts[1]) >= 1
+        cluster.refresh()
+        master = cluster.master_of_key(channel)
+        total = 0
+        for node in [master, *cluster.replicas_of(master)]:
+            counts = cluster.admin(node).execute_command("PUBSUB", "SHARDNUMSUB", channel)
+            total += int(counts[1])
+        return total >= 1
 
     return check
 
@@ -341,10 +350,11 @@ def sigstop(cluster: Cluster) -> Callable[[RedissonBroker, Callable[[], int], Fa
         report.at_ms, report.loss_ms = now_ms(), FAILOVER_LOSS_MS
         cluster.kill(old, signal.SIGSTOP)
         _, report.recovery_s = cluster.wait_for_failover(old)
-        report.recovered_ms = now_ms()
         cluster.kill(old, signal.SIGCONT)
         cluster.wait_healthy()
-        report.done_ms = now_ms()
+        # The stopped master runs the commands buffered meanwhile (acks, fetches) when it
+        # resumes, then drops them as it turns replica: the fault lasts until then.
+        report.recovered_ms = report.done_ms = now_ms()
 
     return fault
 
