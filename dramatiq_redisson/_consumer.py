@@ -465,6 +465,7 @@ class RedissonConsumer(Consumer):
                         own_slots=own_slots,
                         worker_id=self.worker_id,
                         listening=self.wake_ready,
+                        window_ms=self.broker.dedupe_window,
                     )
                 except _CONNECTION_ERRORS:
                     # It may have run and handed messages off into our ack set.

@@ -83,6 +83,7 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
         keys.legacy_dq,
         keys.legacy_dq_msgs,
         keys.ready_msgs,
+        keys.sent,
     )
 
 
@@ -559,12 +560,14 @@ class Scripts:
         own_slots: int = 0,
         worker_id: str = "",
         listening: bool = False,
+        window_ms: int = 0,
     ) -> TransferResult:
         """Move due entries if consumer ``token`` holds (or can take) the transfer lease
         for ``lease_ms``; without a token, move them regardless of the lease (see
         transfer.lua). ``own_slots``: how many moved messages the caller (of worker
         ``worker_id``) takes itself, handed off in the reply when the ready queue was
-        empty (the rest wake idle consumers); ``listening``: it may be registered as idle.
+        empty (the rest wake idle consumers); ``listening``: it may be registered as idle;
+        ``window_ms``: how long moved members stay remembered (not offered again).
 
         A call that may hand messages off is not retried after a lost reply (they would
         sit in the ack set, unheld): the caller reconciles instead."""
@@ -583,8 +586,19 @@ class Scripts:
             keys.idle,
             keys.channel,
             keys.acks(worker_id),
+            keys.sent,
         )
-        args = (limit, trim_budget, compact_step, compact_slack, token, lease_ms, own_slots, "1" if listening else "")
+        args = (
+            limit,
+            trim_budget,
+            compact_step,
+            compact_slack,
+            token,
+            lease_ms,
+            own_slots,
+            "1" if listening else "",
+            window_ms,
+        )
         replicas: int | None = None
         if self.wait_for_replicas:
             try:

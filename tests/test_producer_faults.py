@@ -480,6 +480,41 @@ def test_offering_a_prepared_message_again_after_it_came_due_does_not_schedule_i
     assert redis_client.lrange(keys.ready, 0, -1) == [member]
 
 
+@pytest.mark.parametrize("window_ms", [120_000, 0])
+def test_offering_a_prepared_message_again_after_it_ran_schedules_it_only_outside_the_window(
+    broker: RedissonBroker, redis_client: redis.Redis, window_ms: int
+) -> None:
+    """A resend that comes after the message moved, ran and was acked (a retry's
+    re-enqueue sent again after NotReplicated, which can last seconds) is recognised
+    within the dedupe window: the transfer remembered the member."""
+
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    message, sort_key = broker.prepare_scheduled(noop.message())
+    keys = broker.keys("default")
+    entry = (1, sort_key, message.message_id, message.encode(), "")
+    broker.redisson_scripts.offer(keys, [entry])
+
+    def moved() -> bool:
+        result = broker.redisson_scripts.transfer(
+            keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10, window_ms=window_ms
+        )
+        return result.moved == 1
+
+    assert wait_for(moved)
+    member = message.options["redis_message_id"]
+    # It runs and is acked: nothing of it is left on the ready queue.
+    assert broker.redisson_scripts.fetch(keys, "w1", 1)[0][0] == member
+    assert broker.redisson_scripts.ack(keys, "w1", member) == 1
+    again = broker.redisson_scripts.offer(keys, [entry])
+    if window_ms:
+        assert again == [-2] and redis_client.zcard(keys.timeout_zset) == 0
+        assert 0 < redis_client.pttl(keys.sent) <= window_ms
+    else:  # nothing remembered: scheduled again (what the window is for)
+        assert again[0] > 0 and redis_client.zcard(keys.timeout_zset) == 1
+
+
 # -- a full server -------------------------------------------------------------------------
 
 

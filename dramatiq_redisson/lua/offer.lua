@@ -8,6 +8,8 @@
 -- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs  legacy delay queue payloads
 -- KEYS[7]  HASH  <ns>:<queue>.msgs     ready messages (rel/abs: a member already moved there
 --                                      is not offered again)
+-- KEYS[8]  ZSET  redisson_delay_queue_sent:{N}  members moved within the dedupe window
+--                                      (rel/abs: not offered again either; optional)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose
@@ -39,8 +41,10 @@
 -- a crash finds no payload and drops it, so the retry stays the only copy).
 --
 -- rel/abs: an entry whose member is no longer scheduled but is on the ready queue or in
--- flight (KEYS[7]) is the same prepared message offered again after it came due (a
--- client's retry of a call whose reply was lost): it is not scheduled a second time.
+-- flight (KEYS[7]), or moved there within the dedupe window (KEYS[8], written by
+-- transfer.lua: it may have run and been acked), is the same prepared message offered
+-- again after it came due (a client's retry of a call whose reply was lost, a resend
+-- after NotReplicated): it is not scheduled a second time.
 --
 -- Returns: rel/abs: a list with, per entry, the due time in epoch ms, -1 when its
 --          claim id no longer existed (another process migrated it first), or -2
@@ -48,7 +52,7 @@
 --          bulk: {entries, their due time in epoch ms}.
 
 local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local legacy_list, legacy_msgs, ready_msgs = KEYS[5], KEYS[6], KEYS[7]
+local legacy_list, legacy_msgs, ready_msgs, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -167,7 +171,11 @@ else
             end
             local previous = redis.call("HGET", payloads, message_id)
             local member = sort_key .. message_id
-            if not previous and claim == "" and redis.call("HEXISTS", ready_msgs, member) == 1 then
+            if
+                not previous
+                and claim == ""
+                and (redis.call("HEXISTS", ready_msgs, member) == 1 or (sent and redis.call("ZSCORE", sent, member)))
+            then
                 result[#result + 1] = -2
             else
                 -- ZADD first: on a fresh offer it is the call's first write (see the header).

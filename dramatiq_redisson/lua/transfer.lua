@@ -16,6 +16,8 @@
 -- KEYS[12] ZSET  redisson_delay_queue_idle:{N}       consumer token -> free slots
 -- KEYS[13] CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
 -- KEYS[14] SET   <ns>:__acks__.<worker id>.<queue>   the caller's ack set (hand-off, below)
+-- KEYS[15] ZSET  redisson_delay_queue_sent:{N}      member -> when it moved (epoch ms), kept
+--                                                    for the dedupe window (optional)
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list
@@ -26,6 +28,11 @@
 -- ARGV[6]  lease time in ms
 -- ARGV[7]  slots the caller fills itself: its free prefetch slots
 -- ARGV[8]  "1" if the caller listens on its wake channel (it may be registered as idle)
+-- ARGV[9]  dedupe window in ms (0 or absent: moved members are not remembered)
+--
+-- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
+-- same prepared message again after it ran and was acked (a resend after a lost reply,
+-- or after NotReplicated) does not schedule it a second time (see offer.lua).
 --
 -- The lease: one consumer per queue runs the transfers (the timer); any consumer may
 -- call, and a call while another consumer holds the lease only records the caller as
@@ -78,6 +85,7 @@ local compact_step = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
 local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local acks, listening = KEYS[14], ARGV[8] == "1"
+local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -180,6 +188,16 @@ if #due > 0 then
         end
         if take < moved then
             variadic("RPUSH", ready, { unpack(members, take + 1) })
+        end
+        if sent and window > 0 then
+            local stamped = {}
+            for i = 1, #members do
+                stamped[#stamped + 1] = now_ms
+                stamped[#stamped + 1] = members[i]
+            end
+            redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+            variadic("ZADD", sent, stamped)
+            redis.call("PEXPIRE", sent, window)
         end
     end
     if dead > 0 then
