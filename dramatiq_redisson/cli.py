@@ -440,8 +440,8 @@ def import_broker(path: str, search_paths: Sequence[str]) -> RedissonBroker:
 def connect(path: str | None, args: argparse.Namespace) -> RedissonBroker:
     """The broker to operate: imported from ``path``, or built from ``--url`` / ``$REDIS_URL``."""
     if path is not None:
-        if args.url is not None or args.namespace is not None:
-            raise UsageError("give either a broker import path or --url/--namespace, not both")
+        if args.url is not None or args.namespace is not None or args.cluster:
+            raise UsageError("give either a broker import path or --url/--namespace/--cluster, not both")
         return import_broker(path, args.path or ["."])
     url = args.url or os.environ.get("REDIS_URL")
     if not url:
@@ -449,6 +449,7 @@ def connect(path: str | None, args: argparse.Namespace) -> RedissonBroker:
     try:
         return RedissonBroker(
             url=url,
+            cluster=args.cluster,
             namespace=args.namespace or "dramatiq",
             middleware=[],
             socket_connect_timeout=CONNECT_TIMEOUT,
@@ -459,7 +460,11 @@ def connect(path: str | None, args: argparse.Namespace) -> RedissonBroker:
 
 
 def server_address(broker: RedissonBroker) -> str:
-    """Where the broker's client connects, without credentials: ``host:port/db``."""
+    """Where the broker's client connects, without credentials: ``host:port/db``, or on
+    a cluster ``cluster:host:port`` of the node it started from."""
+    if broker.cluster:
+        node = broker.client.get_default_node()
+        return f"cluster:{node.host}:{node.port}"
     kwargs = broker.client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
@@ -1007,6 +1012,9 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--url", help="the Redis URL to connect to (default: $REDIS_URL)")
     parser.add_argument("--namespace", help="the broker's namespace, the prefix of its keys (default: dramatiq)")
+    parser.add_argument(
+        "--cluster", action="store_true", help="--url names a node of a Redis Cluster (the cluster key layout)"
+    )
     parser.add_argument(
         "--path",
         "-P",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -236,6 +237,39 @@ def test_cancel_reschedule_scan_and_bulk_operations(cluster_broker: RedissonBrok
     assert queue.remove_all() == 1199 and queue.size() == 0
     broker.flush("ops")
     assert "ops" not in broker.client.smembers(broker.keys("ops").registry)
+
+
+def test_the_cli_operates_a_cluster(cluster: Cluster, cluster_broker: RedissonBroker) -> None:
+    """``dramatiq-redisson --url <node> --cluster``: stats over queues on several
+    masters, list and remove on the cluster layout."""
+    broker = cluster_broker
+    names = queues_on_every_master(cluster, broker, per_master=1)
+    sent = {}
+    for name in names:
+
+        @dramatiq.actor(broker=broker, queue_name=name, actor_name=f"cli_{name}")
+        def job(i: int) -> None:
+            pass
+
+        sent[name] = broker.enqueue(job.message(1), delay=3_600_000)
+
+    def cli(*args: str) -> Any:
+        result = subprocess.run(
+            [sys.executable, "-m", "dramatiq_redisson", "--url", cluster.url, "--cluster", *args, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    stats = cli("stats")
+    assert {name: stats["queues"][name]["scheduled"] for name in names} == dict.fromkeys(names, 1)
+    listed = cli("list", names[1])
+    assert [entry["message_id"] for entry in listed["messages"]] == [sent[names[1]].message_id]
+    cli("cancel", names[1], sent[names[1]].message_id)
+    assert broker.delayed_queue(names[1]).size() == 0 and broker.delayed_queue(names[0]).size() == 1
 
 
 @pytest.mark.slow
