@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import redis
 from dramatiq.message import Message
@@ -463,7 +463,7 @@ def server_address(broker: RedissonBroker) -> str:
     """Where the broker's client connects, without credentials: ``host:port/db``, or on
     a cluster ``cluster:host:port`` of the node it started from."""
     if broker.cluster:
-        node = broker.client.get_default_node()
+        node = cast(Any, broker.client).get_default_node()
         return f"cluster:{node.host}:{node.port}"
     kwargs = broker.client.connection_pool.connection_kwargs
     if "path" in kwargs:
