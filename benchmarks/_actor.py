@@ -20,12 +20,16 @@ return 1
 """
 
 
-def declare(broker: Any) -> Any:
-    """Declare the ``bench_record`` actor on ``broker`` and return it."""
-    client = broker.client
+def declare(broker: Any, queue: str = QUEUE, record: Any = None) -> Any:
+    """Declare the recording actor of ``queue`` on ``broker`` and return it: ``bench_record``
+    on the bench queue, ``bench_record_<queue>`` on any other. Records go to ``record`` (a
+    ``redis.Redis``), by default the broker's own client; the cluster scenario keeps them
+    on the harness's single server, which its faults never touch."""
+    client = broker.client if record is None else record
 
     def bench_record(seq: int) -> None:
         client.eval(RECORD_LUA, 1, REC_KEY, seq, os.getpid())
 
+    name = "bench_record" if queue == QUEUE else f"bench_record_{queue}"
     decorate: Any = dramatiq.actor
-    return decorate(bench_record, broker=broker, queue_name=QUEUE, actor_name="bench_record", max_retries=0)
+    return decorate(bench_record, broker=broker, queue_name=queue, actor_name=name, max_retries=0)

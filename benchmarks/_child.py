@@ -7,23 +7,39 @@ import time
 from typing import Any
 
 
-def worker_main(kind: str, url: str, threads: int, mode: str, ready: Any, stop_event: Any, count: Any = None) -> None:
+def worker_main(
+    kind: str,
+    url: str,
+    threads: int,
+    mode: str,
+    ready: Any,
+    stop_event: Any,
+    count: Any = None,
+    options: dict[str, Any] | None = None,
+) -> None:
     """Run a Dramatiq Worker in this process until ``stop_event`` is set.
 
     mode "run": an ordinary Worker. mode "move": a Worker that moves delayed messages to
     the ready queue but never fetches from it (built-in: no consumer on the ready queue,
     only on ``.DQ``; Redisson: the ready-queue consumer gets prefetch 0, so it only runs
     its transfer timer). ``count``: (shared array, offset, slots) to count the commands
-    this process sends into (see ``CommandCounter``). Reports (pid, the file
-    ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
+    this process sends into (see ``CommandCounter``). ``options``: ``broker`` (keyword
+    arguments of the broker: ``cluster=True``, ``wait_for_replicas``…), ``queues`` (the
+    queues to consume, one recording actor each; default the bench queue) and
+    ``record_url`` (the server the records go to; default the broker's). Reports (pid,
+    the file ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
+    import redis
     from dramatiq import Worker
 
     from ._actor import declare
-    from ._common import CommandCounter, make_broker, product_origin, quiet_logging, script_names
+    from ._common import QUEUE, CommandCounter, make_broker, product_origin, quiet_logging, script_names
 
     quiet_logging()
-    broker = make_broker(kind, url)
-    declare(broker)
+    opts = options or {}
+    broker = make_broker(kind, url, **opts.get("broker", {}))
+    record = redis.Redis.from_url(opts["record_url"]) if opts.get("record_url") else None
+    for queue in opts.get("queues") or [QUEUE]:
+        declare(broker, queue, record)
     if count is not None:
         counts, base, slots = count
         CommandCounter(slots, script_names(broker), counts, base).activate()
@@ -46,6 +62,8 @@ def worker_main(kind: str, url: str, threads: int, mode: str, ready: Any, stop_e
     stop_event.wait()
     worker.stop(timeout=20_000)
     broker.close()
+    if record is not None:
+        record.close()
 
 
 def offer_main(kind: str, url: str, mode: str, n: int, out: Any) -> None:

@@ -46,6 +46,28 @@ SIZES: dict[str, dict[str, Any]] = {
         "idle": {"n": 20, "gap_lo": 20, "gap_hi": 80, "settle": 0.5},
         "burst": {"n": 2_000, "delay": 1500, "timeout": 30},
         "fleet": {"procs": [2, 4], "rate": 150, "window": 3, "delay": 1000, "settle": 1.0, "timeout": 30},
+        "cluster": {
+            "queues": 6,
+            "settle": 0.5,
+            "cost_repeat": 1,
+            "offer_one": 300,
+            "offer_bulk": 2_000,
+            "move": 2_000,
+            "move_delay": 800,
+            "paced_n": 100,
+            "rate": 100,
+            "delay_lo": 200,
+            "delay_hi": 500,
+            "burst_per_queue": 100,
+            "burst_delay": 800,
+            "failover_repeats": 1,
+            "failover_rate": 100,
+            "failover_delay_lo": 300,
+            "failover_delay_hi": 1000,
+            "warm": 1.0,
+            "after": 0.5,
+            "timeout": 30,
+        },
     },
     "small": {
         "procs": 2,
@@ -66,6 +88,28 @@ SIZES: dict[str, dict[str, Any]] = {
         "idle": {"n": 100, "gap_lo": 50, "gap_hi": 150},
         "burst": {"n": 20_000, "delay": 2500, "timeout": 60},
         "fleet": {"procs": [2, 8], "rate": 150, "window": 10, "delay": 1000, "settle": 1.0, "timeout": 60},
+        "cluster": {
+            "queues": 12,
+            "settle": 1.0,
+            "cost_repeat": 1,
+            "offer_one": 3_000,
+            "offer_bulk": 20_000,
+            "move": 10_000,
+            "move_delay": 2000,
+            "paced_n": 1_000,
+            "rate": 200,
+            "delay_lo": 200,
+            "delay_hi": 2000,
+            "burst_per_queue": 500,
+            "burst_delay": 2000,
+            "failover_repeats": 2,
+            "failover_rate": 200,
+            "failover_delay_lo": 300,
+            "failover_delay_hi": 1500,
+            "warm": 2.0,
+            "after": 2.0,
+            "timeout": 60,
+        },
     },
     "full": {
         "procs": 2,
@@ -86,6 +130,28 @@ SIZES: dict[str, dict[str, Any]] = {
         "idle": {"n": 300, "gap_lo": 50, "gap_hi": 150},
         "burst": {"n": 100_000, "delay": 6000, "timeout": 60},
         "fleet": {"procs": [2, 8, 24], "rate": 150, "window": 20, "delay": 1000, "settle": 1.0, "timeout": 60},
+        "cluster": {
+            "queues": 12,
+            "settle": 1.0,
+            "cost_repeat": 3,
+            "offer_one": 10_000,
+            "offer_bulk": 100_000,
+            "move": 50_000,
+            "move_delay": 3000,
+            "paced_n": 3_000,
+            "rate": 200,
+            "delay_lo": 200,
+            "delay_hi": 3000,
+            "burst_per_queue": 1_000,
+            "burst_delay": 2500,
+            "failover_repeats": 5,
+            "failover_rate": 200,
+            "failover_delay_lo": 300,
+            "failover_delay_hi": 1500,
+            "warm": 3.0,
+            "after": 3.0,
+            "timeout": 60,
+        },
     },
 }
 
@@ -202,6 +268,35 @@ class Server:
         return entries, len(entries) >= max_len
 
 
+class ServerGroup:
+    """``INFO`` statistics summed over several servers: a cluster's masters, or the one
+    server of a single-server run (``clients``: one ``redis.Redis`` per server)."""
+
+    def __init__(self, clients: Iterable[Any]) -> None:
+        self.clients = list(clients)
+
+    def reset_stats(self) -> None:
+        for client in self.clients:
+            client.config_resetstat()
+
+    def evalsha_stats(self) -> tuple[int, int]:
+        """(calls, usec) of EVALSHA since the last reset, over all the servers."""
+        calls = usec = 0
+        for client in self.clients:
+            entry = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+            calls += int(entry["calls"])
+            usec += int(entry["usec"])
+        return calls, usec
+
+    def cpu_seconds(self) -> float:
+        """The servers' CPU time so far (``used_cpu_sys`` + ``used_cpu_user``), summed."""
+        total = 0.0
+        for client in self.clients:
+            info = client.info("cpu")
+            total += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+        return total
+
+
 def script_sha(source: bytes | str) -> str:
     if isinstance(source, str):
         source = source.encode()
@@ -269,28 +364,37 @@ def longest_call(groups: dict[str, dict[str, float]]) -> dict[str, Any]:
 # -- brokers ----------------------------------------------------------------------------
 
 
-def make_broker(kind: str, url: str) -> Any:
+def make_broker(kind: str, url: str, **options: Any) -> Any:
     """A broker of one kind, instrumented so that the server-computed due time of the last
-    single offer is readable (``broker.bench_last_dues``)."""
+    single offer is readable (``broker.bench_last_dues``; also when the offer raised
+    ``NotReplicated``: the write is on the primary). ``options`` go to ``RedissonBroker``
+    (``cluster=True``, ``wait_for_replicas``…)."""
     if kind == "builtin":
         from dramatiq.brokers.redis import RedisBroker
 
-        return RedisBroker(url=url, namespace=NAMESPACE)
+        return RedisBroker(url=url, namespace=NAMESPACE, **options)
     if kind == "redisson":
         from dramatiq_redisson import RedissonBroker
 
-        broker: Any = RedissonBroker(url=url, namespace=NAMESPACE)
+        broker: Any = RedissonBroker(url=url, namespace=NAMESPACE, **options)
     elif kind == "redisson-lrem":
         from ._lrem import LremRedissonBroker
 
-        broker = LremRedissonBroker(url=url, namespace=NAMESPACE)
+        broker = LremRedissonBroker(url=url, namespace=NAMESPACE, **options)
     else:
         raise ValueError(f"unknown broker kind {kind!r} (choose from {', '.join(BROKER_KINDS)})")
+    from dramatiq_redisson import NotReplicated
+
     scripts = broker.redisson_scripts
     original_offer = scripts.offer
 
     def offer(keys: Any, entries: Any, *, client: Any = None, **options: Any) -> Any:
-        result = original_offer(keys, entries, client=client, **options)
+        try:
+            result = original_offer(keys, entries, client=client, **options)
+        except NotReplicated as e:
+            if client is None:
+                broker.bench_last_dues = getattr(e, "reply", None)
+            raise
         if client is None:
             broker.bench_last_dues = result
         return result
@@ -539,7 +643,9 @@ class Workers:
     move delayed messages to the ready queue and never run them (burst scenario).
 
     With ``count_slots`` (see :func:`counter_slots`), every process counts the commands it
-    sends into a shared array; :meth:`command_counts` sums them. Every process reports
+    sends into a shared array; :meth:`command_counts` sums them. ``options``: the broker's
+    keyword arguments, the queues to consume and where the records go (see
+    ``_child.worker_main``). Every process reports
     where it imports ``dramatiq_redisson`` from, and must agree with this process."""
 
     def __init__(
@@ -550,8 +656,10 @@ class Workers:
         threads: int,
         mode: str = "run",
         count_slots: Sequence[str] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.kind, self.url, self.procs, self.threads, self.mode = kind, url, procs, threads, mode
+        self.options = options
         self.ctx = mp.get_context("spawn")
         self.processes: list[Any] = []
         self.crashed: list[str] = []
@@ -571,7 +679,7 @@ class Workers:
             count = (self.counts, i * width, self.count_slots) if self.count_slots else None
             p = self.ctx.Process(
                 target=worker_main,
-                args=(self.kind, self.url, self.threads, self.mode, self.ready, self.stop_event, count),
+                args=(self.kind, self.url, self.threads, self.mode, self.ready, self.stop_event, count, self.options),
                 daemon=True,
             )
             p.start()

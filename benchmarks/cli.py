@@ -50,6 +50,18 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([line, sep, *body])
 
 
+def print_tables(out: dict[str, Any]) -> None:
+    """A scenario's rows: one table, or, when it splits them into ``tables`` (title ->
+    rows; ``rows`` then holds them all, for the JSON), one table per title."""
+    tables = out.get("tables")
+    if not tables:
+        print(format_table(out["rows"]))
+        return
+    for i, (title, rows) in enumerate(tables.items()):
+        print(("\n" if i else "") + f"### {title}\n")
+        print(format_table(rows))
+
+
 def _strip_samples(obj: Any) -> Any:
     """Drop the bulky raw samples (keys starting with "_") for the printed JSON."""
     if isinstance(obj, dict):
@@ -154,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
                     "data": runs[0]["data"],
                     "runs_data": [r["data"] for r in runs],
                     "rows": [median_merge(list(rs)) for rs in zip(*(r["rows"] for r in runs), strict=False)],
+                    "tables": {
+                        title: [
+                            median_merge(list(rs))
+                            for rs in zip(*(r.get("tables", {}).get(title, []) for r in runs), strict=False)
+                        ]
+                        for title in runs[0].get("tables", {})
+                    },
                     "targets": [_merge_targets(list(ts)) for ts in zip(*(r["targets"] for r in runs), strict=False)],
                     "seconds": round(sum(r["seconds"] for r in runs), 1),
                     "failures": [f for r in runs for f in r["failures"]],
@@ -162,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             results["scenarios"][name] = merged
             note = f", median of {args.repeat}" if args.repeat > 1 else ""
             print(f"\n## {name} ({args.size}, {merged['seconds']} s{note})\n")
-            print(format_table(merged["rows"]))
+            print_tables(merged)
             if merged["targets"]:
                 print()
                 print(

@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli import _verdict, format_table
+from .cli import _verdict, format_table, print_tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"### {name}\n")
             cmd = meta.get("command", "")
             print(f"`{cmd}` — size {meta['size']}, {note}, {sc['seconds']} s, git {meta.get('git')}\n")
-            print(format_table(sc["rows"]))
+            print_tables(sc)
             print()
             targets += [(name, t) for t in sc["targets"]]
     print("### targets\n")
