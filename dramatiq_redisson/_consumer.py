@@ -62,7 +62,9 @@ RECONCILE_AFTER_ERROR = 1000
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
 
-_CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+#: A failed connection, or (on a cluster) redis-py's cluster client giving up on a slot
+#: that keeps moving (``ClusterError: TTL exhausted``): back off and try again.
+_CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
 
 #: Numbers the consumers of a process, so that each has a token of its own.
 _consumer_numbers = itertools.count(1)

@@ -421,13 +421,18 @@ class Scripts:
             replicas.append(part.replicas)
             for i, outcome in zip(indexes, part, strict=True):
                 outcomes[i] = outcome
-        if any(isinstance(outcome, Unanswered) and outcome.sent for outcome in outcomes):
-            self.redirected()  # a node may be gone: the next calls ask where the slots are now
-        for i, (keys, args) in enumerate(calls):
-            outcome = outcomes[i]
-            if isinstance(outcome, _REDIRECTS) or (isinstance(outcome, Unanswered) and not outcome.sent):
-                self.redirected(outcome if isinstance(outcome, Exception) else None)
-                outcomes[i] = self._resend(name, keys, args, replicas)
+        resend = [
+            i
+            for i, outcome in enumerate(outcomes)
+            if isinstance(outcome, _REDIRECTS) or (isinstance(outcome, Unanswered) and not outcome.sent)
+        ]
+        if resend or any(isinstance(outcome, Unanswered) for outcome in outcomes):
+            # A slot moved or a node is gone: ask the cluster where the slots are now.
+            first = outcomes[resend[0]] if resend else None
+            self.redirected(first if isinstance(first, Exception) else None)
+        for i in resend:
+            keys, args = calls[i]
+            outcomes[i] = self._resend(name, keys, args, replicas)
         if self.wait_for_replicas:
             outcomes.replicas = None if None in replicas else min(cast("list[int]", replicas), default=None)
         return outcomes
@@ -440,11 +445,32 @@ class Scripts:
                 reply, acked = self._run_waiting(name, keys, args)
                 replicas.append(acked)
                 return reply
-            return self._run_resending(name, keys, args)
+            return self._run_on_node(name, keys, args)
         except _CONNECTION_ERRORS as e:
             return Unanswered(e, sent=True)
         except redis.ResponseError as e:
             return e
+
+    def _run_on_node(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script on the cluster node that owns its slot; while the slot moves (a
+        redirect: the call did not run) reload the slot map and send it again, for up to
+        a few seconds, then raise the redirect."""
+        attempts = 0
+        while True:
+            client = self.node_client(keys[0])
+            try:
+                try:
+                    return client.evalsha(self._s[name].sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    return client.eval(self.sources[name].decode(), len(keys), *keys, *args)
+            except _REDIRECTS as e:
+                if attempts >= _REDIRECT_ATTEMPTS:
+                    raise
+                attempts += 1
+                self.redirected(e)
+            except _CONNECTION_ERRORS as e:
+                self.redirected(e)
+                raise
 
     def _stream_on(
         self, client: redis.Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]

@@ -22,6 +22,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -237,6 +238,48 @@ def test_cancel_reschedule_scan_and_bulk_operations(cluster_broker: RedissonBrok
     assert queue.remove_all() == 1199 and queue.size() == 0
     broker.flush("ops")
     assert "ops" not in broker.client.smembers(broker.keys("ops").registry)
+
+
+def test_a_batch_sent_while_its_slot_migrates_is_scheduled_once(
+    cluster: Cluster, cluster_broker: RedissonBroker
+) -> None:
+    """``enqueue_many`` streams its calls straight to the slot's node; mid-migration
+    (half the queue's keys moved) the node answers ASK/TRYAGAIN: those calls did not
+    run and are sent again, following the slot, until the migration completes."""
+    broker = cluster_broker
+
+    @dramatiq.actor(broker=broker, queue_name="moving")
+    def job(i: int) -> None:
+        pass
+
+    keys = broker.keys("moving")
+    broker.enqueue_many([job.message(i) for i in range(50)], delay=3_600_000)
+    slot = key_slot(keys.ready.encode())
+    source = cluster.master_of_slot(slot)
+    target = next(m for m in cluster.masters if m is not source)
+    src, dst = cluster.admin(source), cluster.admin(target)
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+    # Half-way: the ZSET has moved, the payloads have not (a script needs both).
+    src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", keys.timeout_zset)
+
+    def finish() -> None:
+        time.sleep(0.5)
+        cluster.migrate_slot(slot, target)
+
+    finisher = threading.Thread(target=finish)
+    finisher.start()
+    began = time.monotonic()
+    try:
+        sent = broker.enqueue_many([job.message(100 + i) for i in range(250)], delay=3_600_000)
+    finally:
+        finisher.join()
+    assert time.monotonic() - began >= 0.4  # it waited for the slot
+    assert len(sent) == 250
+    queue = broker.delayed_queue("moving")
+    assert queue.size() == 300
+    assert cluster.master_of_slot(slot) is target
+    assert {m.message_id for m in sent} <= {m.message_id for _, m in queue.read_all()}
 
 
 def test_the_cli_operates_a_cluster(cluster: Cluster, cluster_broker: RedissonBroker) -> None:
