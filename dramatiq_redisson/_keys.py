@@ -209,6 +209,29 @@ class QueueKeys:
         from :attr:`channel` the same way."""
         return f"{self.channel}:wake:{{{token}}}"
 
+    def every_name(self, worker_id: str, token: str) -> tuple[str, ...]:
+        """Every key and channel of the queue that its scripts touch, with ``worker_id``'s
+        ack sets and consumer ``token``'s wake channel (the namespace's registry aside):
+        on a cluster all of them hash to the queue's slot."""
+        return (
+            self.ready,
+            self.ready_msgs,
+            self.acks(worker_id),
+            self.heartbeats,
+            self.xq,
+            self.xq_msgs,
+            self.legacy_dq,
+            self.legacy_dq_msgs,
+            self.legacy_dq_acks(worker_id),
+            *self.scheduled_keys,
+            self.sent,
+            self.lease,
+            self.consumers,
+            self.idle,
+            self.channel,
+            self.wake_channel(token),
+        )
+
     @property
     def scheduled_keys(self) -> tuple[str, str, str, str, str]:
         """The keys that hold scheduled messages, in the order clear.lua takes them."""

@@ -241,7 +241,7 @@ def test_probe_covers_every_key_of_a_queue(cluster: bool) -> None:
     argv = next(call for command, _, call in _client_calls(keys, "w") if command == "evalsha")
     names: set[str] = set()
     for attribute in dir(QueueKeys):
-        if attribute.startswith("_") or attribute in {"namespace", "queue_name", "name", "cluster"}:
+        if attribute.startswith("_") or attribute in {"namespace", "queue_name", "name", "cluster", "every_name"}:
             continue
         value = getattr(keys, attribute)
         value = value("w") if callable(value) else value
@@ -273,25 +273,7 @@ def test_rule_text() -> None:
     from fnmatch import fnmatchcase
 
     keys = QueueKeys("shop", "mail")
-    names = [
-        keys.ready,
-        keys.ready_msgs,
-        keys.acks("w1"),
-        keys.heartbeats,
-        keys.xq,
-        keys.xq_msgs,
-        keys.legacy_dq,
-        keys.legacy_dq_msgs,
-        keys.legacy_dq_acks("w1"),
-        *keys.scheduled_keys,
-        keys.sent,
-        keys.lease,
-        keys.consumers,
-        keys.idle,
-        keys.channel,
-        keys.wake_channel("w1.1"),
-        scratch_key(keys),
-    ]
+    names = [*keys.every_name("w1", "w1.1"), scratch_key(keys)]
     for name in names:
         assert any(fnmatchcase(name, p) for p in key_patterns("shop")), name
         assert not any(fnmatchcase(name, p) for p in key_patterns("other")), name

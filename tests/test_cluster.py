@@ -77,30 +77,9 @@ def queues_on_every_master(cluster: Cluster, broker: RedissonBroker, per_master:
 # -- layout and construction --------------------------------------------------------------
 
 
-def _script_keys(keys: QueueKeys) -> list[str]:
-    return [
-        keys.ready,
-        keys.ready_msgs,
-        keys.xq,
-        keys.xq_msgs,
-        keys.legacy_dq,
-        keys.legacy_dq_msgs,
-        keys.acks("0f2b"),
-        keys.legacy_dq_acks("0f2b"),
-        keys.heartbeats,
-        *keys.scheduled_keys,
-        keys.sent,
-        keys.lease,
-        keys.consumers,
-        keys.idle,
-        keys.channel,
-        keys.wake_channel("host:1:abc:1"),
-    ]
-
-
 def test_every_key_and_channel_of_a_queue_is_in_the_queue_slot() -> None:
     keys = QueueKeys("ns", "emails", cluster=True)
-    slots = {key_slot(k.encode()) for k in _script_keys(keys)}
+    slots = {key_slot(k.encode()) for k in keys.every_name("0f2b", "host:1:abc:1")}
     assert slots == {key_slot(b"ns:emails")}
     assert keys.ready == "{ns:emails}" and keys.acks("w") == "ns:__acks__.w.{ns:emails}"
     assert keys.heartbeats == "ns:__heartbeats__.{ns:emails}"
