@@ -8,7 +8,8 @@ call on a StubBroker:
 * ``join(queue, *, fail_fast=None, timeout=None)``: wait for the queue like
   RedissonBroker, then (``fail_fast``, on by default as on a StubBroker) re-raise the
   exception of a message that was dead-lettered on that queue;
-* ``dead_letters``: the dead-lettered messages, read from ``<ns>:<queue>.XQ``.
+* ``dead_letters``: the dead-lettered messages, read from each queue's ``.XQ``
+  (``keys(queue).xq``: ``<ns>:<queue>.XQ``, or ``{<ns>:<queue>}.XQ`` on a cluster).
 
 Delivery, retries, delays, acks and dead-lettering are RedissonBroker's own.
 """
