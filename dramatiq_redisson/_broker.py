@@ -424,6 +424,22 @@ class RedissonBroker(RedisBroker):
         self.held.discard(queue_name, (redis_message_id,))
         return nacked
 
+    def _dispatch(self, command: str) -> Callable[..., Any]:
+        """The built-in broker's ``do_<command>`` methods (``do_qsize``, ``do_purge``, ...),
+        which run its dispatch script: on a cluster that script reaches keys of several
+        slots, so they raise a clear error there instead of the server's."""
+        if not self.cluster:
+            return cast("Callable[..., Any]", super()._dispatch(command))
+
+        def refuse(*args: Any) -> Any:
+            raise NotImplementedError(
+                f"do_{command} runs the built-in RedisBroker's dispatch script, whose keys span hash "
+                "slots: it cannot run on a Redis Cluster. Use broker.stats(), pending(), flush(), "
+                "delayed_queue() or dead_letters() instead."
+            )
+
+        return refuse
+
     def keys(self, queue_name: str) -> QueueKeys:
         """The Redis key names of a queue (see :mod:`dramatiq_redisson._keys`).
 

@@ -119,6 +119,11 @@ def test_url_and_client_forms(cluster: Cluster, redis_url: str) -> None:
         plain.close()
 
 
+def test_the_built_in_dispatch_methods_say_they_cannot_run_on_a_cluster(cluster_broker: RedissonBroker) -> None:
+    with pytest.raises(NotImplementedError, match="span hash slots"):
+        cluster_broker.do_qsize("default")
+
+
 def test_a_queue_name_with_braces_is_refused_before_anything_is_written(cluster_broker: RedissonBroker) -> None:
     message = dramatiq.Message(queue_name="a{b}", actor_name="x", args=(), kwargs={}, options={})
     with pytest.raises(ValueError, match="hash tags"):
