@@ -431,6 +431,9 @@ def _serve_registry(registry: CollectorRegistry, host: str, port: int) -> None:
 
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True
+        # Ctrl-C returns at once: closing does not wait for scrapes still being answered
+        # (their threads are daemons; a stalled scraper must not hold the exit).
+        block_on_close = False
 
     class Handler(WSGIRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
