@@ -253,7 +253,11 @@ def test_wsgi_app_reports_a_failed_read_instead_of_failing(make_broker: Callable
 
 
 SERVE = """
-import os, sys
+import os, signal, sys
+# A job started in the background by a non-interactive shell (a CI runner) inherits
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler: restore it, as
+# an interactive `dramatiq-redisson metrics` has it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson.metrics import serve
 
