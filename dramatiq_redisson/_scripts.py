@@ -248,15 +248,29 @@ class Scripts:
     def _run_waiting(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, int | None]:
         """Run a script and ``WAIT`` for the replicas on the same connection (one
         pipeline, one round trip: WAIT counts the replicas that have this connection's
-        writes). NOSCRIPT (the call did not run) is answered by EVAL with the source.
+        writes); see :meth:`_run_pinned`.
 
         Returns the script's reply and how many replicas acknowledged the write, or
         ``None`` when the connection failed during the wait after the script's reply
         came (the write went through; its replication is unknown). Raises the script's
-        error reply, or a connection error when the script's reply was lost.
+        error reply, or a connection error when the script's reply was lost."""
+        return self._run_pinned(name, keys, args, wait=True)
 
-        On a cluster the pair goes to the node that owns the keys' slot; a redirect
-        (the call did not run) refreshes the slot map and sends it again."""
+    def _run_on_node(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """On a cluster: run a script on the node that owns its slot (see
+        :meth:`_run_pinned`); returns its reply."""
+        return self._run_pinned(name, keys, args, wait=False)[0]
+
+    def _run_pinned(self, name: str, keys: Sequence[str], args: Sequence[Any], *, wait: bool) -> tuple[Any, int | None]:
+        """Run a script on one connection — the client's, or on a cluster one of the
+        node that owns the keys' slot — followed by ``WAIT`` when ``wait``.
+
+        NOSCRIPT (the call did not run) is answered by EVAL with the source. On a
+        cluster a redirect (the call did not run there) reloads the slot map and sends
+        the call again, for up to :data:`_REDIRECT_ATTEMPTS` times, then raises it; a
+        lost node connection reloads the slot map and is raised (its outcome is
+        unknown). Returns the reply and, with ``wait``, the replicas that acknowledged
+        the write (else ``None``)."""
         attempts = 0
         by_sha = True
         while True:
@@ -267,14 +281,16 @@ class Scripts:
                         pipe.evalsha(self._s[name].sha, len(keys), *keys, *args)
                     else:
                         pipe.eval(self.sources[name].decode(), len(keys), *keys, *args)
-                    pipe.wait(self.wait_for_replicas, self.wait_timeout)
-                    reply, acked = pipe.execute(raise_on_error=False)
+                    if wait:
+                        pipe.wait(self.wait_for_replicas, self.wait_timeout)
+                    replies = pipe.execute(raise_on_error=False)
             except _CONNECTION_ERRORS as e:
                 if self.cluster:
                     # The node may be gone (a failover): the next call asks the
                     # cluster where the slot is now. This one's outcome is unknown.
                     self.redirected(e)
                 raise
+            reply = replies[0]
             if isinstance(reply, NoScriptError) and by_sha:
                 by_sha = False
                 continue
@@ -284,6 +300,9 @@ class Scripts:
                 continue
             if isinstance(reply, Exception):
                 raise reply
+            if not wait:
+                return reply, None
+            acked = replies[1]
             if isinstance(acked, Exception):
                 if isinstance(acked, redis.ResponseError) and not isinstance(acked, redis.ConnectionError):
                     raise acked  # WAIT refused (ACL, a replica): the write is through, unconfirmed
@@ -450,27 +469,6 @@ class Scripts:
             return Unanswered(e, sent=True)
         except redis.ResponseError as e:
             return e
-
-    def _run_on_node(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a script on the cluster node that owns its slot; while the slot moves (a
-        redirect: the call did not run) reload the slot map and send it again, for up to
-        a few seconds, then raise the redirect."""
-        attempts = 0
-        while True:
-            client = self.node_client(keys[0])
-            try:
-                try:
-                    return client.evalsha(self._s[name].sha, len(keys), *keys, *args)
-                except NoScriptError:
-                    return client.eval(self.sources[name].decode(), len(keys), *keys, *args)
-            except _REDIRECTS as e:
-                if attempts >= _REDIRECT_ATTEMPTS:
-                    raise
-                attempts += 1
-                self.redirected(e)
-            except _CONNECTION_ERRORS as e:
-                self.redirected(e)
-                raise
 
     def _stream_on(
         self, client: redis.Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
