@@ -932,17 +932,19 @@ class RedissonBroker(RedisBroker):
         """
         if isinstance(overdue_grace, bool) or not isinstance(overdue_grace, int) or overdue_grace < 0:
             raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
-        names = [q_name(queue_name)] if queue_name is not None else self.known_queues()
+        known = self.known_queues() if queue_name is None or self.cluster else []
+        names = [q_name(queue_name)] if queue_name is not None else known
         live_ms = 3 * self.transfer_lease
         if self.cluster:
-            # One call per queue, each on the node of its slot; heartbeats are per queue.
+            # One call per queue, each on the node of its slot; heartbeats are per queue,
+            # so live workers are counted over every known queue's set.
             replies = [self.redisson_scripts.stats(self.keys(name), overdue_grace, live_ms) for name in names]
             now_ms = self._server_ms()
-            live: set[bytes] = set()
-            for name in self.known_queues():
-                beats = self.client.zrangebyscore(self.keys(name).heartbeats, now_ms - self.heartbeat_timeout, "+inf")
-                live.update(cast("list[bytes]", beats))
-            workers = len(live)
+            with self.client.pipeline(transaction=False) as pipe:
+                for name in known:
+                    pipe.zrangebyscore(self.keys(name).heartbeats, now_ms - self.heartbeat_timeout, "+inf")
+                beats = cast("list[list[bytes]]", pipe.execute())
+            workers = len(set().union(*beats))
         else:
             with self.client.pipeline(transaction=False) as pipe:
                 for name in names:
