@@ -170,6 +170,24 @@ def _stop_leftovers() -> None:
         topology.stop()
 
 
+def _data_server_args(server: Server) -> list[str]:
+    """The command line of a data server (not a sentinel), as both topologies start it:
+    loopback only, no persistence, no delay before a full sync, and a prompt exit on
+    SIGTERM (see the module's Choices)."""
+    return [
+        str(server_binary()),
+        "--port", str(server.port),
+        "--bind", HOST,
+        "--dir", str(server.dir),
+        "--daemonize", "no",
+        "--logfile", "",
+        "--save", "",
+        "--appendonly", "no",
+        "--repl-diskless-sync-delay", "0",
+        "--shutdown-on-sigterm", "nosave now",
+    ]  # fmt: skip
+
+
 class _Topology:
     """Process bookkeeping shared by ``Cluster`` and ``Sentinel``."""
 
@@ -478,16 +496,7 @@ class Cluster(_Topology):
 
     def _command(self, server: Server) -> list[str]:
         return [
-            str(server_binary()),
-            "--port", str(server.port),
-            "--bind", HOST,
-            "--dir", str(server.dir),
-            "--daemonize", "no",
-            "--logfile", "",
-            "--save", "",
-            "--appendonly", "no",
-            "--repl-diskless-sync-delay", "0",
-            "--shutdown-on-sigterm", "nosave now",
+            *_data_server_args(server),
             "--cluster-enabled", "yes",
             "--cluster-config-file", str(server.dir / f"nodes-{server.port}.conf"),
             "--cluster-node-timeout", str(self.node_timeout_ms),
@@ -745,18 +754,7 @@ class Sentinel(_Topology):
                     f"sentinel parallel-syncs {self.master_name} 1\n"
                 )
             return [str(server_binary()), str(conf), "--sentinel"]
-        command = [
-            str(server_binary()),
-            "--port", str(server.port),
-            "--bind", HOST,
-            "--dir", str(server.dir),
-            "--daemonize", "no",
-            "--logfile", "",
-            "--save", "",
-            "--appendonly", "no",
-            "--repl-diskless-sync-delay", "0",
-            "--shutdown-on-sigterm", "nosave now",
-        ]  # fmt: skip
+        command = _data_server_args(server)
         leader = self._replica_of.get(server.name)
         if leader is not None:
             command += ["--replicaof", HOST, str(leader.port)]
