@@ -41,6 +41,7 @@ from dramatiq.message import Message
 
 from . import __version__
 from ._broker import MAX_DELAY, RedissonBroker
+from ._delayed_queue import DelayedQueue
 from ._stats import QueueStats, Stats
 
 PROG = "dramatiq-redisson"
@@ -727,36 +728,58 @@ def actor_suffix(actor: str | None) -> str:
     return f" of actor {actor!r}" if actor else ""
 
 
-def cmd_cancel(ctx: Context) -> int:
+def _act_on_scheduled(
+    ctx: Context,
+    verb: str,
+    prompt: str,
+    act_all: Callable[..., int],
+    act_one: Callable[[DelayedQueue, str], bool],
+    summary: str,
+    past: str,
+    shown: str,
+) -> int:
+    """``cancel``/``promote``: the ids given, or ``--all`` (``--actor``) after asking.
+    ``prompt`` has ``{actor}`` and ``{queue}`` fields, ``summary`` ``{count}`` and
+    ``{queue}``; ``act_all``/``act_one``: the :class:`DelayedQueue` methods to call."""
     args = ctx.args
-    check_ids_or_all(ctx, "cancel")
+    check_ids_or_all(ctx, verb)
     dq = ctx.broker.delayed_queue(args.queue)
     if args.all:
-        if not confirm(args, f"cancel every scheduled message{actor_suffix(args.actor)} on queue {args.queue!r}"):
+        if not confirm(args, prompt.format(actor=actor_suffix(args.actor), queue=repr(args.queue))):
             return declined()
-        count = dq.remove_all(actor_name=args.actor)
-        return report_all(ctx, count, f"Cancelled {plural(count, 'scheduled message')} on {args.queue!r}.")
+        count = act_all(dq, actor_name=args.actor)
+        return report_all(ctx, count, summary.format(count=plural(count, "scheduled message"), queue=repr(args.queue)))
     done: list[str] = []
     missing: list[str] = []
     for message_id in dict.fromkeys(args.ids):
-        (done if dq.remove(message_id) else missing).append(message_id)
-    return report_ids(ctx, "cancelled", "cancelled", done, missing, "not scheduled")
+        (done if act_one(dq, message_id) else missing).append(message_id)
+    return report_ids(ctx, past, shown, done, missing, "not scheduled")
+
+
+def cmd_cancel(ctx: Context) -> int:
+    return _act_on_scheduled(
+        ctx,
+        "cancel",
+        "cancel every scheduled message{actor} on queue {queue}",
+        DelayedQueue.remove_all,
+        DelayedQueue.remove,
+        "Cancelled {count} on {queue}.",
+        "cancelled",
+        "cancelled",
+    )
 
 
 def cmd_promote(ctx: Context) -> int:
-    args = ctx.args
-    check_ids_or_all(ctx, "promote")
-    dq = ctx.broker.delayed_queue(args.queue)
-    if args.all:
-        if not confirm(args, f"run every scheduled message{actor_suffix(args.actor)} on queue {args.queue!r} now"):
-            return declined()
-        count = dq.promote_all(actor_name=args.actor)
-        return report_all(ctx, count, f"Promoted {plural(count, 'scheduled message')} on {args.queue!r}: due now.")
-    done: list[str] = []
-    missing: list[str] = []
-    for message_id in dict.fromkeys(args.ids):
-        (done if dq.promote(message_id) else missing).append(message_id)
-    return report_ids(ctx, "promoted", "promoted (due now)", done, missing, "not scheduled")
+    return _act_on_scheduled(
+        ctx,
+        "promote",
+        "run every scheduled message{actor} on queue {queue} now",
+        DelayedQueue.promote_all,
+        DelayedQueue.promote,
+        "Promoted {count} on {queue}: due now.",
+        "promoted",
+        "promoted (due now)",
+    )
 
 
 def cmd_reschedule(ctx: Context) -> int:
