@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
-from ._delayed_queue import BULK_STEP, check_limit, in_steps
+from ._delayed_queue import BULK_STEP, check_limit, in_steps, read_head
 from ._keys import QueueKeys
 
 if TYPE_CHECKING:
@@ -46,19 +46,8 @@ class DeadLetters:
         Raises:
           ValueError: A negative ``limit``.
         """
-        limit = check_limit(limit)
-        if limit == 0:
-            return []
-        client = self.broker.client
-        entries = cast(
-            "list[tuple[bytes, float]]",
-            client.zrange(self.keys.xq, 0, -1 if limit is None else limit - 1, withscores=True),
-        )
-        if not entries:
-            return []
-        stored = cast("list[bytes | None]", client.hmget(self.keys.xq_msgs, [member for member, _ in entries]))
         result = []
-        for (member, died), data in zip(entries, stored, strict=True):
+        for member, died, data in read_head(self.broker.client, self.keys.xq, self.keys.xq_msgs, limit):
             message = None if data is None else self._decode(member.decode(), data)
             if message is not None:
                 result.append((int(died), message))

@@ -55,6 +55,28 @@ def check_limit(limit: object) -> int | None:
     return limit
 
 
+def read_head(
+    client: Any, zset: str, data_hash: str, limit: object, field: Callable[[bytes], Any] = lambda member: member
+) -> list[tuple[bytes, float, bytes | None]]:
+    """The first ``limit`` entries of ``zset`` (every one for ``None``) as ``(member,
+    score, data)``, ``data`` being the member's value in ``data_hash`` under
+    ``field(member)`` (``None`` if it has none). Two reads, not one atomic step.
+
+    Raises:
+      ValueError: A ``limit`` that is not None or a non-negative int.
+    """
+    limit = check_limit(limit)
+    if limit == 0:
+        return []
+    entries = cast(
+        "list[tuple[bytes, float]]", client.zrange(zset, 0, -1 if limit is None else limit - 1, withscores=True)
+    )
+    if not entries:
+        return []
+    stored = cast("list[bytes | None]", client.hmget(data_hash, [field(member) for member, _ in entries]))
+    return [(member, score, data) for (member, score), data in zip(entries, stored, strict=True)]
+
+
 class DelayedQueue:
     """The scheduled (not yet due) messages of one queue.
 
@@ -252,20 +274,11 @@ class DelayedQueue:
         Raises:
           ValueError: A negative ``limit``.
         """
-        limit = check_limit(limit)
-        if limit == 0:
-            return []
-        client = self.broker.client
-        entries = cast(
-            "list[tuple[bytes, float]]",
-            client.zrange(self.keys.timeout_zset, 0, -1 if limit is None else limit - 1, withscores=True),
-        )
-        if not entries:
-            return []
-        message_ids = [member[16:].decode() for member, _ in entries]
-        stored = cast("list[bytes | None]", client.hmget(self.keys.payloads, message_ids))
         result: list[tuple[int, Message[Any]]] = []
-        for (member, due), data in zip(entries, stored, strict=True):
+        heads = read_head(
+            self.broker.client, self.keys.timeout_zset, self.keys.payloads, limit, lambda member: member[16:].decode()
+        )
+        for member, due, data in heads:
             # An entry may have moved or been cancelled between the two reads.
             if data is None or data[:16] != member[:16]:
                 continue
