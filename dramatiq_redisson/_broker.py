@@ -417,10 +417,11 @@ class RedissonBroker(RedisBroker):
         self.held.discard(queue_name, (redis_message_id,))
         return acked
 
-    def do_nack(self, queue_name: str, redis_message_id: str) -> int:
-        """Move a message this worker fetched from ``queue_name`` to its dead letters.
-        Returns 1 if it was moved."""
-        nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id)
+    def do_nack(self, queue_name: str, redis_message_id: str, final: bytes | None = None) -> int:
+        """Move a message this worker fetched from ``queue_name`` to its dead letters;
+        ``final`` (its encoding as it failed, with the traceback Dramatiq recorded) is
+        stored in place of the copy fetched. Returns 1 if it was moved."""
+        nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id, final)
         self.held.discard(queue_name, (redis_message_id,))
         return nacked
 

@@ -189,7 +189,14 @@ class RedissonConsumer(Consumer):
         self._finish(message, self.broker.do_ack)
 
     def nack(self, message: MessageProxy) -> None:
-        self._finish(message, self.broker.do_nack)
+        # The dead letter keeps the message as it failed: Dramatiq's Retries has recorded
+        # the final traceback (and the retry count) in its options by now.
+        try:
+            final: bytes | None = message._message.encode()
+        except Exception:
+            self.logger.exception("Could not encode failed message %r; its dead letter keeps it as fetched.", message)
+            final = None
+        self._finish(message, lambda queue, rid: self.broker.do_nack(queue, rid, final))
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         ids = [message.options["redis_message_id"] for message in messages]

@@ -698,12 +698,12 @@ class Scripts:
             )
         )
 
-    def nack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
+    def nack(self, keys: QueueKeys, worker_id: str, redis_message_id: str, final: bytes | None = None) -> int:
         return int(
             self._run_idempotent(
                 "nack",
                 (keys.acks(worker_id), keys.ready_msgs, keys.xq, keys.xq_msgs, keys.heartbeats),
-                (redis_message_id, worker_id),
+                (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final),
             )
         )
 

@@ -222,6 +222,27 @@ def test_dead_letters_can_be_read_requeued_once_and_removed(
     assert dead.size() == 0 and broker.pending("default") == 0
 
 
+def test_a_dead_letter_keeps_the_final_traceback_and_retry_count(
+    broker: RedissonBroker, redis_client: redis.Redis, worker: Worker
+) -> None:
+    @dramatiq.actor(max_retries=1, min_backoff=10, max_backoff=10)
+    def doomed(i: int) -> None:
+        raise ValueError(f"attempt failed for {i}")
+
+    # Given a message that fails its first run and its one retry
+    doomed.send(7)
+    dead = broker.dead_letters("default")
+    assert wait_for(lambda: dead.size() == 1, timeout=10)
+    # Then its dead letter is the message as it failed for good, not as it was first sent
+    ((_, letter),) = dead.read_all()
+    assert letter.options["retries"] == 2
+    assert "ValueError: attempt failed for 7" in letter.options["traceback"]
+    assert dead.get(letter.options["redis_message_id"]) is not None
+    # And a requeue still runs it (and it dies again, with its count kept)
+    assert dead.requeue(letter.options["redis_message_id"])
+    assert wait_for(lambda: dead.size() == 1 and dead.read_all()[0][1].options["retries"] == 3, timeout=10)
+
+
 def test_dead_letters_bulk_in_steps(
     broker: RedissonBroker, redis_client: redis.Redis, failing: Actor[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:

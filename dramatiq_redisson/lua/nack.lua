@@ -8,6 +8,8 @@
 --
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
+-- ARGV[3]  optional: the message as it failed (encoded, with the traceback Dramatiq
+--          recorded in its options), stored in place of the copy fetched
 --
 -- Memory: the first write is the SREM (never grows memory), so a nack runs on a full
 -- server too: the message moves between two hashes, it is never left half-moved.
@@ -22,7 +24,7 @@ if redis.call("SREM", KEYS[1], ARGV[1]) == 1 then
     if data then
         redis.call("HDEL", KEYS[2], ARGV[1])
         redis.call("ZADD", KEYS[3], now_ms, ARGV[1])
-        redis.call("HSET", KEYS[4], ARGV[1], data)
+        redis.call("HSET", KEYS[4], ARGV[1], ARGV[3] or data)
         moved = 1
     end
 end
