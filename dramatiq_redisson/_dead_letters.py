@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
-from ._delayed_queue import BULK_STEP, check_limit, in_steps, read_head
+from ._delayed_queue import BULK_STEP, check_batch, check_limit, in_steps, read_head
 from ._keys import QueueKeys
 
 if TYPE_CHECKING:
@@ -48,6 +48,32 @@ class DeadLetters:
         """
         result = []
         for member, died, data in read_head(self.broker.client, self.keys.xq, self.keys.xq_msgs, limit):
+            message = None if data is None else self._decode(member.decode(), data)
+            if message is not None:
+                result.append((int(died), message))
+        return result
+
+    def page(self, start: int = 0, size: int = 25) -> list[tuple[int, Message[Any]]]:
+        """Dead letters newest first, ``size`` of them from position ``start`` (0: the
+        latest death): a paged view's page. O(log n + start + size) on the server.
+        Entries that cannot be decoded are skipped with a logged error.
+
+        Raises:
+          ValueError: A negative ``start``, or a size that is not a positive int.
+        """
+        check_batch(size, "size")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be a non-negative int, got {start!r}")
+        client = self.broker.client
+        # Ranks counted from the end, so the newest are read without knowing the size.
+        entries = cast(
+            "list[tuple[bytes, float]]", client.zrange(self.keys.xq, -(start + size), -(start + 1), withscores=True)
+        )
+        if not entries:
+            return []
+        stored = cast("list[bytes | None]", client.hmget(self.keys.xq_msgs, [member for member, _ in entries]))
+        result = []
+        for (member, died), data in zip(reversed(entries), reversed(stored), strict=True):
             message = None if data is None else self._decode(member.decode(), data)
             if message is not None:
                 result.append((int(died), message))

@@ -422,26 +422,9 @@ def serve(
 
 
 def _serve_registry(registry: CollectorRegistry, host: str, port: int) -> None:
-    """Serve ``registry`` on a threading HTTP server until an exception (KeyboardInterrupt,
-    SystemExit from a signal handler) leaves ``serve_forever``; the socket is closed."""
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
+    """Serve ``registry`` over HTTP until an exception leaves the server (see serve_wsgi)."""
     from prometheus_client import make_wsgi_app as prometheus_wsgi_app
 
-    class Server(ThreadingMixIn, WSGIServer):
-        daemon_threads = True
-        # Ctrl-C returns at once: closing does not wait for scrapes still being answered
-        # (their threads are daemons; a stalled scraper must not hold the exit).
-        block_on_close = False
+    from ._wsgi import serve_wsgi
 
-    class Handler(WSGIRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug(format, *args)
-
-    server = make_server(host, port, prometheus_wsgi_app(registry), Server, Handler)
-    logger.info("Serving metrics on http://%s:%d/metrics", host, server.server_port)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+    serve_wsgi(prometheus_wsgi_app(registry), host, port, logger=logger, path="/metrics")

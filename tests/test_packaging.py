@@ -47,8 +47,15 @@ def test_the_wheel_installs_only_the_package_and_the_sdist_ships_the_demo(tmp_pa
     assert {t for t in top if not t.endswith((".dist-info", ".data"))} == {"dramatiq_redisson"}
     assert "dramatiq_redisson/lua/transfer.lua" in names
     assert "dramatiq_redisson/py.typed" in names
+    # The dashboard's templates and static files, without which its pages cannot render
+    assert {
+        "dramatiq_redisson/dashboard/templates/queue.html",
+        "dramatiq_redisson/dashboard/static/style.css",
+        "dramatiq_redisson/dashboard/static/app.js",
+    } <= names
 
     with tarfile.open(out / sdist_name) as sdist:
         members = {"/".join(m.split("/")[1:]) for m in sdist.getnames()}
     assert {"example_app/__main__.py", "example_app/tasks.py", "docs/security.md"} <= members
     assert "dramatiq_redisson/lua/transfer.lua" in members
+    assert "dramatiq_redisson/dashboard/templates/base.html" in members
