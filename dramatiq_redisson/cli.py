@@ -43,6 +43,7 @@ from . import __version__
 from ._broker import MAX_DELAY, RedissonBroker
 from ._delayed_queue import DelayedQueue
 from ._stats import QueueStats, Stats
+from ._wsgi import serve_wsgi
 
 PROG = "dramatiq-redisson"
 
@@ -67,7 +68,7 @@ SOCKET_TIMEOUT = 30.0
 #: Widest the arguments column of a table gets before it is cut with "…".
 ARGS_WIDTH = 60
 
-COMMANDS = ("stats", "list", "show", "cancel", "reschedule", "promote", "dead", "watch", "metrics")
+COMMANDS = ("stats", "list", "show", "cancel", "reschedule", "promote", "dead", "watch", "metrics", "dashboard")
 #: Options before the command that take a value (to find the broker import path).
 _VALUE_OPTIONS = ("--url", "--namespace", "--path", "-P")
 
@@ -994,6 +995,40 @@ def cmd_metrics(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_dashboard(ctx: Context) -> int:
+    args = ctx.args
+    needs = "the dashboard needs Jinja2 (pip install 'dramatiq-redisson[dashboard]')"
+    auth = None
+    if args.user is not None:
+        password = os.environ.get(args.password_env or "")
+        if not args.password_env or not password:
+            raise UsageError(
+                f"--user needs --password-env naming a set, non-empty environment variable, not {args.password_env!r}"
+            )
+        auth = (args.user, password)
+    elif args.password_env is not None:
+        raise UsageError("--password-env needs --user")
+    try:
+        dashboard = importlib.import_module("dramatiq_redisson.dashboard")
+        app = dashboard.make_app(ctx.broker, prefix=args.prefix, read_only=args.read_only, auth=auth)
+    except ImportError as e:
+        raise UsageError(f"{needs}: {one_line(e)}") from None
+    url = f"http://{args.host}:{args.port}{app.prefix}"
+    if ctx.json_mode:
+        ctx.out.json({"host": args.host, "port": args.port, "url": url, "read_only": args.read_only})
+    Output.note(
+        f"Serving the dashboard of namespace {ctx.broker.namespace!r} on {url}"
+        f"{' (read-only)' if args.read_only else ''} (Ctrl-C stops)"
+    )
+    try:
+        serve_wsgi(app, args.host, args.port, logger=logging.getLogger("dramatiq_redisson.dashboard"), path=app.prefix)
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:
+        raise UsageError(f"cannot serve the dashboard on {args.host}:{args.port}: {one_line(e)}") from None
+    return EXIT_OK
+
+
 # -- the parser ----------------------------------------------------------------------------
 
 
@@ -1158,6 +1193,14 @@ def build_parser() -> Parser:
     sub = command("metrics", "serve Prometheus metrics of the queues over HTTP", cmd_metrics)
     sub.add_argument("--port", type=port_number, default=9191, help="the port to listen on (default 9191)")
     sub.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: all)")
+
+    sub = command("dashboard", "serve the web dashboard (queues, scheduled messages, dead letters)", cmd_dashboard)
+    sub.add_argument("--port", type=port_number, default=8190, help="the port to listen on (default 8190)")
+    sub.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: all)")
+    sub.add_argument("--prefix", default="/", help="the URL path to serve under (default /)")
+    sub.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    sub.add_argument("--user", help="require HTTP basic authentication as this user (with --password-env)")
+    sub.add_argument("--password-env", metavar="VAR", help="the environment variable holding the password of --user")
     return parser
 
 
