@@ -241,12 +241,12 @@ class DelayedQueue:
         size: int = 25,
         actor_name: str | None = None,
         match: str | bytes | None = None,
-        budget: int = SEARCH_BUDGET,
+        budget: int | None = None,
     ) -> ScheduledPage:
         """One page of scheduled messages in due order, for a paged view of any size
         (a dashboard, an API): up to ``size`` entries after the cursor ``after`` (a
         previous page's :attr:`ScheduledPage.cursor`; ``None``: from the head). With a
-        filter, at most ``budget`` entries are examined per call, so a rare match costs
+        filter, at most ``budget`` entries (default :data:`SEARCH_BUDGET`) are examined per call, so a rare match costs
         a bounded time per page; the page may then come back short, with a cursor to go
         on from. Cost: O(log n + examined) on the server, in calls of :data:`SCAN_BATCH`.
 
@@ -254,7 +254,7 @@ class DelayedQueue:
           ValueError: A malformed cursor, or a size or budget that is not a positive int.
         """
         check_batch(size, "size")
-        check_batch(budget, "budget")
+        budget = check_batch(SEARCH_BUDGET if budget is None else budget, "budget")
         cursor = decode_cursor(after)
         needles = [match.encode() if isinstance(match, str) else match] if match else []
         if actor_name is not None:

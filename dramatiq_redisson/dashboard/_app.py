@@ -33,8 +33,8 @@ PAGE_SIZES = (25, 50, 100)
 MAX_BODY = 1 << 20
 #: Auto-refresh intervals (seconds) offered on the overview.
 REFRESH_CHOICES = (0, 2, 5, 15, 60)
-#: Reschedule buttons: label and delay (ms).
-RESCHEDULE_PRESETS = (("+1 min", 60_000), ("+1 h", 3_600_000))
+#: Reschedule buttons: label and delay.
+RESCHEDULE_PRESETS = (("+1 min", "1m"), ("+1 h", "1h"))
 
 CSRF_COOKIE = "drq_csrf"
 CSRF_FIELD = "csrf"
@@ -467,10 +467,7 @@ class Dashboard:
             delay, at = request.field("delay"), request.field("at")
             try:
                 if delay and not at:
-                    if delay.isdigit():
-                        delay_ms = int(delay)
-                    else:
-                        delay_ms = cli.parse_duration(delay)
+                    delay_ms = cli.parse_duration(delay)
                     done = delayed.reschedule(message_id, delay=delay_ms)
                     what = f"rescheduled to run in {cli.span(delay_ms)}"
                 elif at and not delay:
