@@ -24,10 +24,12 @@ def serve_wsgi(
     *,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
     path: str = "/",
+    ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve ``app`` on a threading HTTP server at ``host``:``port`` (0: a free port) until
     an exception (KeyboardInterrupt, SystemExit from a signal handler) leaves
     ``serve_forever``; the socket is closed. Requests are logged at debug level.
+    ``ready`` is called with the served URL once the socket is bound.
 
     Raises:
       OSError: The address cannot be bound.
@@ -38,7 +40,10 @@ def serve_wsgi(
             logger.debug(format, *args)
 
     server = make_server(host, port, app, _Server, Handler)
-    logger.info("Serving on http://%s:%d%s", host, server.server_port, path)
+    url = f"http://{host}:{server.server_port}{path}"
+    logger.info("Serving on %s", url)
+    if ready is not None:
+        ready(url)
     try:
         server.serve_forever()
     finally:

@@ -1013,15 +1013,18 @@ def cmd_dashboard(ctx: Context) -> int:
         app = dashboard.make_app(ctx.broker, prefix=args.prefix, read_only=args.read_only, auth=auth)
     except ImportError as e:
         raise UsageError(f"{needs}: {one_line(e)}") from None
-    url = f"http://{args.host}:{args.port}{app.prefix}"
-    if ctx.json_mode:
-        ctx.out.json({"host": args.host, "port": args.port, "url": url, "read_only": args.read_only})
-    Output.note(
-        f"Serving the dashboard of namespace {ctx.broker.namespace!r} on {url}"
-        f"{' (read-only)' if args.read_only else ''} (Ctrl-C stops)"
-    )
+
+    def ready(url: str) -> None:
+        if ctx.json_mode:
+            ctx.out.json({"url": url, "read_only": args.read_only})
+        Output.note(
+            f"Serving the dashboard of namespace {ctx.broker.namespace!r} on {url}"
+            f"{' (read-only)' if args.read_only else ''} (Ctrl-C stops)"
+        )
+
+    logger = logging.getLogger("dramatiq_redisson.dashboard")
     try:
-        serve_wsgi(app, args.host, args.port, logger=logging.getLogger("dramatiq_redisson.dashboard"), path=app.prefix)
+        serve_wsgi(app, args.host, args.port, logger=logger, path=app.prefix, ready=ready)
     except KeyboardInterrupt:
         pass
     except OSError as e:

@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -512,6 +513,24 @@ def test_connection_and_usage_errors(cli: Run) -> None:
     assert_one_line_error(cli("list", "default", "--limit", "-1"), 2, "--limit")
     assert_one_line_error(cli("no_such_module_here:broker", "stats"), 2, "cannot import broker module")
     assert_one_line_error(cli("json:dumps", "stats"), 2, "calling 'json:dumps' failed")
+
+
+def test_dashboard_usage_errors(cli: Run) -> None:
+    help = cli("dashboard", "--help", url=False)
+    assert help.returncode == 0
+    for option in ("--port", "--host", "--read-only", "--user", "--password-env", "--prefix"):
+        assert option in help.stdout, option
+    assert_one_line_error(cli("dashboard", "--user", "ops"), 2, "--user needs --password-env")
+    missing = cli("dashboard", "--user", "ops", "--password-env", "NO_SUCH_VAR_HERE")
+    assert_one_line_error(missing, 2, "--user needs --password-env", "'NO_SUCH_VAR_HERE'")
+    assert_one_line_error(cli("dashboard", "--password-env", "HOME"), 2, "--password-env needs --user")
+    assert_one_line_error(cli("dashboard", "--prefix", "ops"), 2, "prefix must be a path")
+    assert_one_line_error(cli("dashboard", "--port", "70000"), 2, "port")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        assert_one_line_error(cli("dashboard", "--port", port), 2, f"cannot serve the dashboard on 127.0.0.1:{port}")
 
 
 def test_broker_import_path(cli: Run, redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> None:
