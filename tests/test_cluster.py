@@ -38,12 +38,14 @@ from redis.crc import key_slot
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._keys import QueueKeys
+from dramatiq_redisson.dashboard import make_app
 
 from . import failover
 from .failover import QUEUE, SIZES, FailoverResult, Fault, Size
 from .helpers import records, wait_for
 from .test_processes import worker_processes
 from .topology import Cluster, Server
+from .wsgi_client import Client
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +203,19 @@ def test_delayed_retries_and_dead_letters(cluster_broker: RedissonBroker) -> Non
     dead = broker.dead_letters("retries").read_all()
     assert [m.args for _, m in dead] == [("never",)]
     assert broker.stats("retries")["queues"]["retries"]["dead"] == 1
+    assert "ValueError: not yet" in dead[0][1].options["traceback"]
+    # The dashboard works on the cluster layout: pages, the dead letter's traceback, a requeue
+    flaky.send_with_options(args=("later",), delay=3_600_000)
+    client = Client(make_app(broker))
+    overview = client.get("/")
+    assert overview.status == 200 and 'data-queue="retries"' in overview.text
+    scheduled = client.get("/queues/retries")
+    assert scheduled.status == 200 and scheduled.text.count("<tr data-id=") == 1
+    rid = dead[0][1].options["redis_message_id"]
+    assert "ValueError: not yet" in client.get(f"/queues/retries/dead/{rid}").text
+    done = client.post(f"/queues/retries/dead/{rid}/requeue", {"csrf": client.token("/queues/retries/dead")})
+    assert done.status == 303 and broker.dead_letters("retries").size() == 0
+    assert broker.client.llen(broker.keys("retries").ready) == 1
 
 
 def test_cancel_reschedule_scan_and_bulk_operations(cluster_broker: RedissonBroker) -> None:

@@ -350,8 +350,7 @@ class Dashboard:
         return name
 
     def _now(self) -> int:
-        seconds, micros = self.broker.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return self.broker._server_ms()
 
     def _page_size(self, request: Request) -> int:
         text = request.arg("n", str(self.page_size))
