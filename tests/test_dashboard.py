@@ -88,6 +88,8 @@ def test_the_json_api_and_static_files(broker: RedissonBroker, client: Client, a
     assert css.status == 200 and css.headers["Content-Type"].startswith("text/css") and "body" in css.text
     assert css.headers["Cache-Control"] == "max-age=3600"
     assert client.get("/static/app.js").headers["Content-Type"].startswith("text/javascript")
+    head = client.request("HEAD", "/static/style.css")
+    assert head.status == 200 and head.text == "" and head.headers["Content-Length"] == str(len(css.text.encode()))
     for missing in ("/static/nope.css", "/static/..%2f_app.py", "/static/_app.py", "/static/.hidden.css"):
         assert client.get(missing).status == 404, missing
 

@@ -222,7 +222,7 @@ class Dashboard:
         if request is not None:
             headers += [("Set-Cookie", cookie) for cookie in request.set_cookies]
         start_response(f"{status.value} {status.phrase}", headers)
-        return [content]
+        return [b""] if environ.get("REQUEST_METHOD", "").upper() == "HEAD" else [content]
 
     def _request(self, environ: dict[str, Any]) -> Request:
         script_name = environ.get("SCRIPT_NAME", "").rstrip("/")
