@@ -130,6 +130,11 @@ def test_search_by_actor_and_by_text(
     assert _ids(client.get("/queues/default?actor=beta")) == b
     assert _ids(client.get("/queues/default?q=red")) == a
     assert _ids(client.get("/queues/default?actor=alpha&q=blue")) == []
+    # Text is found as the page shows it, though the encoder escaped it
+    city = alpha.send_with_options(args=(99,), kwargs={"tag": 'Zürich "hq"'}, delay=60_000).message_id
+    assert _ids(client.get("/queues/default?q=Z%C3%BCrich")) == [city]
+    assert _ids(client.get("/queues/default?q=%22hq%22")) == [city]
+    assert broker.delayed_queue("default").remove_all(match='rich "hq') == 1
     assert "Nothing matches." in client.get("/queues/default?actor=alpha&q=blue").text
 
 
@@ -260,9 +265,15 @@ def test_bulk_actions_ask_first_then_act(
     done = client.post("/queues/default/bulk", confirmed)
     assert done.status == 303 and done.location()[1]["flash"] == "2 scheduled messages cancelled."
     assert delayed.size() == 5 and delayed.get(a[0]) is None
-    # Run all matching a text search now
-    form = {"csrf": token, "action": "promote", "scope": "matching", "q": "needle", "confirmed": "yes"}
-    done = client.post("/queues/default/bulk", form)
+    # Run all matching a text search now: the button names the action in its formaction,
+    # and the confirmation page carries it on
+    ask = client.post("/queues/default/bulk?action=promote", {"csrf": token, "scope": "matching", "q": "needle"})
+    assert "Run now: every scheduled message containing 'needle' of queue default?" in html.unescape(ask.text)
+    assert ">Yes, run now</button>" in ask.text
+    confirmed = {}
+    for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', ask.text):
+        confirmed.setdefault(name, []).append(html.unescape(value))
+    done = client.post("/queues/default/bulk", confirmed)
     assert done.location()[1]["flash"] == "3 scheduled messages set to run now."
     now = broker.stats()["time_ms"]
     assert all(delayed.get(i)[0] <= now for i in b)  # type: ignore[index]

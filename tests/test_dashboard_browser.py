@@ -27,12 +27,6 @@ if TYPE_CHECKING:
 HOUR = 3_600_000
 XSS_SCRIPT = "<script>window.__xss = 1</script>"
 XSS_ATTRIBUTE = '"><img src=x onerror="window.__xss=2">'
-BULK_CONFIRM_BUG = (
-    "dashboard bug: a bulk action asked through a formaction query (?action=...: 'Run all (matching) now…', "
-    "'Cancel all…', 'Requeue all…', 'Delete all…') loses its action on the confirmation page (only the form's "
-    "fields are carried; _carried() is unused), so confirming answers 400 'Choose to cancel or to run now.' / "
-    "'Choose to requeue or to delete.'"
-)
 
 
 @pytest.fixture(scope="module")
@@ -353,7 +347,6 @@ def test_requeue_a_dead_letter_after_reading_its_error_and_traceback(
         worker.stop()
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=BULK_CONFIRM_BUG)
 def test_requeue_all_dead_letters(broker: RedissonBroker, page: Page, dashboard: str) -> None:
     # Given two dead letters of a failing actor (its worker since stopped)
     @dramatiq.actor(max_retries=0)
@@ -460,7 +453,6 @@ def test_bulk_cancel_selected(broker: RedissonBroker, page: Page, dashboard: str
     assert scheduled_ids(broker) == {alphas[0], alphas[3], *betas}
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=BULK_CONFIRM_BUG)
 def test_bulk_run_all_matching_now(
     broker: RedissonBroker, redis_client: redis.Redis, page: Page, dashboard: str
 ) -> None:
@@ -578,11 +570,6 @@ def test_basic_auth_asks_for_credentials(broker: RedissonBroker, redis_url: str,
             context.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dashboard bug: the Text search matches the stored JSON encoding (Dramatiq's encoder escapes non-ASCII "
-    'as \\uXXXX and " as \\"), not the arguments the page shows: /queues/default?q=Zürich finds nothing',
-)
 def test_text_search_finds_what_the_page_shows(broker: RedissonBroker, page: Page, dashboard: str) -> None:
     # Given messages whose arguments hold a non-ASCII word and a quoted one
     @dramatiq.actor

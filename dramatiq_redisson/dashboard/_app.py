@@ -171,6 +171,7 @@ class Dashboard:
         self.templates.filters["call"] = lambda message, width=120: cli.call_text(message, width)
         self.templates.filters["error"] = cli.last_error
         self.templates.filters["part"] = _quote
+        self.templates.filters["without"] = lambda mapping, *names: {k: v for k, v in mapping.items() if k not in names}
         self.templates.globals["rel"] = cli.until
         self.templates.globals["ago"] = cli.ago
         self.templates.filters["pretty"] = lambda value: json.dumps(
@@ -512,11 +513,9 @@ class Dashboard:
                 queue=queue,
                 question=f"{verb}: {description} of queue {queue}?",
                 action=request.url(f"queues/{_quote(queue)}/bulk"),
-                carried=[
-                    (k, v) for k, values in request.form.items() if k not in (CSRF_FIELD, "confirmed") for v in values
-                ],
+                carried=_carried(request, action, scope),
                 back=request.field("next") or request.url(f"queues/{_quote(queue)}"),
-                button=verb,
+                button=f"Yes, {verb.lower()}",
                 danger=action == "cancel",
             )
         if scope == "selected":
@@ -619,11 +618,9 @@ class Dashboard:
                 queue=queue,
                 question=f"{verb}: {description} of queue {queue}?",
                 action=request.url(f"queues/{_quote(queue)}/dead-bulk"),
-                carried=[
-                    (k, v) for k, values in request.form.items() if k not in (CSRF_FIELD, "confirmed") for v in values
-                ],
+                carried=_carried(request, action, scope),
                 back=request.field("next") or request.url(f"queues/{_quote(queue)}/dead"),
-                button=verb,
+                button=f"Yes, {verb.lower()}",
                 danger=action == "delete",
             )
         scripts = self.broker.redisson_scripts
