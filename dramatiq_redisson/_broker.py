@@ -240,8 +240,8 @@ def dedupe_options(options: dict[str, Any], delay_ms: int | None) -> tuple[str, 
 
     Raises:
       ValueError: A ``dedupe``/``dedupe_ttl`` without a ``dedupe_key``, a key that is not
-        a non-empty str, an unknown mode, a ttl that is not a non-negative int of ms (or a
-        timedelta) up to :data:`MAX_DELAY`, or any of them on a send without a delay.
+        a non-empty str, an unknown mode, a ttl that is not a non-negative int of ms up to
+        :data:`MAX_DELAY` (the options travel in the encoded message), or any of them on a send without a delay.
     """
     if not any(options.get(name) is not None for name in DEDUPE_OPTIONS):
         return None
@@ -254,16 +254,13 @@ def dedupe_options(options: dict[str, Any], delay_ms: int | None) -> tuple[str, 
         mode = "keep"
     if mode not in DEDUPE_MODES:
         raise ValueError(f"dedupe must be one of {', '.join(map(repr, DEDUPE_MODES))}, got {mode!r}")
-    if isinstance(ttl, timedelta):
-        ttl = math.ceil(ttl.total_seconds() * 1000)
     if ttl is None:
         ttl = 0
     if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 <= ttl <= MAX_DELAY:
         raise ValueError(f"dedupe_ttl must be a non-negative int of ms (at most {MAX_DELAY}), got {ttl!r}")
     if not delay_ms:
         raise ValueError(
-            "dedupe_key, dedupe and dedupe_ttl apply to scheduled messages: send with a delay "
-            f"(delay={delay_ms!r})"
+            f"dedupe_key, dedupe and dedupe_ttl apply to scheduled messages: send with a delay (delay={delay_ms!r})"
         )
     return key, mode, ttl
 
