@@ -672,6 +672,8 @@ def test_a_consumer_missing_a_permission_says_so_once_and_keeps_running(
     worker = Worker(broker, worker_timeout=100, worker_threads=1)
     worker.start()
     try:
+        # The consumer thread builds its consumer after start() returns.
+        assert wait_for(lambda: worker.consumers["acl-consumer"].consumer is not None, timeout=10)
         consumer = worker.consumers["acl-consumer"].consumer
         time.sleep(2.0)
         # Then one error names the missing command and the rule, at first use
