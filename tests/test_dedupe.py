@@ -213,7 +213,7 @@ def test_throttle_at_most_one_run_per_window_with_a_worker(
     assert [r["i"] for r in records(redis_client)] == [0]
 
 
-def test_ended_windows_are_trimmed_by_later_sends(
+def test_ended_windows_are_trimmed_by_later_moves(
     broker: RedissonBroker,
     redis_client: redis.Redis,
     keyed: dramatiq.Actor,  # type: ignore[type-arg]
@@ -228,12 +228,15 @@ def test_ended_windows_are_trimmed_by_later_sends(
     assert HOUR - 60_000 < redis_client.pttl(keys.holds) <= HOUR
     short_end = int(redis_client.zscore(keys.holds, "w0") or 0)
     assert wait_for(lambda: server_ms(redis_client) > short_end + 5, timeout=5)
-    assert redis_client.zcard(keys.holds) == 5  # nothing trims without a keyed send
-    keyed.send_with_options(args=(9,), delay=HOUR, dedupe_key="other")
-    assert [k.decode() for k in redis_client.zrange(keys.holds, 0, -1)] == ["w4"]
-    assert list(redis_client.hkeys(keys.held)) == [b"w4"]
-    # A window that ended no longer holds its key.
-    assert keyed.send_with_options(args=(10,), delay=HOUR, dedupe_key="w1").args == (10,)
+    # A window that ended no longer holds its key (sends do not trim: nothing changes).
+    again = keyed.send_with_options(args=(10,), delay=HOUR, dedupe_key="w1")
+    assert again.args == (10,) and redis_client.zcard(keys.holds) == 4
+    # The next move that opens a window trims the ended ones.
+    queue.promote(keyed.send_with_options(args=(9,), delay=HOUR, dedupe_key="t", dedupe_ttl=HOUR).message_id)
+    assert move_due(broker) == 1
+    assert sorted(k.decode() for k in redis_client.zrange(keys.holds, 0, -1)) == ["t", "w4"]
+    assert sorted(redis_client.hkeys(keys.held)) == [b"t", b"w4"]
+    assert_index_exact(redis_client, keys)
 
 
 # -- retries -------------------------------------------------------------------------------

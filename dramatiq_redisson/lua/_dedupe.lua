@@ -15,8 +15,9 @@
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local DEDUPE_CHUNK = 1000
 
--- Expired throttle windows one call trims at most (bounded work; the keys' own expiry,
--- set to the latest window's end, removes whatever is left).
+-- Ended throttle windows one call trims at most (bounded work). transfer.lua trims each
+-- time it adds windows, so ended ones never outnumber what one call trims by much, and
+-- both keys expire with the latest window, which removes whatever is left.
 local HOLD_TRIM = 16
 
 local function dedupe_each(command, key, items)

@@ -64,7 +64,8 @@
 -- held for ttl ms. An entry whose message id already holds k: "keep" writes nothing
 -- (it is returned), "replace" and "retry" reschedule it. Offering a scheduled message id
 -- without its key (or with another) releases the key it held (bulk mode too), so the
--- index never names a message that is not scheduled under that key.
+-- index never names a message that is not scheduled under that key. Ended windows are
+-- trimmed by transfer.lua (and expire with the latest one), not here.
 --
 -- Returns: rel/abs: a list with, per entry, the due time in epoch ms, -1 when its
 --          claim id no longer existed (another process migrated it first), -2
@@ -94,16 +95,8 @@ redis.call("LLEN", backup)
 redis.call("HLEN", payloads)
 redis.call("HLEN", dedupe)
 redis.call("HLEN", keyed)
-local any_key = false
-if ARGV[1] ~= "bulk" then
-    for i = 7, #ARGV, 8 do
-        any_key = any_key or ARGV[i] ~= ""
-    end
-    if any_key then
-        redis.call("ZCARD", holds)
-        redis.call("HLEN", held)
-    end
-end
+-- (KEYS[11] and KEYS[12] are read below, before an entry's first write, on every path
+-- that writes them.)
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -221,8 +214,9 @@ else
                 local window_end = redis.call("ZSCORE", holds, key)
                 if window_end then
                     window_seen = true
+                    local body = redis.call("HGET", held, key) or ""
                     if tonumber(window_end) > now_ms then
-                        window_body = redis.call("HGET", held, key) or ""
+                        window_body = body
                     end
                 end
             end
@@ -290,9 +284,6 @@ else
                 result[#result + 1] = due_ms
             end
         end
-    end
-    if any_key then
-        trim_holds(holds, held, now_ms)
     end
 end
 
