@@ -70,6 +70,8 @@ def offer_main(kind: str, url: str, mode: str, n: int, out: Any) -> None:
     """One producer process: offer ``n`` delayed messages (1 h) and report the rate.
 
     mode "one": ``actor.send_with_options(delay=…)`` one by one.
+    mode "keyed": the same with a distinct ``dedupe_key`` per message ("keep"): what the
+    dedupe-key index costs a send that goes through.
     mode "bulk": ``broker.enqueue_many(messages, delay=…)`` (messages built beforehand;
     the rate with message construction included is reported too)."""
     from ._actor import declare
@@ -83,6 +85,12 @@ def offer_main(kind: str, url: str, mode: str, n: int, out: Any) -> None:
         t0 = time.perf_counter()
         for seq in range(n):
             actor.send_with_options(args=(seq,), delay=HOUR_MS)
+        elapsed = time.perf_counter() - t0
+        out.put({"n": n, "seconds": elapsed, "rate": n / elapsed})
+    elif mode == "keyed":
+        t0 = time.perf_counter()
+        for seq in range(n):
+            actor.send_with_options(args=(seq,), delay=HOUR_MS, dedupe_key=f"key:{seq}")
         elapsed = time.perf_counter() - t0
         out.put({"n": n, "seconds": elapsed, "rate": n / elapsed})
     else:

@@ -166,6 +166,7 @@ def offer(plt: Any, meta: dict[str, Any], data: dict[str, Any], out: Path) -> No
     ax.bar_label(bars, fmt="%.0f", fontsize=8)
     nice = {
         "redisson/one": "RedissonBroker\none by one",
+        "redisson/keyed": "RedissonBroker\none by one,\ndedupe_key",
         "redisson/bulk": "RedissonBroker\nenqueue_many",
         "builtin/one": "built-in\none by one",
     }

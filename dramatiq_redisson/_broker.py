@@ -226,6 +226,59 @@ def validate_delay(delay: Any) -> int | None:
     return max(0, int(delay))
 
 
+#: The ``dedupe`` option's values: what a send does while another message holds its
+#: ``dedupe_key`` (see :meth:`RedissonBroker.enqueue`).
+DEDUPE_MODES = ("keep", "replace")
+
+#: The message options of a keyed send.
+DEDUPE_OPTIONS = ("dedupe_key", "dedupe", "dedupe_ttl")
+
+
+def dedupe_options(options: dict[str, Any], delay_ms: int | None) -> tuple[str, str, int] | None:
+    """A send's dedupe key, mode and throttle ttl (ms, 0 for none) from its message
+    options (``dedupe_key``, ``dedupe``, ``dedupe_ttl``), or ``None`` when it has none.
+
+    Raises:
+      ValueError: A ``dedupe``/``dedupe_ttl`` without a ``dedupe_key``, a key that is not
+        a non-empty str, an unknown mode, a ttl that is not a non-negative int of ms up to
+        :data:`MAX_DELAY` (the options travel in the encoded message), or any of them on a send without a delay.
+    """
+    if not any(options.get(name) is not None for name in DEDUPE_OPTIONS):
+        return None
+    key, mode, ttl = (options.get(name) for name in DEDUPE_OPTIONS)
+    if key is None:
+        raise ValueError("dedupe= and dedupe_ttl= need a dedupe_key=")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"dedupe_key must be a non-empty str, got {key!r}")
+    if mode is None:
+        mode = "keep"
+    if mode not in DEDUPE_MODES:
+        raise ValueError(f"dedupe must be one of {', '.join(map(repr, DEDUPE_MODES))}, got {mode!r}")
+    if ttl is None:
+        ttl = 0
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 <= ttl <= MAX_DELAY:
+        raise ValueError(f"dedupe_ttl must be a non-negative int of ms (at most {MAX_DELAY}), got {ttl!r}")
+    if not delay_ms:
+        raise ValueError(
+            f"dedupe_key, dedupe and dedupe_ttl apply to scheduled messages: send with a delay (delay={delay_ms!r})"
+        )
+    return key, mode, ttl
+
+
+def _kept_message(reply: list[Any]) -> Message[Any]:
+    """The message that kept a keyed send out (offer.lua's ``[due or -3, member, stored
+    payload]``): the scheduled one (with its ``eta``) or the one that moved in the
+    key's throttle window."""
+    due, member, stored = int(reply[0]), reply[1], reply[2]
+    if due == -3:
+        return Message.decode(stored)
+    message = Message.decode(stored[16:])
+    message.options["redis_message_id"] = member.decode()
+    if due >= 0:
+        message.options["eta"] = due
+    return message
+
+
 class RedissonBroker(RedisBroker):
     """A Redis broker whose delayed messages live in Redisson's delayed-queue structures.
 
@@ -525,9 +578,29 @@ class RedissonBroker(RedisBroker):
         A fractional delay is rounded up; a negative one means already due: the message
         is enqueued now (see :func:`validate_delay`).
 
+        Dedupe keys (message options, e.g. ``actor.send_with_options(delay=…,
+        dedupe_key="reindex:42")``), per queue, one atomic step on the server clock:
+
+        - ``dedupe="keep"`` (the default): while a message with the same ``dedupe_key``
+          is scheduled, nothing is written and that message is returned (its
+          ``message_id`` can cancel it);
+        - ``dedupe="replace"`` (debounce): the scheduled message is cancelled and this one
+          scheduled in its place, due ``delay`` from now;
+        - ``dedupe_ttl=ms`` (throttle): after the message moved to the ready queue, its
+          key stays taken for that long: sends meanwhile write nothing and return the
+          message that moved.
+
+        A retry (``Retries``) of a keyed message holds its key like the original; it is
+        dropped when another message holds the key. See
+        :meth:`DelayedQueue.get_by_key <dramatiq_redisson.DelayedQueue.get_by_key>`.
+
+        Returns:
+          The message as enqueued, or the message holding its dedupe key.
+
         Raises:
           TypeError: If ``delay`` is not a number of milliseconds or a timedelta.
-          ValueError: If ``delay`` is NaN, infinite or over ten years.
+          ValueError: If ``delay`` is NaN, infinite or over ten years; dedupe options
+            that are invalid or come without a delay (see :func:`dedupe_options`).
           ServerMemoryFull: The server is at its ``maxmemory`` limit; nothing was written.
           EnqueueNotReplicated: With ``wait_for_replicas``: written on the primary, but
             too few replicas acknowledged it within ``wait_timeout``.
@@ -538,8 +611,10 @@ class RedissonBroker(RedisBroker):
         if isinstance(message, MessageProxy):
             delay_ms = self._redelivery_delay(message, delay)
             in_flight = str(message.options.get("redis_message_id") or "")
+            dedupe = self._retry_dedupe(message, delay_ms)
         else:
             delay_ms = validate_delay(delay)
+            dedupe = dedupe_options(message.options, delay_ms)
         message, sort_key = self._prepare(message, delay_ms)
         keys = self.keys(message.queue_name)
         self.logger.debug(
@@ -547,19 +622,19 @@ class RedissonBroker(RedisBroker):
         )
         estimate = _eta_estimate(delay_ms)
         self._emit_before_enqueue(message, delay, estimate)
-        due: int | None = None
+        due: int | Message[Any] | None = None
         try:
             if in_flight:
-                due = self._redeliver(keys, message, sort_key, delay_ms, in_flight)
+                due = self._redeliver(keys, message, sort_key, delay_ms, in_flight, dedupe)
             else:
-                due = self._send(keys, message, sort_key, delay_ms)
+                due = self._send(keys, message, sort_key, delay_ms, dedupe=dedupe)
         except redis.exceptions.OutOfMemoryError as e:
             if not in_flight:
                 raise self._memory_full(e, enqueued=[], failed=[message], unknown=[]) from e
             # A retry refused by a full server would be lost once the worker acks the
             # message: let it take the place of the copy being processed instead.
             try:
-                due = self._send(keys, message, sort_key, delay_ms, replacing=in_flight)
+                due = self._send(keys, message, sort_key, delay_ms, replacing=in_flight, dedupe=dedupe)
             except redis.exceptions.OutOfMemoryError as again:
                 raise self._memory_full(again, enqueued=[], failed=[message], unknown=[]) from again
             self.logger.warning(
@@ -575,6 +650,16 @@ class RedissonBroker(RedisBroker):
             self._register_queue(keys)
             raise self._not_replicated(e, enqueued=[message], failed=[], unknown=[]) from e
         self._register_queue(keys)
+        if isinstance(due, Message):
+            # Kept out by its dedupe key: nothing was written; the message holding the key.
+            self.logger.debug(
+                "Message %r not scheduled on queue %r: dedupe key %r is held by message %r.",
+                message.message_id,
+                keys.queue_name,
+                message.options.get("dedupe_key"),
+                due.message_id,
+            )
+            return due
         if estimate is not None:
             # The due time the offer stored (server clock), as the built-in broker's eta.
             message.options["eta"] = due if due is not None else estimate
@@ -614,9 +699,29 @@ class RedissonBroker(RedisBroker):
         finally:
             message.options.pop("eta", None)
 
+    def _retry_dedupe(self, message: MessageProxy, delay_ms: int | None) -> tuple[str, str, int] | None:
+        """The dedupe key of a retry (a message being processed, re-enqueued): it holds
+        the key like the original (mode "retry", see offer.lua). Never raises (that would
+        lose the message): a retry without a delay, or with options another producer set
+        wrongly, goes without its key."""
+        if not delay_ms:
+            return None
+        try:
+            found = dedupe_options(message.options, delay_ms)
+        except ValueError as e:
+            self.logger.warning("Retry of message %r is scheduled without its dedupe key: %s", message.message_id, e)
+            return None
+        return None if found is None else (found[0], "retry", found[2])
+
     def _redeliver(
-        self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, in_flight: str
-    ) -> int | None:
+        self,
+        keys: QueueKeys,
+        message: Message[Any],
+        sort_key: str,
+        delay_ms: int | None,
+        in_flight: str,
+        dedupe: tuple[str, str, int] | None = None,
+    ) -> int | Message[Any] | None:
         """Re-enqueue a message being processed, retrying through a lost connection, a
         restarting or loading server, for up to :data:`REDELIVERY_RETRY_TIME`.
 
@@ -630,7 +735,14 @@ class RedissonBroker(RedisBroker):
         attempts = 0
         while True:
             try:
-                due = self._send(keys, message, sort_key, delay_ms)
+                due = self._send(keys, message, sort_key, delay_ms, dedupe=dedupe)
+                if isinstance(due, Message):
+                    self.logger.info(
+                        "Retry of message %r dropped: its dedupe key %r is held by scheduled message %r.",
+                        message.message_id,
+                        dedupe[0] if dedupe else None,
+                        due.message_id,
+                    )
                 if attempts:
                     self.logger.info("Re-enqueued message %r after %d attempts.", message.message_id, attempts + 1)
                 return due
@@ -688,15 +800,24 @@ class RedissonBroker(RedisBroker):
             self.logger.debug("Could not list queue %r in %r: %s", keys.queue_name, keys.registry, e)
 
     def _send(
-        self, keys: QueueKeys, message: Message[Any], sort_key: str, delay_ms: int | None, replacing: str = ""
-    ) -> int | None:
-        """One prepared message: offered when delayed, else pushed (unless already there).
-        Returns the due time the offer stored (epoch ms, server clock), or ``None``
-        (immediate, or a message that had already come due and moved)."""
+        self,
+        keys: QueueKeys,
+        message: Message[Any],
+        sort_key: str,
+        delay_ms: int | None,
+        replacing: str = "",
+        dedupe: tuple[str, str, int] | None = None,
+    ) -> int | Message[Any] | None:
+        """One prepared message: offered when delayed (with its ``dedupe`` key, mode and
+        ttl), else pushed (unless already there). Returns the due time the offer stored
+        (epoch ms, server clock), ``None`` (immediate, or a message that had already come
+        due and moved), or the message holding its dedupe key (nothing was written)."""
         if delay_ms:
             data = encode_scheduled(message, sort_key)
-            entry = (delay_ms, sort_key, message.message_id, data, "")
+            entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
             (due,) = self.redisson_scripts.offer(keys, [entry], replacing=replacing)
+            if isinstance(due, list):
+                return _kept_message(due)
             return int(due) if int(due) >= 0 else None
         redis_id = message.options["redis_message_id"]
         _, pushed = self.redisson_scripts.enqueue(
@@ -792,6 +913,7 @@ class RedissonBroker(RedisBroker):
         """
         delay_ms = validate_delay(delay)
         messages = list(messages)
+        dedupes = [dedupe_options(m.options, delay_ms) for m in messages]
         if delay_ms:
             sort_keys = next_sort_keys(len(messages))
             prepared = [self.prepare_scheduled(m, key)[0] for m, key in zip(messages, sort_keys, strict=True)]
@@ -807,26 +929,37 @@ class RedissonBroker(RedisBroker):
             by_queue[message.queue_name].append(index)
         # Encode everything before the first write: an argument that cannot be
         # encoded is bad input, and bad input writes nothing.
-        scheduled: list[tuple[QueueKeys, int, list[str | bytes]]] = []
+        scheduled: list[tuple[QueueKeys, list[Any]]] = []
         ready: list[tuple[QueueKeys, list[tuple[str, bytes]]]] = []
         chunks: list[list[int]] = []  # per script call, the indexes of its messages
+        keyed_chunks: set[int] = set()  # calls in offer.lua's "rel" mode: per-entry replies
         for queue_name, indexes in by_queue.items():
             keys = self.keys(queue_name)
             for start in range(0, len(indexes), BULK_CHUNK_SIZE):
                 chunk = indexes[start : start + BULK_CHUNK_SIZE]
                 chunks.append(chunk)
-                if delay_ms:
-                    entries: list[str | bytes] = []  # flat: fewer objects for the garbage collector
+                if delay_ms and any(dedupes[i] for i in chunk):
+                    # Messages with dedupe keys: one entry each, in order (a later entry
+                    # with the same key finds the earlier one scheduled).
+                    keyed_chunks.add(len(chunks) - 1)
+                    args: list[Any] = ["rel"]
+                    for i in chunk:
+                        data = encode_scheduled(prepared[i], sort_keys[i])
+                        args.extend((delay_ms, sort_keys[i], prepared[i].message_id, data, ""))
+                        args.extend(dedupes[i] or ("", "", 0))
+                    scheduled.append((keys, args))
+                elif delay_ms:
+                    entries: list[Any] = ["bulk", delay_ms]  # flat: fewer objects for the garbage collector
                     for i in chunk:
                         entries.append(prepared[i].message_id)
                         entries.append(sort_keys[i].encode() + encode_scheduled(prepared[i], sort_keys[i]))
-                    scheduled.append((keys, delay_ms, entries))
+                    scheduled.append((keys, entries))
                 else:
                     ready.append(
                         (keys, [(prepared[i].options["redis_message_id"], _encode(prepared[i])) for i in chunk])
                     )
         if scheduled:
-            outcomes = self.redisson_scripts.offer_bulk(scheduled)
+            outcomes = self.redisson_scripts.offer_calls(scheduled)
         elif ready:
             outcomes = self.redisson_scripts.enqueue_bulk(ready, self.dedupe_window)
         else:
@@ -837,13 +970,22 @@ class RedissonBroker(RedisBroker):
         failed: list[int] = []
         unknown: list[int] = []
         errors: list[Exception] = []
-        for chunk, outcome in zip(chunks, outcomes, strict=True):
+        kept: dict[int, Message[Any]] = {}  # kept out by their dedupe key: who holds it
+        for n, (chunk, outcome) in enumerate(zip(chunks, outcomes, strict=True)):
             if isinstance(outcome, Unanswered):
                 (unknown if outcome.sent else failed).extend(chunk)
                 errors.append(outcome.error)
             elif isinstance(outcome, Exception):
                 failed.extend(chunk)
                 errors.append(outcome)
+            elif n in keyed_chunks:
+                for i, result in zip(chunk, outcome, strict=True):
+                    if isinstance(result, list):
+                        kept[i] = _kept_message(result)
+                    else:
+                        enqueued.append(i)
+                        if int(result) >= 0:
+                            prepared[i].options["eta"] = int(result)
             else:
                 enqueued.extend(chunk)
                 if not delay_ms and int(outcome[1]) < len(chunk):
@@ -860,14 +1002,16 @@ class RedissonBroker(RedisBroker):
             # Each message's eta: the due time its call stored, else (not known to be
             # scheduled) the estimate.
             for message in prepared:
-                message.options["eta"] = estimate
-            for chunk, outcome in zip(chunks, outcomes, strict=True):
-                if isinstance(outcome, list) and int(outcome[1]) >= 0:
+                message.options.setdefault("eta", estimate)
+            for n, (chunk, outcome) in enumerate(zip(chunks, outcomes, strict=True)):
+                if isinstance(outcome, list) and n not in keyed_chunks and int(outcome[1]) >= 0:
                     for i in chunk:
                         prepared[i].options["eta"] = int(outcome[1])
         if self._hooked("after_enqueue"):
             for i in enqueued:
                 self.emit_after("enqueue", prepared[i], delay)
+        for i, holder in kept.items():
+            prepared[i] = holder
         if errors:
             raise self._enqueue_error(prepared, errors, enqueued, sorted(failed), sorted(unknown))
         replicas = outcomes.replicas if isinstance(outcomes, Outcomes) else None
@@ -997,6 +1141,8 @@ class RedissonBroker(RedisBroker):
                 keys.legacy_dq_acks(self.broker_id),
                 keys.sent,
                 *keys.scheduled_keys,
+                keys.holds,
+                keys.held,
             )
             pipe.execute()
 

@@ -173,8 +173,9 @@ class DelayedQueue:
         return bool(self.broker.client.hexists(self.keys.payloads, message_id))
 
     def remove(self, message_id: str) -> bool:
-        """Cancel a scheduled message, or the pending retry of one. Returns whether
-        something was cancelled (False if it already moved to the ready queue)."""
+        """Cancel a scheduled message, or the pending retry of one (its dedupe key, if
+        any, is released). Returns whether something was cancelled (False if it already
+        moved to the ready queue)."""
         return self.broker.redisson_scripts.cancel(self.keys, [message_id]) > 0
 
     def clear(self) -> int:
@@ -185,10 +186,26 @@ class DelayedQueue:
         """A scheduled message (or the pending retry of one) and its due time (epoch ms,
         server clock), or ``None`` if it is not scheduled (it moved, was cancelled, or
         never was). One atomic read."""
-        found = self.broker.redisson_scripts.peek(self.keys, message_id)
+        return self._peek(message_id, by_key=False)
+
+    def get_by_key(self, dedupe_key: str) -> tuple[int, Message[Any]] | None:
+        """The scheduled message that holds ``dedupe_key`` (sent with
+        ``dedupe_key=…``, see :meth:`RedissonBroker.enqueue`) and its due time (epoch
+        ms, server clock), or ``None`` when no scheduled message holds it (a throttle
+        window left by a message that moved does not count). One atomic read."""
+        return self._peek(dedupe_key, by_key=True)
+
+    def remove_by_key(self, dedupe_key: str) -> bool:
+        """Cancel the scheduled message that holds ``dedupe_key``; its key is released.
+        Returns whether something was cancelled. A throttle window (``dedupe_ttl``) of a
+        message that already moved is left to run out."""
+        return self.broker.redisson_scripts.cancel(self.keys, [dedupe_key], by_key=True) > 0
+
+    def _peek(self, name: str, *, by_key: bool) -> tuple[int, Message[Any]] | None:
+        found = self.broker.redisson_scripts.peek(self.keys, name, by_key=by_key)
         if found is None:
             return None
-        due, stored = found
+        due, stored, message_id = found
         message = self._decode(stored[:16] + message_id.encode(), stored)
         return None if message is None else (due, message)
 

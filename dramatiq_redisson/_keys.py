@@ -26,6 +26,15 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_cursor:{N}``        STRING   read position of a compaction pass
 ``redisson_delay_queue_sent:{N}``          ZSET     redis message id -> enqueue time (epoch
                                                     ms) of recent immediate sends (dedupe)
+``redisson_delay_queue_dedupe:{N}``        HASH     dedupe key -> id of the scheduled message
+                                                    that holds it (``dedupe_key`` option)
+``redisson_delay_queue_keyed:{N}``         HASH     message id -> "<ttl ms>:<dedupe key>", for
+                                                    each scheduled message that holds a key
+``redisson_delay_queue_holds:{N}``         ZSET     dedupe key -> end of its throttle window
+                                                    (epoch ms; ``dedupe_ttl``), after its
+                                                    message moved
+``redisson_delay_queue_held:{N}``          HASH     dedupe key -> the encoded message that
+                                                    moved, while its window lasts
 ``redisson_delay_queue_lease:{N}``         STRING   "<consumer token> <expiry, epoch ms>":
                                                     the consumer that runs transfers (PX)
 ``redisson_delay_queue_consumers:{N}``     ZSET     consumer token -> last seen (epoch ms)
@@ -190,6 +199,31 @@ class QueueKeys:
         return f"redisson_delay_queue_sent:{{{self.name}}}"
 
     @property
+    def dedupe(self) -> str:
+        """Dedupe key -> id of the scheduled message that holds it (see lua/_dedupe.lua)."""
+        return f"redisson_delay_queue_dedupe:{{{self.name}}}"
+
+    @property
+    def keyed(self) -> str:
+        """Message id -> ``"<ttl ms>:<dedupe key>"`` for each scheduled message holding a key."""
+        return f"redisson_delay_queue_keyed:{{{self.name}}}"
+
+    @property
+    def holds(self) -> str:
+        """Dedupe key -> end of its throttle window (epoch ms), after its message moved."""
+        return f"redisson_delay_queue_holds:{{{self.name}}}"
+
+    @property
+    def held(self) -> str:
+        """Dedupe key -> the encoded message that moved, while its throttle window lasts."""
+        return f"redisson_delay_queue_held:{{{self.name}}}"
+
+    @property
+    def dedupe_keys(self) -> tuple[str, str, str, str]:
+        """The dedupe-key index, in the order the scripts take it (lua/_dedupe.lua)."""
+        return (self.dedupe, self.keyed, self.holds, self.held)
+
+    @property
     def lease(self) -> str:
         """Who runs this queue's transfers (a short lease, renewed by every transfer)."""
         return f"redisson_delay_queue_lease:{{{self.name}}}"
@@ -224,6 +258,8 @@ class QueueKeys:
             self.legacy_dq_msgs,
             self.legacy_dq_acks(worker_id),
             *self.scheduled_keys,
+            self.holds,
+            self.held,
             self.sent,
             self.lease,
             self.consumers,
@@ -233,6 +269,15 @@ class QueueKeys:
         )
 
     @property
-    def scheduled_keys(self) -> tuple[str, str, str, str, str]:
-        """The keys that hold scheduled messages, in the order clear.lua takes them."""
-        return (self.timeout_zset, self.backup_list, self.payloads, self.compact_list, self.compact_cursor)
+    def scheduled_keys(self) -> tuple[str, str, str, str, str, str, str]:
+        """The keys that hold scheduled messages and their dedupe-key index, in the order
+        clear.lua takes them (throttle windows, :attr:`holds`, outlive a clear)."""
+        return (
+            self.timeout_zset,
+            self.backup_list,
+            self.payloads,
+            self.compact_list,
+            self.compact_cursor,
+            self.dedupe,
+            self.keyed,
+        )

@@ -84,7 +84,12 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
         keys.legacy_dq_msgs,
         keys.ready_msgs,
         keys.sent,
+        *keys.dedupe_keys,
     )
+
+
+#: An offer entry without a dedupe key: key, mode, ttl (see offer.lua).
+_NO_KEY = ("", "", 0)
 
 
 def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
@@ -364,23 +369,33 @@ class Scripts:
     def offer(
         self,
         keys: QueueKeys,
-        entries: Sequence[tuple[int, str, str, bytes, str]],
+        entries: Sequence[tuple[Any, ...]],
         *,
         absolute: bool = False,
         client: Any = None,
         replacing: str = "",
     ) -> Any:
-        """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries.
+        """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries, each
+        optionally followed by ``dedupe_key, dedupe_mode, ttl_ms`` (see offer.lua).
 
         ``replacing``: the redis id of the in-flight copy of the message being retried,
         whose payload makes room for the retry on a full server (see offer.lua).
 
-        Returns the due times (epoch ms, -1 for a lost claim, -2 for a member already
-        moved to the ready queue), or the pipeline when ``client`` is one."""
+        Returns per entry the due time (epoch ms, -1 for a lost claim, -2 for a member
+        already moved to the ready queue) or, for an entry its dedupe key kept out,
+        ``[due time or -3, member, stored payload]`` of the message holding the key; or
+        the pipeline when ``client`` is one."""
         args: list[Any] = ["abs" if absolute else f"move:{replacing}" if replacing else "rel"]
         for entry in entries:
             args.extend(entry)
+            if len(entry) == 5:
+                args.extend(_NO_KEY)
         return self._run_resending("offer", _offer_keys(keys), args, client)
+
+    def offer_calls(self, calls: Sequence[tuple[QueueKeys, Sequence[Any]]]) -> list[Any]:
+        """Offer calls of ``(keys, args)`` (offer.lua's ARGV, mode first), streamed (see
+        :meth:`stream`); returns per call its outcome."""
+        return self.stream("offer", [(_offer_keys(keys), args) for keys, args in calls])
 
     def offer_bulk(self, calls: Sequence[tuple[QueueKeys, int, Sequence[str | bytes]]]) -> list[Any]:
         """Schedule entries ``delay_ms`` from now, one script call per ``(keys, delay_ms,
@@ -611,6 +626,7 @@ class Scripts:
             keys.channel,
             keys.acks(worker_id),
             keys.sent,
+            *keys.dedupe_keys,
         )
         args = (
             limit,
@@ -654,14 +670,16 @@ class Scripts:
         """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""
         return int(self._run_idempotent("release", (keys.lease, keys.consumers, keys.idle, keys.channel), (token,)))
 
-    def cancel(self, keys: QueueKeys, message_ids: Sequence[str]) -> int:
-        """Unschedule messages by id; returns how many were scheduled. With
-        ``wait_for_replicas``, raises :class:`NotReplicated` (``reply``: that count) when
-        too few replicas acknowledged the cancel in time."""
-        cancel_keys = (keys.timeout_zset, keys.payloads)
+    def cancel(self, keys: QueueKeys, message_ids: Sequence[str], *, by_key: bool = False) -> int:
+        """Unschedule messages by id (``by_key``: the messages holding these dedupe keys);
+        returns how many were scheduled. With ``wait_for_replicas``, raises
+        :class:`NotReplicated` (``reply``: that count) when too few replicas acknowledged
+        the cancel in time."""
+        cancel_keys = (keys.timeout_zset, keys.payloads, keys.dedupe, keys.keyed)
+        args = ("key" if by_key else "id", *message_ids)
         if self.wait_for_replicas:
-            return int(self._wait_checked("Cancel", "cancel", cancel_keys, message_ids))
-        return int(self._run("cancel", cancel_keys, message_ids))
+            return int(self._wait_checked("Cancel", "cancel", cancel_keys, args))
+        return int(self._run("cancel", cancel_keys, args))
 
     def clear(self, keys: QueueKeys, client: Any = None) -> Any:
         """Returns how many were scheduled, or the pipeline when ``client`` is one."""
@@ -738,10 +756,13 @@ class Scripts:
         """Move undecodable entries of the built-in ``.DQ`` queue to the dead letters."""
         return int(self._run("bury", (keys.legacy_dq, keys.legacy_dq_msgs, keys.xq, keys.xq_msgs), ids))
 
-    def peek(self, keys: QueueKeys, message_id: str) -> tuple[int, bytes] | None:
-        """A scheduled message's due time (epoch ms) and stored payload, or ``None``."""
-        due, stored = self._run("peek", (keys.timeout_zset, keys.payloads), (message_id,))
-        return None if int(due) < 0 or stored is None else (int(due), stored)
+    def peek(self, keys: QueueKeys, message_id: str, *, by_key: bool = False) -> tuple[int, bytes, str] | None:
+        """A scheduled message's due time (epoch ms), stored payload and message id, or
+        ``None``; ``by_key``: ``message_id`` is a dedupe key (the message holding it)."""
+        due, stored, found = self._run(
+            "peek", (keys.timeout_zset, keys.payloads, keys.dedupe), (message_id, "key" if by_key else "id")
+        )
+        return None if int(due) < 0 or stored is None else (int(due), stored, found.decode())
 
     def reschedule(self, keys: QueueKeys, message_id: str, mode: str, value_ms: int) -> int | None:
         """New due time ``"in"`` ms from the server's now or ``"at"`` epoch ms; returns it,
@@ -759,7 +780,13 @@ class Scripts:
     def bulk(self, keys: QueueKeys, action: str, batch: int, members: Sequence[bytes | str] = ()) -> int:
         """``"promote"`` or ``"remove"`` up to ``batch`` of the earliest scheduled entries,
         or those of ``members`` still scheduled (bulk.lua); returns how many."""
-        return int(self._run("bulk", (keys.timeout_zset, keys.payloads, keys.channel), (action, batch, *members)))
+        return int(
+            self._run(
+                "bulk",
+                (keys.timeout_zset, keys.payloads, keys.channel, keys.dedupe, keys.keyed),
+                (action, batch, *members),
+            )
+        )
 
     def scan(
         self, keys: QueueKeys, size: int, after: tuple[bytes, bytes] | None

@@ -508,6 +508,10 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_compact:{dramatiq:default}",
         "redisson_delay_queue_cursor:{dramatiq:default}",
         "redisson_delay_queue_sent:{dramatiq:default}",
+        "redisson_delay_queue_dedupe:{dramatiq:default}",
+        "redisson_delay_queue_keyed:{dramatiq:default}",
+        "redisson_delay_queue_holds:{dramatiq:default}",
+        "redisson_delay_queue_held:{dramatiq:default}",
         "redisson_delay_queue_lease:{dramatiq:default}",
         "redisson_delay_queue_consumers:{dramatiq:default}",
         "redisson_delay_queue_idle:{dramatiq:default}",
@@ -687,6 +691,8 @@ def test_a_consumer_missing_a_permission_says_so_once_and_keeps_running(
     worker = Worker(broker, worker_timeout=100, worker_threads=1)
     worker.start()
     try:
+        # The consumer thread builds its consumer after start() returns.
+        assert wait_for(lambda: worker.consumers["acl-consumer"].consumer is not None, timeout=10)
         consumer = worker.consumers["acl-consumer"].consumer
         time.sleep(2.0)
         # Then one error names the missing command and the rule, at first use

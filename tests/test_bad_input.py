@@ -111,8 +111,9 @@ def test_undecodable_scheduled_message_goes_to_dead_letters(
     broker.declare_queue("default")
     sort_key = "0" * 16
     now = server_ms(redis_client)
-    redis_client.zadd("redisson_delay_queue_timeout:{dramatiq:default}", {sort_key + "m1": now})
+    # The payload first: a transfer between the two writes must not find a bare member.
     redis_client.hset("redisson_delay_queue_msgs:{dramatiq:default}", "m1", sort_key.encode() + b"{broken")
+    redis_client.zadd("redisson_delay_queue_timeout:{dramatiq:default}", {sort_key + "m1": now})
     redis_client.publish("redisson_delay_queue_channel:{dramatiq:default}", now)
     assert wait_for(lambda: redis_client.zscore("dramatiq:default.XQ", sort_key + "m1") is not None, timeout=5)
     assert redis_client.hget("dramatiq:default.XQ.msgs", sort_key + "m1") == b"{broken"

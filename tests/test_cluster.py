@@ -239,6 +239,26 @@ def test_cancel_reschedule_scan_and_bulk_operations(cluster_broker: RedissonBrok
     assert "ops" not in broker.client.smembers(broker.keys("ops").registry)
 
 
+def test_dedupe_keys_keep_replace_and_cancel_on_a_cluster(cluster_broker: RedissonBroker) -> None:
+    broker = cluster_broker
+    keys = broker.keys("keyed")
+    slots = {key_slot(k.encode()) for k in keys.dedupe_keys}
+    assert slots == {key_slot(keys.timeout_zset.encode())}
+
+    @dramatiq.actor(broker=broker, queue_name="keyed")
+    def job(i: int) -> None:
+        pass
+
+    first = job.send_with_options(args=(1,), delay=3_600_000, dedupe_key="k")
+    assert job.send_with_options(args=(2,), delay=10, dedupe_key="k").message_id == first.message_id
+    last = job.send_with_options(args=(3,), delay=3_600_000, dedupe_key="k", dedupe="replace")
+    queue = broker.delayed_queue("keyed")
+    assert queue.size() == 1 and queue.get_by_key("k")[1].args == (3,)  # type: ignore[index]
+    assert broker.enqueue_many([job.message_with_options(args=(4,), dedupe_key="k")], delay=10)[0].args == (3,)
+    assert queue.remove_by_key("k") and not queue.contains(last.message_id) and queue.get_by_key("k") is None
+    assert broker.client.exists(keys.dedupe, keys.keyed) == 0
+
+
 def test_a_batch_sent_while_its_slot_migrates_is_scheduled_once(
     cluster: Cluster, cluster_broker: RedissonBroker
 ) -> None:

@@ -4,6 +4,8 @@
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 -- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
 -- KEYS[3]  CHANNEL redisson_delay_queue_channel:{N} due time of a new head
+-- KEYS[4]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+-- KEYS[5]  HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
 --
 -- ARGV[1]  "promote" or "remove"
 -- ARGV[2]  batch: with no members, act on up to this many of the earliest entries
@@ -15,7 +17,8 @@
 -- A promoted message keeps its member: it gets the server's now as due time and the
 -- queue's transfer lease holder moves it within ms (a new head is announced on the
 -- channel). Entries removed leave their backup-list member to transfer's trimming and
--- compaction, as cancel.lua does.
+-- compaction, as cancel.lua does; their dedupe keys are released. A promoted message
+-- keeps its dedupe key until it moves.
 --
 -- Cost: O(batch * log n) per call, whatever the backlog.
 --
@@ -23,7 +26,10 @@
 --
 -- Returns: the number of messages promoted or removed.
 
+-- include: _dedupe.lua
+
 local zset, payloads, channel = KEYS[1], KEYS[2], KEYS[3]
+local dedupe, keyed = KEYS[4], KEYS[5]
 local action, batch = ARGV[1], tonumber(ARGV[2])
 if action ~= "promote" and action ~= "remove" then
     return redis.error_reply("bulk: unknown action " .. tostring(action))
@@ -59,6 +65,7 @@ if action == "remove" then
         message_ids[i] = string.sub(members[i], 17)
     end
     redis.call("HDEL", payloads, unpack(message_ids))
+    unkey(keyed, dedupe, message_ids)
 else
     local pairs_ = {}
     for i = 1, #members do

@@ -1,23 +1,38 @@
--- cancel: remove scheduled messages by message id, atomically.
+-- cancel: remove scheduled messages by message id, or by dedupe key, atomically.
 --
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 -- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[3]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+-- KEYS[4]  HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
 --
--- ARGV[1..] message ids
+-- ARGV[1]  "id": ARGV[2..] are message ids; "key": ARGV[2..] are dedupe keys (the
+--          messages that hold them are cancelled)
 --
--- The backup list keeps the member; transfer trims or compacts it away later.
+-- The backup list keeps the member; transfer trims or compacts it away later. A
+-- cancelled message's dedupe key is released (a throttle window only starts once a
+-- message moved, so none is touched).
 --
 -- Returns: the number of scheduled messages removed.
 
-local zset, payloads = KEYS[1], KEYS[2]
-local removed = 0
-for i = 1, #ARGV do
+-- include: _dedupe.lua
+
+local zset, payloads, dedupe, keyed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local by_key = ARGV[1] == "key"
+if not by_key and ARGV[1] ~= "id" then
+    return redis.error_reply("cancel: unknown mode " .. tostring(ARGV[1]))
+end
+local removed = {}
+for i = 2, #ARGV do
     local message_id = ARGV[i]
-    local stored = redis.call("HGET", payloads, message_id)
+    if by_key then
+        message_id = redis.call("HGET", dedupe, ARGV[i])
+    end
+    local stored = message_id and redis.call("HGET", payloads, message_id)
     if stored then
         redis.call("ZREM", zset, string.sub(stored, 1, 16) .. message_id)
         redis.call("HDEL", payloads, message_id)
-        removed = removed + 1
+        removed[#removed + 1] = message_id
     end
 end
-return removed
+unkey(keyed, dedupe, removed)
+return #removed

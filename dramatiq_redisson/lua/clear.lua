@@ -5,11 +5,15 @@
 -- KEYS[3]  HASH   redisson_delay_queue_msgs:{N}
 -- KEYS[4]  LIST   redisson_delay_queue_compact:{N}
 -- KEYS[5]  STRING redisson_delay_queue_cursor:{N}
+-- KEYS[6]  HASH   redisson_delay_queue_dedupe:{N}   dedupe key -> message id (optional)
+-- KEYS[7]  HASH   redisson_delay_queue_keyed:{N}    message id -> ttl:dedupe key (optional)
 --
--- Keys are unlinked, so a large queue is freed off the server's main thread.
+-- Keys are unlinked, so a large queue is freed off the server's main thread. The dedupe
+-- keys of the dropped messages go with them; throttle windows of messages that already
+-- moved (redisson_delay_queue_holds:{N}) stay until they end.
 --
 -- Returns: the number of scheduled messages that were dropped.
 
 local count = redis.call("ZCARD", KEYS[1])
-redis.call("UNLINK", KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call("UNLINK", unpack(KEYS))
 return count

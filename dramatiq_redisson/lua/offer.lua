@@ -9,7 +9,12 @@
 -- KEYS[7]  HASH  <ns>:<queue>.msgs     ready messages (rel/abs: a member already moved there
 --                                      is not offered again)
 -- KEYS[8]  ZSET  redisson_delay_queue_sent:{N}  members moved within the dedupe window
---                                      (rel/abs: not offered again either; optional)
+--                                      (rel/abs: not offered again either)
+-- KEYS[9]  HASH  redisson_delay_queue_dedupe:{N}  dedupe key -> scheduled message id
+-- KEYS[10] HASH  redisson_delay_queue_keyed:{N}   message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[11] ZSET  redisson_delay_queue_holds:{N}   dedupe key -> end of its throttle window
+-- KEYS[12] HASH  redisson_delay_queue_held:{N}    dedupe key -> encoded message that moved
+--                                      (KEYS[9..12]: see _dedupe.lua)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose
@@ -17,9 +22,10 @@
 --          dropped from KEYS[7] first, so the retry takes its place;
 --          "abs": each time is an absolute due time in epoch ms (legacy migration);
 --          "bulk": one delay in ms for every entry (enqueue_many)
--- rel/abs: ARGV[2..] repeated groups of 5:
+-- rel/abs: ARGV[2..] repeated groups of 8:
 --          time_ms, sort_key (16 chars), message_id, encoded message,
---          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed)
+--          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed),
+--          dedupe key ("": none), dedupe mode ("keep", "replace" or "retry"), ttl in ms
 -- bulk:    ARGV[2] delay in ms; ARGV[3..] repeated pairs:
 --          message_id, sort_key (16 chars) .. encoded message
 --
@@ -46,13 +52,34 @@
 -- again after it came due (a client's retry of a call whose reply was lost, a resend
 -- after NotReplicated): it is not scheduled a second time.
 --
+-- Dedupe keys (rel/abs): an entry with a dedupe key k, while k is held by another
+-- scheduled message A (KEYS[9]):
+--   "keep": writes nothing; the entry's result is A (see Returns);
+--   "replace": the entry is scheduled and A is cancelled (debounce: the last send wins);
+--   "retry": the re-offer of a message whose copy ran and failed (Retries): as "keep".
+-- While k is in a throttle window (KEYS[11], its message moved less than its ttl ago),
+-- "keep" and "replace" write nothing (the result is the message that moved); "retry"
+-- is scheduled (a retry is no new send) and ends the window. Otherwise the entry is
+-- scheduled and holds k, with its ttl: when it moves (transfer.lua) k is released, or
+-- held for ttl ms. An entry whose message id already holds k: "keep" writes nothing
+-- (it is returned), "replace" and "retry" reschedule it. Offering a scheduled message id
+-- without its key (or with another) releases the key it held (bulk mode too), so the
+-- index never names a message that is not scheduled under that key. Ended windows are
+-- trimmed by transfer.lua (and expire with the latest one), not here.
+--
 -- Returns: rel/abs: a list with, per entry, the due time in epoch ms, -1 when its
---          claim id no longer existed (another process migrated it first), or -2
---          when its member had already moved to the ready queue;
+--          claim id no longer existed (another process migrated it first), -2
+--          when its member had already moved to the ready queue, or for an entry that
+--          was not written because of its dedupe key: {due time of the message holding
+--          the key in epoch ms, its member, its stored payload (sort key .. encoded
+--          message)}, or {-3, "", encoded message} when a throttle window holds the key;
 --          bulk: {entries, their due time in epoch ms}.
+
+-- include: _dedupe.lua
 
 local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local legacy_list, legacy_msgs, ready_msgs, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local dedupe, keyed, holds, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -66,6 +93,10 @@ end
 -- Reads first: a key of the wrong type fails the call before anything is written.
 redis.call("LLEN", backup)
 redis.call("HLEN", payloads)
+redis.call("HLEN", dedupe)
+redis.call("HLEN", keyed)
+-- (KEYS[11] and KEYS[12] are read below, before an entry's first write, on every path
+-- that writes them.)
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -101,7 +132,7 @@ if mode == "bulk" then
         end
     end
     local due_text = string.format("%d", due_ms)
-    local stale, scored, pushed, stored = {}, {}, {}, {}
+    local stale, scored, pushed, stored, rescheduled = {}, {}, {}, {}, {}
     for n = 1, #ids do
         local i = 2 * n + 1
         local message_id, value = ARGV[i], ARGV[i + 1]
@@ -111,6 +142,7 @@ if mode == "bulk" then
             local member = string.sub(value, 1, 16) .. message_id
             local same = false
             if previous[n] then
+                rescheduled[#rescheduled + 1] = message_id
                 local old = string.sub(previous[n], 1, 16) .. message_id
                 same = old == member
                 if not same then
@@ -139,6 +171,8 @@ if mode == "bulk" then
         if #pushed > 0 then
             variadic("RPUSH", backup, pushed)
         end
+        -- Offered again without a dedupe key: a key it held is released.
+        unkey(keyed, dedupe, rescheduled)
         if repeated then
             variadic("HSET", payloads, stored)
         else
@@ -151,9 +185,10 @@ if mode == "bulk" then
     result = {#ids, due_ms}
 else
     local relative = mode == "rel"
-    for i = 2, #ARGV, 5 do
+    for i = 2, #ARGV, 8 do
         local time_ms = tonumber(ARGV[i])
         local sort_key, message_id, data, claim = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+        local key, key_mode, ttl = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
         local claimed = true
         if claim ~= "" then
             -- Claim the id only while it is still listed: a built-in worker that
@@ -164,7 +199,37 @@ else
                 redis.call("HDEL", legacy_msgs, claim)
             end
         end
-        if claimed then
+        -- The dedupe key's state (reads only): the scheduled message that holds it
+        -- (holder, holder_stored), or a throttle window (window_body; window_seen also
+        -- when the window has ended but is still recorded).
+        local holder, holder_stored, window_seen, window_body = nil, nil, false, nil
+        if claimed and key ~= "" then
+            holder = redis.call("HGET", dedupe, key)
+            if holder then
+                holder_stored = redis.call("HGET", payloads, holder)
+                if not holder_stored then
+                    holder = nil -- never left stale (see _dedupe.lua); if it were, it is free
+                end
+            else
+                local window_end = redis.call("ZSCORE", holds, key)
+                if window_end then
+                    window_seen = true
+                    local body = redis.call("HGET", held, key) or ""
+                    if tonumber(window_end) > now_ms then
+                        window_body = body
+                    end
+                end
+            end
+        end
+        if not claimed then
+            result[#result + 1] = -1
+        elseif window_body and key_mode ~= "retry" then
+            result[#result + 1] = { -3, "", window_body }
+        elseif holder and (key_mode == "keep" or (key_mode == "retry" and holder ~= message_id)) then
+            local holder_member = string.sub(holder_stored, 1, 16) .. holder
+            local holder_due = redis.call("ZSCORE", zset, holder_member)
+            result[#result + 1] = { tonumber(holder_due or "-1"), holder_member, holder_stored }
+        else
             local due_ms = time_ms
             if relative then
                 due_ms = now_ms + time_ms
@@ -174,7 +239,7 @@ else
             if
                 not previous
                 and claim == ""
-                and (redis.call("HEXISTS", ready_msgs, member) == 1 or (sent and redis.call("ZSCORE", sent, member)))
+                and (redis.call("HEXISTS", ready_msgs, member) == 1 or redis.call("ZSCORE", sent, member))
             then
                 result[#result + 1] = -2
             else
@@ -190,12 +255,34 @@ else
                     redis.call("RPUSH", backup, member)
                 end
                 redis.call("HSET", payloads, message_id, sort_key .. data)
+                if previous then
+                    -- A key this id held under another name (or none now) is released.
+                    local had = redis.call("HGET", keyed, message_id)
+                    if had then
+                        local _, old_key = dedupe_split(had)
+                        if old_key ~= key then
+                            unkey(keyed, dedupe, { message_id })
+                        end
+                    end
+                end
+                if key ~= "" then
+                    if holder and holder ~= message_id then
+                        -- "replace": the new message takes the place of the holder.
+                        redis.call("ZREM", zset, string.sub(holder_stored, 1, 16) .. holder)
+                        redis.call("HDEL", payloads, holder)
+                        redis.call("HDEL", keyed, holder)
+                    end
+                    if window_seen then
+                        redis.call("ZREM", holds, key)
+                        redis.call("HDEL", held, key)
+                    end
+                    redis.call("HSET", dedupe, key, message_id)
+                    redis.call("HSET", keyed, message_id, ttl .. ":" .. key)
+                end
                 added[member] = true
                 any_added = true
                 result[#result + 1] = due_ms
             end
-        else
-            result[#result + 1] = -1
         end
     end
 end

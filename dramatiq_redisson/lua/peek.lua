@@ -2,18 +2,29 @@
 --
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 -- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[3]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+--                                                    (read with ARGV[2] "key" only)
 --
--- ARGV[1]  message id
+-- ARGV[1]  message id, or with ARGV[2] "key" a dedupe key
+-- ARGV[2]  "id" (or absent): ARGV[1] is a message id; "key": the message holding it
 --
--- Returns: {due time in epoch ms, stored payload (sort key .. encoded message)}, or
---          {-1, false} when the message is not scheduled (moved, cancelled, unknown).
+-- Returns: {due time in epoch ms, stored payload (sort key .. encoded message), message
+--          id}, or {-1, false, false} when the message is not scheduled (moved,
+--          cancelled, unknown; no message holds the key).
 
-local stored = redis.call("HGET", KEYS[2], ARGV[1])
+local message_id = ARGV[1]
+if ARGV[2] == "key" then
+    message_id = redis.call("HGET", KEYS[3], ARGV[1])
+    if not message_id then
+        return {-1, false, false}
+    end
+end
+local stored = redis.call("HGET", KEYS[2], message_id)
 if not stored then
-    return {-1, false}
+    return {-1, false, false}
 end
-local due = redis.call("ZSCORE", KEYS[1], string.sub(stored, 1, 16) .. ARGV[1])
+local due = redis.call("ZSCORE", KEYS[1], string.sub(stored, 1, 16) .. message_id)
 if not due then
-    return {-1, false}
+    return {-1, false, false}
 end
-return {tonumber(due), stored}
+return {tonumber(due), stored, message_id}

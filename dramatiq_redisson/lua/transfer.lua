@@ -17,7 +17,11 @@
 -- KEYS[13] CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
 -- KEYS[14] SET   <ns>:__acks__.<worker id>.<queue>   the caller's ack set (hand-off, below)
 -- KEYS[15] ZSET  redisson_delay_queue_sent:{N}      member -> when it moved (epoch ms), kept
---                                                    for the dedupe window (optional)
+--                                                    for the dedupe window
+-- KEYS[16] HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+-- KEYS[17] HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[18] ZSET  redisson_delay_queue_holds:{N}     dedupe key -> end of its throttle window
+-- KEYS[19] HASH  redisson_delay_queue_held:{N}      dedupe key -> encoded message that moved
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list
@@ -33,6 +37,11 @@
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
 -- or after NotReplicated) does not schedule it a second time (see offer.lua).
+--
+-- Dedupe keys (see _dedupe.lua): a moved (or dead-lettered) message that held a key
+-- releases it; one with a ttl keeps it taken for ttl ms more (a throttle window, with a
+-- copy of the moved message). This costs one EXISTS per call when the queue has no keyed
+-- message, and O(keyed moved messages) otherwise: no JSON is decoded.
 --
 -- The lease: one consumer per queue runs the transfers (the timer); any consumer may
 -- call, and a call while another consumer holds the lease only records the caller as
@@ -75,6 +84,7 @@
 --           (server clock), in due order}
 
 -- include: _wake.lua
+-- include: _dedupe.lua
 
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ready, ready_msgs, xq, xq_msgs = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -86,6 +96,7 @@ local slack = tonumber(ARGV[4])
 local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local acks, listening = KEYS[14], ARGV[8] == "1"
 local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
+local dedupe, keyed, holds, held = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 
 -- Variadic calls go in chunks, far below Lua's unpack() stack limit.
 local CHUNK = 1000
@@ -139,7 +150,7 @@ if #due > 0 then
         message_ids[i] = string.sub(due[i], 17)
     end
     local stored = gather("HMGET", payloads, message_ids)
-    local ready_pairs, members, delivered, xq_pairs, xq_msg_pairs = {}, {}, {}, {}, {}
+    local ready_pairs, members, delivered, xq_pairs, xq_msg_pairs, buried = {}, {}, {}, {}, {}, {}
     for i = 1, #due do
         local member, data = due[i], stored[i]
         if #member > 16 and data and string.sub(data, 1, 16) == string.sub(member, 1, 16) then
@@ -169,6 +180,7 @@ if #due > 0 then
             xq_pairs[#xq_pairs + 1] = member
             xq_msg_pairs[#xq_msg_pairs + 1] = member
             xq_msg_pairs[#xq_msg_pairs + 1] = data or member
+            buried[#buried + 1] = message_ids[i]
             dead = dead + 1
         end
     end
@@ -203,6 +215,34 @@ if #due > 0 then
     if dead > 0 then
         variadic("ZADD", xq, xq_pairs)
         variadic("HSET", xq_msgs, xq_msg_pairs)
+    end
+    -- Dedupe keys of the messages that left the schedule: released, or held for their ttl.
+    local leaving = delivered
+    if #buried > 0 then
+        leaving = {}
+        for i = 1, #delivered do
+            leaving[i] = delivered[i]
+        end
+        for i = 1, #buried do
+            leaving[#leaving + 1] = buried[i]
+        end
+    end
+    local found = unkey(keyed, dedupe, leaving)
+    local windows, copies = {}, {}
+    for i = 1, #delivered do
+        local entry = found[i]
+        if entry and entry[1] > 0 then
+            windows[#windows + 1] = now_ms + entry[1]
+            windows[#windows + 1] = entry[2]
+            copies[#copies + 1] = entry[2]
+            copies[#copies + 1] = ready_pairs[2 * i]
+        end
+    end
+    if #windows > 0 then
+        variadic("ZADD", holds, windows)
+        variadic("HSET", held, copies)
+        trim_holds(holds, held, now_ms)
+        expire_holds(holds, held, now_ms)
     end
 end
 
