@@ -417,6 +417,9 @@ class RedissonBroker(RedisBroker):
         )
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
+        #: redis message id -> the message as it failed (encoded), set by the consumer's
+        #: nack for do_nack, whose built-in signature (queue_name, message_id) it keeps.
+        self.failed_payloads: dict[str, bytes] = {}
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
         self.permissions_checked: set[str] = set()
         self._owns_client = owns_client
@@ -474,6 +477,8 @@ class RedissonBroker(RedisBroker):
         """Move a message this worker fetched from ``queue_name`` to its dead letters;
         ``final`` (its encoding as it failed, with the traceback Dramatiq recorded) is
         stored in place of the copy fetched. Returns 1 if it was moved."""
+        if final is None:
+            final = self.failed_payloads.get(redis_message_id)
         nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id, final)
         self.held.discard(queue_name, (redis_message_id,))
         return nacked

@@ -196,7 +196,13 @@ class RedissonConsumer(Consumer):
         except Exception:
             self.logger.exception("Could not encode failed message %r; its dead letter keeps it as fetched.", message)
             final = None
-        self._finish(message, lambda queue, rid: self.broker.do_nack(queue, rid, final))
+        redis_message_id = message.options["redis_message_id"]
+        if final is not None:
+            self.broker.failed_payloads[redis_message_id] = final
+        try:
+            self._finish(message, self.broker.do_nack)
+        finally:
+            self.broker.failed_payloads.pop(redis_message_id, None)
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         ids = [message.options["redis_message_id"] for message in messages]
