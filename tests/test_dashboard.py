@@ -169,6 +169,10 @@ def test_message_detail_and_missing_things_are_404(
     (message_id,) = _schedule(alpha, 1, tag="x")
     page = client.get(f"/queues/default/messages/{message_id}")
     assert page.status == 200 and message_id in page.text and "alpha" in page.text
+    assert 'id="dedupe-key"' not in page.text
+    keyed = alpha.send_with_options(args=(2,), delay=60_000, dedupe_key="reindex:<42>", dedupe="replace")
+    page = client.get(f"/queues/default/messages/{keyed.message_id}")
+    assert 'id="dedupe-key">reindex:&lt;42&gt; <span class="muted">(replace)' in page.text
     assert client.get("/queues/default/messages/no-such-id").status == 404
     assert client.get("/queues/no-such-queue").status == 404
     assert client.get("/queues/no-such-queue/dead").status == 404
