@@ -314,14 +314,17 @@ class Dashboard:
 
     def render(self, request: Request, template: str, **context: Any) -> str:
         context.setdefault("title", None)
-        return self.templates.get_template(template).render(
-            request=request,
-            url=request.url,
-            csrf=self._csrf_token(request) if not self.read_only else "",
-            read_only=self.read_only,
-            namespace=self.broker.namespace,
-            flash=request.arg("flash"),
-            **context,
+        # str(): without Jinja2's stubs (the lint env types without extras) render() is Any.
+        return str(
+            self.templates.get_template(template).render(
+                request=request,
+                url=request.url,
+                csrf=self._csrf_token(request) if not self.read_only else "",
+                read_only=self.read_only,
+                namespace=self.broker.namespace,
+                flash=request.arg("flash"),
+                **context,
+            )
         )
 
     def _error_page(self, request: Request | None, error: HTTPError) -> str:
