@@ -43,7 +43,6 @@ from . import __version__
 from ._broker import MAX_DELAY, RedissonBroker
 from ._delayed_queue import DelayedQueue
 from ._stats import QueueStats, Stats
-from ._wsgi import serve_wsgi
 
 PROG = "dramatiq-redisson"
 
@@ -1008,11 +1007,6 @@ def cmd_dashboard(ctx: Context) -> int:
         auth = (args.user, password)
     elif args.password_env is not None:
         raise UsageError("--password-env needs --user")
-    try:
-        dashboard = importlib.import_module("dramatiq_redisson.dashboard")
-        app = dashboard.make_app(ctx.broker, prefix=args.prefix, read_only=args.read_only, auth=auth)
-    except ImportError as e:
-        raise UsageError(f"{needs}: {one_line(e)}") from None
 
     def ready(url: str) -> None:
         if ctx.json_mode:
@@ -1022,11 +1016,12 @@ def cmd_dashboard(ctx: Context) -> int:
             f"{' (read-only)' if args.read_only else ''} (Ctrl-C stops)"
         )
 
-    logger = logging.getLogger("dramatiq_redisson.dashboard")
     try:
-        serve_wsgi(app, args.host, args.port, logger=logger, path=app.prefix, ready=ready)
-    except KeyboardInterrupt:
-        pass
+        dashboard = importlib.import_module("dramatiq_redisson.dashboard")
+        options = {"prefix": args.prefix, "read_only": args.read_only, "auth": auth}
+        dashboard.serve(ctx.broker, args.host, args.port, ready=ready, **options)
+    except ImportError as e:
+        raise UsageError(f"{needs}: {one_line(e)}") from None
     except OSError as e:
         raise UsageError(f"cannot serve the dashboard on {args.host}:{args.port}: {one_line(e)}") from None
     return EXIT_OK

@@ -10,6 +10,9 @@ nothing is loaded from outside the application.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from dramatiq.logging import get_logger
 
 from .._broker import RedissonBroker
@@ -53,16 +56,25 @@ def make_app(
     return Dashboard(broker, prefix=prefix, read_only=read_only, auth=auth, secret=secret, page_size=page_size)
 
 
-def serve(broker: RedissonBroker, host: str = "127.0.0.1", port: int = 8190, **options: object) -> None:
+def serve(
+    broker: RedissonBroker,
+    host: str = "127.0.0.1",
+    port: int = 8190,
+    *,
+    ready: Callable[[str], None] | None = None,
+    **options: Any,
+) -> None:
     """Serve :func:`make_app` (``options`` are its keyword arguments) from the standard
-    library's threading WSGI server on ``host``:``port`` until KeyboardInterrupt.
+    library's threading WSGI server on ``host``:``port`` until KeyboardInterrupt;
+    ``ready`` is called with the dashboard's URL once the port is bound.
 
     Raises:
       ImportError: Jinja2 is not installed.
+      TypeError, ValueError: A bad option (before anything is bound).
       OSError: The address cannot be bound.
     """
-    app = make_app(broker, **options)  # type: ignore[arg-type]
+    app = make_app(broker, **options)
     try:
-        serve_wsgi(app, host, port, logger=get_logger(__name__), path=app.prefix)
+        serve_wsgi(app, host, port, logger=get_logger(__name__), path=app.prefix, ready=ready)
     except KeyboardInterrupt:
         pass

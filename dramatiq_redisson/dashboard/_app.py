@@ -490,6 +490,33 @@ class Dashboard:
             raise self._back(request, default, f"Message {message_id} is no longer scheduled: nothing done.")
         raise self._back(request, default, f"Message {message_id} {what}.")
 
+    def _selection(self, request: Request, page: str, ids: list[str], noun: str) -> str:
+        """What a bulk action on the selected rows acts on ("the 2 selected messages"), or
+        a redirect back to ``page`` when nothing is selected."""
+        if not ids:
+            raise self._back(request, request.url(page), "Nothing selected: nothing done.")
+        return f"the {len(ids)} selected {noun}{'s' if len(ids) != 1 else ''}"
+
+    def _ask_first(
+        self, request: Request, queue: str, page: str, post: str, action: str, scope: str, verb: str, description: str
+    ) -> str | None:
+        """The confirmation page of a bulk ``action`` on ``scope`` (posted to ``post``,
+        from ``page``), or None once it is confirmed. Destructive ones get a red button."""
+        if request.field("confirmed") == "yes":
+            return None
+        return self.render(
+            request,
+            "confirm.html",
+            title=f"{verb}?",
+            queue=queue,
+            question=f"{verb}: {description} of queue {queue}?",
+            action=request.url(post),
+            carried=_carried(request, action, scope),
+            back=request.field("next") or request.url(page),
+            button=f"Yes, {verb.lower()}",
+            danger=action in ("cancel", "delete"),
+        )
+
     def bulk(self, request: Request, name: str) -> str:
         queue = self._queue(name)
         action = request.field("action") or request.arg("action")
@@ -499,28 +526,17 @@ class Dashboard:
         delayed = self.broker.delayed_queue(queue)
         actor, text = request.field("actor"), request.field("q")
         ids = request.fields("ids")
+        page = f"queues/{_quote(queue)}"
         if scope == "selected":
-            if not ids:
-                raise self._back(request, request.url(f"queues/{_quote(queue)}"), "Nothing selected: nothing done.")
-            description = f"the {len(ids)} selected message{'s' if len(ids) != 1 else ''}"
+            description = self._selection(request, page, ids, "message")
         elif scope == "matching":
             description = _matching_description(actor, text, delayed)
         else:
             raise HTTPError(HTTPStatus.BAD_REQUEST, "scope must be 'selected' or 'matching'.")
         verb = "Cancel" if action == "cancel" else "Run now"
-        if request.field("confirmed") != "yes":
-            return self.render(
-                request,
-                "confirm.html",
-                title=f"{verb}?",
-                queue=queue,
-                question=f"{verb}: {description} of queue {queue}?",
-                action=request.url(f"queues/{_quote(queue)}/bulk"),
-                carried=_carried(request, action, scope),
-                back=request.field("next") or request.url(f"queues/{_quote(queue)}"),
-                button=f"Yes, {verb.lower()}",
-                danger=action == "cancel",
-            )
+        asked = self._ask_first(request, queue, page, f"{page}/bulk", action, scope, verb, description)
+        if asked is not None:
+            return asked
         if scope == "selected":
             if action == "cancel":
                 count = self.broker.redisson_scripts.cancel(delayed.keys, ids)
@@ -531,11 +547,7 @@ class Dashboard:
         else:
             count = delayed.promote_all(actor_name=actor or None, match=text or None)
         done = "cancelled" if action == "cancel" else "set to run now"
-        raise self._back(
-            request,
-            request.url(f"queues/{_quote(queue)}"),
-            f"{count:,} scheduled message{'s' if count != 1 else ''} {done}.",
-        )
+        raise self._back(request, request.url(page), f"{_count(count, 'scheduled message')} {done}.")
 
     def dead(self, request: Request, name: str) -> str:
         queue = self._queue(name)
@@ -602,30 +614,17 @@ class Dashboard:
         scope = request.field("scope", "selected")
         dead = self.broker.dead_letters(queue)
         ids = request.fields("ids")
+        page = f"queues/{_quote(queue)}/dead"
         if scope == "selected":
-            if not ids:
-                raise self._back(
-                    request, request.url(f"queues/{_quote(queue)}/dead"), "Nothing selected: nothing done."
-                )
-            description = f"the {len(ids)} selected dead letter{'s' if len(ids) != 1 else ''}"
+            description = self._selection(request, page, ids, "dead letter")
         elif scope == "all":
             description = f"all {dead.size():,} dead letters"
         else:
             raise HTTPError(HTTPStatus.BAD_REQUEST, "scope must be 'selected' or 'all'.")
         verb = "Requeue" if action == "requeue" else "Delete"
-        if request.field("confirmed") != "yes":
-            return self.render(
-                request,
-                "confirm.html",
-                title=f"{verb}?",
-                queue=queue,
-                question=f"{verb}: {description} of queue {queue}?",
-                action=request.url(f"queues/{_quote(queue)}/dead-bulk"),
-                carried=_carried(request, action, scope),
-                back=request.field("next") or request.url(f"queues/{_quote(queue)}/dead"),
-                button=f"Yes, {verb.lower()}",
-                danger=action == "delete",
-            )
+        asked = self._ask_first(request, queue, page, f"{page}-bulk", action, scope, verb, description)
+        if asked is not None:
+            return asked
         scripts = self.broker.redisson_scripts
         if scope == "selected":
             count = scripts.dead(dead.keys, "requeue" if action == "requeue" else "remove", 0, ids)
@@ -634,11 +633,7 @@ class Dashboard:
         else:
             count = dead.clear()
         done = "requeued" if action == "requeue" else "deleted"
-        raise self._back(
-            request,
-            request.url(f"queues/{_quote(queue)}/dead"),
-            f"{count:,} dead letter{'s' if count != 1 else ''} {done}.",
-        )
+        raise self._back(request, request.url(page), f"{_count(count, 'dead letter')} {done}.")
 
 
 def _quote(part: str) -> str:
@@ -657,3 +652,8 @@ def _carried(request: Request, action: str, scope: str) -> list[tuple[str, str]]
     fields = [("action", action), ("scope", scope)]
     skip = (CSRF_FIELD, "confirmed", "action", "scope")
     return fields + [(k, v) for k, values in request.form.items() if k not in skip for v in values]
+
+
+def _count(count: int, noun: str) -> str:
+    """``1 dead letter``, ``1,200 dead letters``."""
+    return f"{count:,} {noun}{'s' if count != 1 else ''}"
