@@ -73,6 +73,21 @@ def stamp(broker: RedissonBroker, redis_client: redis.Redis) -> Actor[[int | Non
 
 
 @pytest.fixture
+def actors(broker: RedissonBroker, redis_client: redis.Redis) -> tuple[Actor[..., None], Actor[..., None]]:
+    """Two recording actors on the default queue."""
+
+    @dramatiq.actor(max_retries=0)
+    def alpha(i: int, tag: str = "") -> None:
+        record(redis_client, i=i, actor="alpha")
+
+    @dramatiq.actor(max_retries=0)
+    def beta(i: int, tag: str = "") -> None:
+        record(redis_client, i=i, actor="beta")
+
+    return alpha, beta
+
+
+@pytest.fixture
 def worker(broker: RedissonBroker) -> Iterator[Worker]:
     worker = Worker(broker, worker_timeout=100, worker_threads=4)
     worker.start()

@@ -25,19 +25,6 @@ from .wsgi_client import Client, Response
 
 
 @pytest.fixture
-def actors(broker: RedissonBroker, redis_client: redis.Redis) -> tuple[Actor[..., None], Actor[..., None]]:
-    @dramatiq.actor(max_retries=0)
-    def alpha(i: int, tag: str = "") -> None:
-        record(redis_client, i=i, actor="alpha")
-
-    @dramatiq.actor(max_retries=0)
-    def beta(i: int, tag: str = "") -> None:
-        record(redis_client, i=i, actor="beta")
-
-    return alpha, beta
-
-
-@pytest.fixture
 def client(broker: RedissonBroker) -> Client:
     return Client(make_app(broker))
 

@@ -19,21 +19,6 @@ from dramatiq_redisson import _delayed_queue as delayed_queue_module
 from .helpers import record, records, server_ms, wait_for
 
 
-@pytest.fixture
-def actors(broker: RedissonBroker, redis_client: redis.Redis) -> tuple[Actor[..., None], Actor[..., None]]:
-    """Two recording actors on the default queue."""
-
-    @dramatiq.actor(max_retries=0)
-    def alpha(i: int, tag: str = "") -> None:
-        record(redis_client, i=i, actor="alpha")
-
-    @dramatiq.actor(max_retries=0)
-    def beta(i: int, tag: str = "") -> None:
-        record(redis_client, i=i, actor="beta")
-
-    return alpha, beta
-
-
 def _schedule(actor: Actor[..., None], ids: range, delay: int, tag: str = "") -> list[str]:
     return [actor.send_with_options(args=(i,), kwargs={"tag": tag}, delay=delay).message_id for i in ids]
 
