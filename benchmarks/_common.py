@@ -220,6 +220,16 @@ class Server:
         entry = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
         return int(entry["calls"]), int(entry["usec"])
 
+    def script_rate(self, fn: Any, n: int) -> tuple[float, float]:
+        """Run ``fn`` (which sends ``n`` messages) once: (messages per second of wall
+        time, µs of server script time per message)."""
+        self.reset_stats()
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+        _, usec = self.evalsha_stats()
+        return n / wall, usec / n
+
     def cpu_seconds(self) -> float:
         """The server process's CPU time so far (``INFO cpu``: used_cpu_sys + used_cpu_user,
         all its threads): command execution, but also reading and parsing requests,

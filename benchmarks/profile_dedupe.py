@@ -44,15 +44,6 @@ def _fill(broker: Any, actor: Any, count: int) -> None:
             raise RuntimeError(f"filling failed: {bad[0]!r}")
 
 
-def _rate(server: Server, fn: Any, n: int) -> tuple[float, float]:
-    server.reset_stats()
-    t0 = time.perf_counter()
-    fn()
-    wall = time.perf_counter() - t0
-    _, usec = server.evalsha_stats()
-    return n / wall, usec / n
-
-
 def main(argv: list[str] | None = None) -> int:
     from ._actor import declare
 
@@ -98,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in plans}
             for _ in range(3):
                 for name, fn in plans:
-                    results[name].append(_rate(server, fn, n))
+                    results[name].append(server.script_rate(fn, n))
             plain_rate = sorted(r for r, _ in results["plain"])[1]
             for name, runs in results.items():
                 rate = sorted(r for r, _ in runs)[1]

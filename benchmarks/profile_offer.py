@@ -40,16 +40,6 @@ def _measure(server: Server, label: str, fn: Any, n: int, top: int) -> None:
     print("\n".join(lines[start : start + top + 1]))
 
 
-def _rate(server: Server, fn: Any, n: int) -> tuple[float, float]:
-    server.flush()
-    server.reset_stats()
-    t0 = time.perf_counter()
-    fn()
-    wall = time.perf_counter() - t0
-    _, usec = server.evalsha_stats()
-    return n / wall, usec / n
-
-
 def lua_variants(server: Server) -> None:
     """Server µs per one-entry offer.lua call, and per variant with a piece removed."""
     import statistics
@@ -131,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
                 plans.append(("redisson enqueue_many", bulk, args.bulk))
         print("## without profiler (3 runs each): msgs/s, server script µs/msg")
         for label, fn, n in plans:
-            runs = [_rate(server, fn, n) for _ in range(3)]
+            runs = []
+            for _ in range(3):
+                server.flush()
+                runs.append(server.script_rate(fn, n))
             print(f"{label:24s} " + "  ".join(f"{r:8.0f}/s {s:5.1f} µs" for r, s in runs))
         for label, fn, n in plans:
             _measure(server, label, fn, n, args.top)
