@@ -4,8 +4,9 @@ Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws f
 from ._broker import MAX_DELAY, EnqueueNotReplicated, RedissonBroker, validate_delay
 from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
-from ._errors import EnqueueError, ServerMemoryFull
+from ._errors import EnqueueError, ServerMemoryFull, UnsupportedServer
 from ._keys import QueueKeys
+from ._permissions import MissingPermission, acl_rule, acl_tokens, check_permissions
 from ._scripts import NotReplicated
 from ._stats import QueueStats, Stats
 
@@ -17,12 +18,17 @@ __all__ = [
     "EnqueueError",
     "EnqueueNotReplicated",
     "MAX_DELAY",
+    "MissingPermission",
     "NotReplicated",
     "QueueKeys",
     "QueueStats",
     "RedissonBroker",
     "ServerMemoryFull",
     "Stats",
+    "UnsupportedServer",
+    "acl_rule",
+    "acl_tokens",
+    "check_permissions",
     "validate_delay",
     "__version__",
 ]

@@ -27,8 +27,9 @@ from ._errors import EnqueueError, ServerMemoryFull
 from ._held import HeldMessages
 from ._ids import next_sort_key, next_sort_keys
 from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
-from ._permissions import MissingPermission, check_permissions, is_permission_error
+from ._permissions import MissingPermission, acl_rule, check_permissions, is_permission_error
 from ._scripts import NotReplicated, Outcomes, Scripts, Unanswered
+from ._server import check_server
 from ._stats import QueueStats, Stats
 from .metrics import adopt_middleware
 
@@ -425,10 +426,63 @@ class RedissonBroker(RedisBroker):
         self._owns_client = owns_client
         #: Queues this process listed in the queue registry (see :meth:`_register_queue`).
         self._registered: set[str] = set()
+        #: The servers' names and versions once :meth:`check_server` has run (None: not yet).
+        self.server_versions: dict[str, tuple[str, tuple[int, int, int]]] | None = None
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
         #: process's consumers run that moved messages: for each moved message, how late
         #: it moved (ms after its due time, server clock). Metrics hook in here.
         self.transfer_listeners: list[Callable[[str, list[int]], None]] = []
+
+    def check_server(self) -> dict[str, tuple[str, tuple[int, int, int]]]:
+        """Check, once per broker, that the server (every node of a cluster) is one the
+        broker runs on: Redis >= 6.2 or Valkey, and >= 7.0 on a cluster (see
+        :mod:`dramatiq_redisson._server` for why). Consumers run it when they start and
+        the first send runs it, so an unsupported server is refused before anything is
+        written, with one error that names its version, the missing feature and the
+        minimum version.
+
+        Returns:
+          Each server's name and version, ``{node: ("redis", (7, 2, 6))}`` (node ``""``
+          for a single server).
+
+        Raises:
+          UnsupportedServer: The server cannot run the broker.
+          redis.ConnectionError, redis.TimeoutError: The server could not be asked (the
+            check runs again at the next start or send).
+        """
+        if self.server_versions is None:
+            self.server_versions = check_server(self.client, cluster=self.cluster)
+        return self.server_versions
+
+    @property
+    def server_version(self) -> tuple[int, int, int] | None:
+        """The server's version once :meth:`check_server` ran (on a cluster the oldest
+        node's), else None."""
+        if not self.server_versions:
+            return None
+        return min(version for _, version in self.server_versions.values())
+
+    def acl_rule(self, *, wait_for_replicas: bool | None = None) -> str:
+        """The least-privilege ACL rule for this broker's Redis user, rendered for the
+        server it is connected to (asks the server its version; see
+        :func:`dramatiq_redisson.acl_rule`): its namespace, the cluster rule on a cluster,
+        ``+wait`` when the broker has ``wait_for_replicas`` (or when asked)."""
+        self.check_server()
+        return acl_rule(
+            self.namespace,
+            cluster=self.cluster,
+            wait_for_replicas=bool(self.wait_for_replicas) if wait_for_replicas is None else wait_for_replicas,
+            server_version=self.server_version,
+        )
+
+    def check_server_if_reachable(self) -> None:
+        """:meth:`check_server`, unless the server cannot be asked now: then the call that
+        follows (a send, a fetch) meets the same connection error and reports it its own
+        way, and the check runs again next time."""
+        try:
+            self.check_server()
+        except (redis.ConnectionError, redis.TimeoutError):
+            pass
 
     def add_middleware(
         self, middleware: Middleware, *, before: type[Middleware] | None = None, after: type[Middleware] | None = None
@@ -626,6 +680,7 @@ class RedissonBroker(RedisBroker):
             "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
         )
         estimate = _eta_estimate(delay_ms)
+        self.check_server_if_reachable()
         self._emit_before_enqueue(message, delay, estimate)
         due: int | Message[Any] | None = None
         try:
@@ -786,6 +841,7 @@ class RedissonBroker(RedisBroker):
                 worker_id=self.broker_id,
                 subscribe=False,
                 wait_for_replicas=bool(self.wait_for_replicas),
+                server_version=self.server_version,
             )
         except MissingPermission as missing:
             raise missing from error
@@ -926,6 +982,7 @@ class RedissonBroker(RedisBroker):
             sort_keys = [""] * len(messages)
             prepared = [self._prepare(m, None)[0] for m in messages]
         estimate = _eta_estimate(delay_ms)
+        self.check_server_if_reachable()
         if self._hooked("before_enqueue"):
             for message in prepared:
                 self._emit_before_enqueue(message, delay, estimate)
@@ -1129,27 +1186,25 @@ class RedissonBroker(RedisBroker):
         it again)."""
         keys = self.keys(queue_name)
         self._registered.discard(keys.queue_name)
-        if self.cluster:
-            # The registry is in another slot than the queue's keys.
-            self.client.srem(keys.registry, keys.queue_name)
-        with self.client.pipeline(transaction=True) as pipe:
-            if not self.cluster:
-                pipe.srem(keys.registry, keys.queue_name)
-            pipe.unlink(
-                keys.ready,
-                keys.ready_msgs,
-                keys.acks(self.broker_id),
-                keys.xq,
-                keys.xq_msgs,
-                keys.legacy_dq,
-                keys.legacy_dq_msgs,
-                keys.legacy_dq_acks(self.broker_id),
-                keys.sent,
-                *keys.scheduled_keys,
-                keys.holds,
-                keys.held,
-            )
-            pipe.execute()
+        # One UNLINK drops every key of the queue at once; the registry (on a cluster in
+        # another slot) goes first, by a command of its own. No MULTI: on a full server
+        # Redis before 7.4 and Valkey 7.2 refuse commands queued in one, and a flush is
+        # how memory is freed.
+        self.client.srem(keys.registry, keys.queue_name)
+        self.client.unlink(
+            keys.ready,
+            keys.ready_msgs,
+            keys.acks(self.broker_id),
+            keys.xq,
+            keys.xq_msgs,
+            keys.legacy_dq,
+            keys.legacy_dq_msgs,
+            keys.legacy_dq_acks(self.broker_id),
+            keys.sent,
+            *keys.scheduled_keys,
+            keys.holds,
+            keys.held,
+        )
 
     def flush_all(self) -> None:
         """Drop all messages from all declared queues."""
@@ -1158,12 +1213,7 @@ class RedissonBroker(RedisBroker):
 
     def pending(self, queue_name: str) -> int:
         """Messages of a queue not yet processed: scheduled, ready, in flight, legacy ``.DQ``."""
-        keys = self.keys(queue_name)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.zcard(keys.timeout_zset)
-            pipe.hlen(keys.ready_msgs)
-            pipe.hlen(keys.legacy_dq_msgs)
-            return sum(pipe.execute())
+        return self.redisson_scripts.pending(self.keys(queue_name))
 
     def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
         """Wait until every message of a queue, scheduled ones included, has been processed.

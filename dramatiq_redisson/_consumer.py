@@ -123,6 +123,8 @@ class RedissonConsumer(Consumer):
         self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.maintenance_interval / 1000)
         self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
         self.checked_dead_workers: set[str] = set()
+        # Refuse a server the broker cannot run on before anything is written.
+        broker.check_server_if_reachable()
 
         # Subscription and error recovery (see _subscribe, _failed).
         self.resubscribe_attempts = 0
@@ -350,6 +352,8 @@ class RedissonConsumer(Consumer):
     # -- subscription and failures -------------------------------------------------
 
     def _subscribe(self) -> None:
+        if self.broker.server_versions is None:
+            self.broker.check_server_if_reachable()  # UnsupportedServer stops this consumer
         if self.queue_name not in self.broker.permissions_checked:
             self._check_permissions()
         channels = [self.wake_channel]
@@ -386,6 +390,7 @@ class RedissonConsumer(Consumer):
                 self.keys,
                 worker_id=self.worker_id,
                 wait_for_replicas=bool(self.broker.wait_for_replicas),
+                server_version=self.broker.server_version,
             )
         except MissingPermission as e:
             self.logger.error("%s", e)

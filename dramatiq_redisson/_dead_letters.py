@@ -81,7 +81,10 @@ class DeadLetters:
 
     def get(self, redis_message_id: str) -> tuple[int, Message[Any]] | None:
         """A dead letter and its time of death (epoch ms), or ``None``."""
-        with self.broker.client.pipeline(transaction=True) as pipe:
+        # Not in a MULTI: Redis before 7.4 and Valkey 7.2 refuse every command queued in
+        # one on a full server. Read apart, a dead letter requeued or removed in between
+        # is missing either way, and one buried in between is not dead yet: None.
+        with self.broker.client.pipeline(transaction=False) as pipe:
             pipe.zscore(self.keys.xq, redis_message_id)
             pipe.hget(self.keys.xq_msgs, redis_message_id)
             died, data = pipe.execute()

@@ -1,4 +1,5 @@
-"""Errors the producer side raises: which messages were enqueued, which were not."""
+"""Errors the producer side raises (which messages were enqueued, which were not), and
+the refusal of a server the broker cannot run on."""
 
 from __future__ import annotations
 
@@ -69,7 +70,27 @@ class ServerMemoryFull(EnqueueError):
         self.used_memory = used_memory
 
 
-def _rebuild(cls: type[EnqueueError], state: dict[str, Any]) -> EnqueueError:
+class UnsupportedServer(BrokerError):
+    """The Redis server lacks something the broker needs (it is too old, or too old for a
+    cluster). Raised when the broker starts to use it, before anything is written: at a
+    consumer's start and at the first send.
+
+    Attributes:
+      server: The server's name as it reports it (``"redis"``, ``"valkey"``).
+      version: Its version, ``(major, minor, patch)``; ``(0, 0, 0)`` for a server older
+        than 6.2 (which does not say).
+    """
+
+    def __init__(self, message: str, *, server: str, version: tuple[int, int, int]) -> None:
+        super().__init__(message)
+        self.server = server
+        self.version = version
+
+    def __reduce__(self) -> Any:
+        return _rebuild, (type(self), self.__dict__)
+
+
+def _rebuild(cls: type[BrokerError], state: dict[str, Any]) -> BrokerError:
     error = cls.__new__(cls)
     error.__dict__.update(state)
     return error

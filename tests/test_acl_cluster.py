@@ -122,6 +122,10 @@ def test_docs_carry_the_generated_cluster_rule() -> None:
 User = tuple[str, str]
 
 
+#: The broker on a cluster needs sharded pub/sub (Redis 7.0): see tests/test_compat.py.
+NEEDS_SHARDED_PUBSUB = pytest.mark.server_binary(min=(7, 0, 0))
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     with Cluster(masters=3, replicas=0) as c:
@@ -185,6 +189,7 @@ def _queues_on(cluster: Cluster, count: int) -> list[str]:
     raise AssertionError("no queue names for enough masters")
 
 
+@NEEDS_SHARDED_PUBSUB
 def test_whole_flow_on_a_cluster_as_a_user_with_exactly_the_cluster_rule(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:
@@ -313,6 +318,7 @@ def test_a_user_without_spublish_is_refused_and_the_probe_names_it(
         client.close()
 
 
+@NEEDS_SHARDED_PUBSUB
 def test_cluster_probe_names_every_missing_command_key_and_channel(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:
@@ -349,6 +355,7 @@ def test_cluster_probe_names_every_missing_command_key_and_channel(
         client.close()
 
 
+@NEEDS_SHARDED_PUBSUB
 def test_the_single_server_rule_cannot_even_connect_to_a_cluster(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:
@@ -387,6 +394,7 @@ def test_a_slot_migration_needs_asking(
         lacking.close()
 
 
+@NEEDS_SHARDED_PUBSUB
 def test_cluster_probe_changes_nothing(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:

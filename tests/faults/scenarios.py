@@ -181,12 +181,14 @@ def server_crash_aof_tail(ctx: FaultContext) -> None:
     """Crash every ~5 s as a host crash would with ``appendfsync everysec``: SIGKILL,
     then truncate the AOF's newest part back to its size of :data:`AOF_TAIL_LOST_MS`
     before the kill (sampled every 50 ms), then restart on the same port after 1 s.
-    Valkey loads a truncated last command (``aof-load-truncated yes``, the default)."""
+    The server loads a truncated last command (``aof-load-truncated yes``, the default)."""
     sizes: list[tuple[float, Path, int]] = []
     sampling = threading.Event()
 
     def newest_part() -> Path | None:
-        parts = sorted((ctx.server.workdir / "appendonlydir").glob("*.incr.aof"), key=lambda p: p.stat().st_mtime)
+        # Multi-part AOF (7.0 and later), or the single appendonly.aof of older servers.
+        found = [*(ctx.server.workdir / "appendonlydir").glob("*.incr.aof"), *ctx.server.workdir.glob("appendonly.aof")]
+        parts = sorted(found, key=lambda p: p.stat().st_mtime)
         return parts[-1] if parts else None
 
     def sample() -> None:

@@ -1,0 +1,15 @@
+-- pending: how many messages of a queue are not yet processed, read together.
+--
+-- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   scheduled: member -> due time (epoch ms)
+-- KEYS[2]  HASH  <ns>:<queue>.msgs      data of ready and in-flight messages
+-- KEYS[3]  HASH  <ns>:<queue>.DQ.msgs   the built-in broker's delayed messages (not yet migrated)
+--
+-- A script rather than MULTI/EXEC: the counts must come from one moment (a message moving
+-- between them is counted once), and on a full server (maxmemory, noeviction) Redis
+-- before 7.4 and Valkey 7.2 refuse every command queued in a MULTI, reads included
+-- (server.c, processCommand: reject_cmd_on_oom), while a script that only reads runs on
+-- every version.
+--
+-- Returns: scheduled + ready + in flight + built-in delayed.
+
+return redis.call("ZCARD", KEYS[1]) + redis.call("HLEN", KEYS[2]) + redis.call("HLEN", KEYS[3])
