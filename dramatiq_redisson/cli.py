@@ -42,6 +42,9 @@ from dramatiq.message import Message
 from . import __version__
 from ._broker import MAX_DELAY, RedissonBroker
 from ._delayed_queue import DelayedQueue
+from ._permissions import acl_rule
+from ._server import describe as describe_server
+from ._server import parse_version
 from ._stats import QueueStats, Stats
 
 PROG = "dramatiq-redisson"
@@ -67,7 +70,19 @@ SOCKET_TIMEOUT = 30.0
 #: Widest the arguments column of a table gets before it is cut with "…".
 ARGS_WIDTH = 60
 
-COMMANDS = ("stats", "list", "show", "cancel", "reschedule", "promote", "dead", "watch", "metrics", "dashboard")
+COMMANDS = (
+    "stats",
+    "list",
+    "show",
+    "cancel",
+    "reschedule",
+    "promote",
+    "dead",
+    "watch",
+    "metrics",
+    "dashboard",
+    "acl-rule",
+)
 #: Options before the command that take a value (to find the broker import path).
 _VALUE_OPTIONS = ("--url", "--namespace", "--path", "-P")
 
@@ -574,6 +589,36 @@ def cmd_stats(ctx: Context) -> int:
     else:
         ctx.out.blocks(stats_blocks(stats, ctx.broker.namespace))
     return EXIT_OK
+
+
+def acl_rule_output(out: Output, rule: str, server: str, *, namespace: str, cluster: bool, user: str = "<user>") -> int:
+    """Print an ACL rule as the ACL SETUSER command to apply (``--json``: a document)."""
+    command = f"ACL SETUSER {user} on ><password> {rule}"
+    if out.json_mode:
+        out.json({"server": server, "namespace": namespace, "cluster": cluster, "rule": rule, "command": command})
+    else:
+        out.note(f"Least-privilege rule for {server}{' (on every node of the cluster)' if cluster else ''}:")
+        sys.stdout.write(command + "\n")
+    return EXIT_OK
+
+
+def cmd_acl_rule(ctx: Context) -> int:
+    broker, args = ctx.broker, ctx.args
+    rule = broker.acl_rule(wait_for_replicas=True if args.wait_for_replicas else None)
+    name, version = min(broker.check_server().values(), key=lambda entry: entry[1])
+    server = describe_server(name, version)
+    return acl_rule_output(ctx.out, rule, server, namespace=broker.namespace, cluster=broker.cluster, user=args.user)
+
+
+def offline_acl_rule(args: argparse.Namespace, out: Output) -> int:
+    """``acl-rule --server-version X.Y[.Z]`` without a broker: the rule for that version."""
+    version = parse_version(args.server_version)
+    if version < (6, 2, 0):
+        raise UsageError(f"--server-version {args.server_version}: the broker needs Redis >= 6.2 or Valkey")
+    namespace = args.namespace or "dramatiq"
+    rule = acl_rule(namespace, cluster=args.cluster, wait_for_replicas=args.wait_for_replicas, server_version=version)
+    server = f"server version {'.'.join(map(str, version))}"
+    return acl_rule_output(out, rule, server, namespace=namespace, cluster=args.cluster, user=args.user)
 
 
 def take(items: Iterator[Any], limit: int) -> tuple[list[Any], bool]:
@@ -1192,6 +1237,19 @@ def build_parser() -> Parser:
     sub.add_argument("--port", type=port_number, default=9191, help="the port to listen on (default 9191)")
     sub.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: all)")
 
+    sub = command(
+        "acl-rule",
+        "print the least-privilege ACL rule for the broker's user, rendered for the connected server's version",
+        cmd_acl_rule,
+    )
+    sub.add_argument(
+        "--server-version",
+        metavar="X.Y[.Z]",
+        help="render for this server version without connecting (e.g. 7.0; Valkey numbers from 7.2)",
+    )
+    sub.add_argument("--wait-for-replicas", action="store_true", help="add +wait (a broker with wait_for_replicas)")
+    sub.add_argument("--user", default="<user>", help="the user name to put in the ACL SETUSER command")
+
     sub = command("dashboard", "serve the web dashboard (queues, scheduled messages, dead letters)", cmd_dashboard)
     sub.add_argument("--port", type=port_number, default=8190, help="the port to listen on (default 8190)")
     sub.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: all)")
@@ -1210,6 +1268,10 @@ def run(argv: list[str]) -> int:
     args = build_parser().parse_args(rest)
     plain = args.plain or os.environ.get(PLAIN_ENV, "") not in ("", "0")
     out = Output(json_mode=getattr(args, "json", False), plain=plain)
+    if args.command == "acl-rule" and args.server_version is not None:
+        if path is not None or args.url is not None:
+            raise UsageError("acl-rule: give --server-version or a broker (path, --url), not both")
+        return offline_acl_rule(args, out)
     broker = connect(path, args)
     try:
         handler: Callable[[Context], int] = args.handler

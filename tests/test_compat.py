@@ -6,7 +6,10 @@ The whole suite runs against every server of the matrix with ``python -m tests.c
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import dramatiq
@@ -132,3 +135,29 @@ def test_a_cluster_without_sharded_pubsub_is_refused_before_anything_is_written(
             assert client.dbsize(target_nodes=RedisCluster.PRIMARIES) == 0
         finally:
             broker.close()
+
+
+def test_the_cli_prints_the_rule_for_the_connected_server(redis_url: str, server_version: tuple[int, int, int]) -> None:
+    # Given the session's server, When an operator asks the CLI for the rule
+    env = {**os.environ, "REDIS_URL": redis_url}
+    command = [sys.executable, "-m", "dramatiq_redisson", "--namespace", "shop", "acl-rule", "--user", "worker"]
+    shown = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    # Then it is the ACL SETUSER command with the rule for that server's version
+    rule = acl_rule("shop", server_version=server_version)
+    assert shown.stdout == f"ACL SETUSER worker on ><password> {rule}\n"
+    assert ".".join(map(str, server_version)) in shown.stderr
+    # And without a server, for a version given: 7.0 has no CLIENT SETINFO to grant
+    offline = subprocess.run(
+        [sys.executable, "-m", "dramatiq_redisson", "acl-rule", "--server-version", "7.0", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    document = json.loads(offline.stdout)
+    assert document["rule"] == acl_rule(server_version=(7, 0, 0)) and "+client|setinfo" not in document["rule"]
+    too_old = subprocess.run(
+        [sys.executable, "-m", "dramatiq_redisson", "acl-rule", "--server-version", "6.0"],
+        capture_output=True,
+        text=True,
+    )
+    assert too_old.returncode == 2 and "Redis >= 6.2" in too_old.stderr
