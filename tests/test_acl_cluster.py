@@ -289,6 +289,7 @@ def test_whole_flow_on_a_cluster_as_a_user_with_exactly_the_cluster_rule(
     assert _acl_log(cluster, user) == []
 
 
+@NEEDS_SHARDED_PUBSUB
 def test_a_user_without_spublish_is_refused_and_the_probe_names_it(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:
@@ -367,6 +368,7 @@ def test_the_single_server_rule_cannot_even_connect_to_a_cluster(
     assert "cluster|slots" in {e["object"] for e in _acl_log(cluster, user)}
 
 
+@NEEDS_SHARDED_PUBSUB
 def test_a_slot_migration_needs_asking(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:

@@ -4,6 +4,7 @@ come up, route, fail over, migrate a slot, and leave no process behind."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import time
@@ -191,7 +192,13 @@ def test_setup_failing_halfway_stops_what_it_started() -> None:
 
 def test_a_taken_port_is_retried_on_a_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as squatter:
-        squatter.bind((topology.HOST, 0))
+        # A port whose bus port (+10000, before 7.0) is a valid port too.
+        for port in random.sample(range(20000, 40000), 100):
+            try:
+                squatter.bind((topology.HOST, port))
+                break
+            except OSError:
+                continue
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports = iter([taken])
