@@ -44,6 +44,7 @@ from dramatiq_redisson._permissions import (
     scratch_key,
 )
 from dramatiq_redisson._scripts import _CLUSTER_SOURCES
+from dramatiq_redisson.embedded import binary_version
 
 from .helpers import wait_for
 from .test_acl import DOCS, lua_commands
@@ -126,6 +127,16 @@ User = tuple[str, str]
 NEEDS_SHARDED_PUBSUB = pytest.mark.server_binary(min=(7, 0, 0))
 
 
+def node_tokens(*args: Any, **kwargs: Any) -> list[str]:
+    """``acl_tokens`` for the version of the cluster's servers (the rule follows it)."""
+    return acl_tokens(*args, server_version=binary_version(), **kwargs)
+
+
+def node_rule(*args: Any, **kwargs: Any) -> str:
+    """``acl_rule`` for the version of the cluster's servers."""
+    return acl_rule(*args, server_version=binary_version(), **kwargs)
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     with Cluster(masters=3, replicas=0) as c:
@@ -193,7 +204,7 @@ def _queues_on(cluster: Cluster, count: int) -> list[str]:
 def test_whole_flow_on_a_cluster_as_a_user_with_exactly_the_cluster_rule(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:
-    user = make_user(acl_tokens(cluster=True))
+    user = make_user(node_tokens(cluster=True))
     client = _login(cluster, user)
     try:
         # The user can do nothing outside its namespace.
@@ -293,7 +304,7 @@ def test_whole_flow_on_a_cluster_as_a_user_with_exactly_the_cluster_rule(
 def test_a_user_without_spublish_is_refused_and_the_probe_names_it(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:
-    user = make_user([t for t in acl_tokens(cluster=True) if t != "+spublish"])
+    user = make_user([t for t in node_tokens(cluster=True) if t != "+spublish"])
     client = _login(cluster, user)
     try:
         broker = RedissonBroker(client=client)
@@ -314,7 +325,7 @@ def test_a_user_without_spublish_is_refused_and_the_probe_names_it(
         error = missing.value
         assert error.commands == ("spublish",)
         assert error.keys == () and error.channels == () and error.unchecked == ()
-        assert acl_rule(cluster=True) in str(error) and "on every node of the cluster" in str(error)
+        assert node_rule(cluster=True) in str(error) and "on every node of the cluster" in str(error)
     finally:
         client.close()
 
@@ -323,7 +334,7 @@ def test_a_user_without_spublish_is_refused_and_the_probe_names_it(
 def test_cluster_probe_names_every_missing_command_key_and_channel(
     cluster: Cluster, admin: RedisCluster, make_user: Callable[[list[str]], User]
 ) -> None:
-    tokens = [t for t in acl_tokens(cluster=True) if t not in ("+asking", "+ssubscribe", "+srem", "~{dramatiq:*")]
+    tokens = [t for t in node_tokens(cluster=True) if t not in ("+asking", "+ssubscribe", "+srem", "~{dramatiq:*")]
     tokens = [t for t in tokens if not t.startswith("&")]
     client = _login(cluster, make_user(tokens))
     try:
@@ -362,7 +373,7 @@ def test_the_single_server_rule_cannot_even_connect_to_a_cluster(
 ) -> None:
     """Without CLUSTER SLOTS, redis-py's cluster client cannot start (and says the node is
     no cluster node); docs/security.md warns about that message."""
-    user = make_user(acl_tokens())
+    user = make_user(node_tokens())
     with pytest.raises(RedisClusterException, match="Cluster mode is not enabled"):
         _login(cluster, user)
     assert "cluster|slots" in {e["object"] for e in _acl_log(cluster, user)}
@@ -378,8 +389,8 @@ def test_a_slot_migration_needs_asking(
     slot = key_slot(QueueKeys("dramatiq", queue, cluster=True).ready.encode())
     source = cluster.master_of_slot(slot)
     target: Server = next(m for m in cluster.masters if m is not source)
-    granted = _login(cluster, make_user(acl_tokens(cluster=True)))
-    lacking_user = make_user([t for t in acl_tokens(cluster=True) if t != "+asking"])
+    granted = _login(cluster, make_user(node_tokens(cluster=True)))
+    lacking_user = make_user([t for t in node_tokens(cluster=True) if t != "+asking"])
     lacking = _login(cluster, lacking_user)
     cluster.admin(target).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
     cluster.admin(source).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
@@ -428,7 +439,7 @@ def test_cluster_probe_changes_nothing(
     assert len(before) >= 9
     started = time.monotonic()
     check_permissions(admin, keys, worker_id="w1")
-    restricted = _login(cluster, make_user(acl_tokens(cluster=True)))
+    restricted = _login(cluster, make_user(node_tokens(cluster=True)))
     try:
         check_permissions(restricted, keys, worker_id="w1")
     finally:

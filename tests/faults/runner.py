@@ -28,6 +28,7 @@ from .procs import (
     ValkeyProcess,
     WorkerCommand,
     WorkerFleet,
+    binary_version,
     python_module_argv,
     start_server,
     subprocess_env,
@@ -193,7 +194,7 @@ def run_scenario(
             server.start()
         broker_url = server.url
         if scenario.acl_user:
-            rule, source = acl_rule(product_root)
+            rule, source = acl_rule(product_root, binary_version())
             admin = redis.Redis(host="127.0.0.1", port=server.port)
             admin.execute_command("ACL", "SETUSER", ACL_USER, "reset", "on", f">{ACL_PASSWORD}", *rule.split())
             admin.close()
