@@ -123,8 +123,6 @@ class RedissonConsumer(Consumer):
         self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.maintenance_interval / 1000)
         self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
         self.checked_dead_workers: set[str] = set()
-        # Refuse a server the broker cannot run on before anything is written.
-        broker.check_server_if_reachable()
 
         # Subscription and error recovery (see _subscribe, _failed).
         self.resubscribe_attempts = 0
@@ -352,8 +350,11 @@ class RedissonConsumer(Consumer):
     # -- subscription and failures -------------------------------------------------
 
     def _subscribe(self) -> None:
-        # The check again when the server could not be asked at the start (it runs once
-        # per broker); UnsupportedServer stops this consumer.
+        # Refuse a server the broker cannot run on before anything is written: the first
+        # tick subscribes before the first fetch. Once per broker (again while the server
+        # cannot be asked); UnsupportedServer stops this consumer. Not in __init__, which
+        # Dramatiq's consumer thread runs before it publishes the consumer: it stays free
+        # of network calls, as the built-in consumer's.
         self.broker.check_server_if_reachable()
         if self.queue_name not in self.broker.permissions_checked:
             self._check_permissions()
