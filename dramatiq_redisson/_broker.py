@@ -505,6 +505,11 @@ class RedissonBroker(RedisBroker):
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""
         if self._owns_client:
             if self.cluster:
+                # RedisCluster.close() leaves its nodes' connection pools open (their
+                # sockets close only when collected): disconnect them too.
+                for node in cast(RedisCluster, self.client).get_nodes():
+                    if node.redis_connection is not None:
+                        node.redis_connection.connection_pool.disconnect()
                 self.client.close()
             else:
                 self.client.connection_pool.disconnect()

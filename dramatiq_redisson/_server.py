@@ -60,17 +60,14 @@ def server_versions(client: redis.Redis | RedisCluster) -> dict[str, tuple[str, 
       redis.ConnectionError, redis.TimeoutError: When the server cannot be reached.
     """
     if isinstance(client, RedisCluster):
-        replies = {
-            node.name: _hello(lambda n=node: client.execute_command("HELLO", target_nodes=n))
-            for node in client.get_nodes()
-        }
-        return replies
-    return {"": _hello(lambda: client.execute_command("HELLO"))}
+        # Each node through its own client (the pool the cluster client closes).
+        return {node.name: _hello(client.get_redis_connection(node)) for node in client.get_nodes()}
+    return {"": _hello(client)}
 
 
-def _hello(call: Any) -> tuple[str, tuple[int, int, int]]:
+def _hello(client: redis.Redis) -> tuple[str, tuple[int, int, int]]:
     try:
-        reply = call()
+        reply = client.execute_command("HELLO")
     except (redis.ConnectionError, redis.TimeoutError):
         raise
     except redis.ResponseError:
