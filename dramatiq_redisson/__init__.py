@@ -1,13 +1,19 @@
 """dramatiq-redisson: a drop-in Dramatiq Redis broker whose delayed messages run on
 Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws fixed."""
 
-from ._broker import MAX_DELAY, EnqueueNotReplicated, RedissonBroker, validate_delay
+from ._broker import MAX_DELAY, RedissonBroker, validate_delay
 from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
-from ._errors import EnqueueError, ServerMemoryFull, UnsupportedServer
+from ._errors import (
+    EnqueueError,
+    EnqueueNotReplicated,
+    MissingPermission,
+    NotReplicated,
+    ServerMemoryFull,
+    UnsupportedServer,
+)
 from ._keys import QueueKeys
-from ._permissions import MissingPermission, acl_rule, acl_tokens, check_permissions
-from ._scripts import NotReplicated
+from ._permissions import acl_rule, acl_tokens, check_permissions
 from ._stats import QueueStats, Stats
 
 __version__ = "0.1.0"

@@ -2,36 +2,33 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable
-from datetime import timedelta
 from typing import Any, cast
-from uuid import uuid4
 
 import redis
-from dramatiq import get_encoder
-from dramatiq.broker import Consumer, MessageProxy
+from dramatiq.broker import Consumer
 from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT, RedisBroker
-from dramatiq.common import compute_backoff, q_name
+from dramatiq.common import q_name
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 from redis.cluster import RedisCluster
 
+from ._client import client_retry_span_ms, close_client, make_client
 from ._dead_letters import DeadLetters
-from ._delayed_queue import OVERDUE_GRACE, DelayedQueue
-from ._errors import EnqueueError, ServerMemoryFull
+from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
-from ._ids import next_sort_key, next_sort_keys
 from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
-from ._permissions import MissingPermission, acl_rule, check_permissions, is_permission_error
-from ._scripts import NotReplicated, Outcomes, Scripts, Unanswered
+from ._message import MAX_DELAY, epoch_ms, prepare_scheduled, validate_delay
+from ._permissions import acl_rule
+from ._producer import Producer
+from ._scripts import Scripts
 from ._server import check_server
-from ._stats import QueueStats, Stats
+from ._stats import OVERDUE_GRACE, QueueStats, Stats
 from .metrics import adopt_middleware
+
+__all__ = ["MAX_DELAY", "RedissonBroker", "validate_delay"]
 
 #: Most scheduled messages one transfer call moves to the ready queue.
 DEFAULT_TRANSFER_BATCH_SIZE = 100
@@ -46,13 +43,6 @@ DEFAULT_MAINTENANCE_INTERVAL = 30000
 #: without renewing it; a killed owner delays transfers by at most about this long.
 DEFAULT_TRANSFER_LEASE = 2000
 
-#: Longest delay (ms) accepted: ten years. Anything longer is taken for a unit mistake.
-MAX_DELAY = 10 * 366 * 86_400_000
-
-#: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries (keeps
-#: each call to a few ms even with a million scheduled).
-BULK_CHUNK_SIZE = 100
-
 #: Time (ms) during which an immediate message's redis id is remembered per queue after
 #: it was enqueued, so that sending it again (a client's automatic retry of a call whose
 #: reply was lost, a producer's retry) does not enqueue it twice even once the first
@@ -62,222 +52,8 @@ BULK_CHUNK_SIZE = 100
 #: (see :func:`client_retry_span_ms`).
 DEFAULT_DEDUPE_WINDOW = 120_000
 
-#: Longest time (ms) a worker keeps retrying the re-enqueue of a message it is processing
-#: (a retry scheduled by the Retries middleware) while the server is unreachable or
-#: loading; the message's copy in flight is not acked meanwhile. Past it, that copy is
-#: left unacked and requeued by the consumer, so the message is never lost.
-REDELIVERY_RETRY_TIME = 30_000
-
-#: Longest pause (ms) between two of those attempts; the first pause is 100 ms.
-MAX_REDELIVERY_BACKOFF = 2000
-
-
 #: Default ``wait_timeout`` (ms): how long a write waits for ``wait_for_replicas`` replicas.
 DEFAULT_WAIT_TIMEOUT = 1000
-
-
-class EnqueueNotReplicated(EnqueueError, NotReplicated):
-    """An enqueue went through on the primary (its messages are in ``enqueued``), but
-    fewer replicas than ``wait_for_replicas`` acknowledged it within ``wait_timeout``:
-    a failover before they catch up may lose it. Sending the messages again is safe
-    (a scheduled id is rescheduled, an immediate message is pushed once)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        enqueued: list[Message[Any]],
-        failed: list[Message[Any]],
-        unknown: list[Message[Any]],
-        replicas: int | None,
-        wanted: int,
-        timeout_ms: int,
-    ) -> None:
-        EnqueueError.__init__(self, message, enqueued=enqueued, failed=failed, unknown=unknown)
-        self.replicas = replicas
-        self.wanted = wanted
-        self.timeout_ms = timeout_ms
-
-
-#: The fields of a message, in the order ``Message.asdict`` gives them.
-_MESSAGE_FIELDS = tuple(field.name for field in dataclasses.fields(Message))
-_KNOWN_MESSAGE_FIELDS = ("queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp")
-
-
-def _encode(message: Message[Any]) -> bytes:
-    """``message.encode()`` without looking up the dataclass fields on every call."""
-    return get_encoder().encode({name: getattr(message, name) for name in _MESSAGE_FIELDS})
-
-
-def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
-    """Encode a prepared scheduled message for the payload hash, compactly when possible.
-
-    The member (sort key + message id) is the message's ``redis_message_id``. With a JSON
-    encoder the stored copy leaves that option out, about 37 bytes less per scheduled
-    message; transfer.lua writes it back, right after ``"options":{``, when it moves the
-    message, so what reaches the ready queue names the member as any ready message does.
-    The full encoding is stored instead when that insertion could go wrong: another
-    encoder, ``"options":{`` or ``"redis_message_id":"`` showing up in an argument, or a
-    member that would need escaping inside a JSON string.
-    """
-    member = message.options.pop("redis_message_id")
-    try:
-        data = _encode(message)
-    finally:
-        message.options["redis_message_id"] = member
-    if (
-        b'"redis_message_id":"' not in data
-        and data.count(b'"options":{') == 1
-        and '"' not in member
-        and "\\" not in member
-        and member.isprintable()
-    ):
-        return data
-    return _encode(message)
-
-
-def _epoch_ms(time_reply: tuple[Any, Any]) -> int:
-    """A ``TIME`` reply as epoch ms."""
-    seconds, micros = time_reply
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def client_retry_span_ms(client: redis.Redis | RedisCluster) -> int | None:
-    """The longest time (ms) from a command's first run to the last automatic retry of it
-    by ``client`` (redis-py retries a command on a connection error or timeout, and the
-    first attempt may have run before its reply was lost), estimated from the client's
-    ``Retry`` (retries, backoff cap) and socket timeouts; ``None`` when it retries
-    forever or its settings cannot be read. A socket timeout of ``None`` counts as 0:
-    such a client waits for a reply instead of retrying.
-
-    A cluster client retries a command on top of its node connection's own retries:
-    each of its attempts may take a node connection's whole span.
-    """
-    try:
-        if isinstance(client, RedisCluster):
-            node = client.get_redis_connection(client.get_default_node())
-            per_node = client_retry_span_ms(node)
-            retries = int(client.retry.get_retries())
-            if per_node is None or retries < 0:
-                return None
-            return (retries + 1) * per_node + _backoff_total_ms(client.retry._backoff, retries)
-        pool = client.connection_pool
-        connection = pool.connection_class(**pool.connection_kwargs)  # not connected
-        retry = connection.retry
-        retries = int(retry.get_retries())
-        socket_timeout = float(connection.socket_timeout or 0)
-        connect_timeout = float(connection.socket_connect_timeout or 0)
-        backoff = retry._backoff
-    except Exception:
-        return None
-    if retries < 0:
-        return None
-    if retries == 0:
-        return 0
-    timeouts = 1000 * (socket_timeout + retries * (connect_timeout + socket_timeout))
-    return math.ceil(timeouts) + _backoff_total_ms(backoff, retries)
-
-
-def _backoff_total_ms(backoff: Any, retries: int) -> int:
-    """The longest total pause (ms) of ``retries`` retries with ``backoff``."""
-    cap = getattr(backoff, "_cap", None)
-    base = getattr(backoff, "_base", None)
-    total = 0.0
-    for failures in range(1, retries + 1):
-        if type(backoff).__name__ == "DecorrelatedJitterBackoff" and cap is not None:
-            total += float(cap)
-        elif cap is not None and base is not None:  # exponential ones, with or without jitter
-            total += min(float(cap), float(base) * 2**failures)
-        else:  # constant (or unknown): its value
-            total += float(backoff.compute(failures))
-    return math.ceil(1000 * total)
-
-
-def _eta_estimate(delay_ms: int | None) -> int | None:
-    """For a delayed send, the ``eta`` the built-in broker would give it (now + delay on
-    this process's clock, epoch ms), handed to ``before_enqueue``; else ``None``."""
-    if not delay_ms:
-        return None
-    return int(time.time() * 1000) + delay_ms
-
-
-def validate_delay(delay: Any) -> int | None:
-    """Return ``delay`` as whole milliseconds, or ``None`` for no delay.
-
-    A fractional delay is rounded up (never earlier than asked); a negative one means
-    "already due" and becomes 0 (run now), as with the built-in broker, Sidekiq, BullMQ
-    and Celery, where producers compute ``delay = due - now``.
-
-    Raises:
-      TypeError: If ``delay`` is not a number of milliseconds or a timedelta (a bool is not).
-      ValueError: If ``delay`` is NaN, infinite or longer than :data:`MAX_DELAY`.
-    """
-    if delay is None:
-        return None
-    if isinstance(delay, timedelta):
-        delay = delay.total_seconds() * 1000
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-        raise TypeError(f"delay must be a number of milliseconds or a timedelta, not {type(delay).__name__}")
-    if isinstance(delay, float):
-        if not math.isfinite(delay):
-            raise ValueError(f"delay must be finite, got {delay!r}")
-        delay = math.ceil(delay)
-    if delay > MAX_DELAY:
-        raise ValueError(f"delay must be at most {MAX_DELAY} ms (ten years), got {delay!r}")
-    return max(0, int(delay))
-
-
-#: The ``dedupe`` option's values: what a send does while another message holds its
-#: ``dedupe_key`` (see :meth:`RedissonBroker.enqueue`).
-DEDUPE_MODES = ("keep", "replace")
-
-#: The message options of a keyed send.
-DEDUPE_OPTIONS = ("dedupe_key", "dedupe", "dedupe_ttl")
-
-
-def dedupe_options(options: dict[str, Any], delay_ms: int | None) -> tuple[str, str, int] | None:
-    """A send's dedupe key, mode and throttle ttl (ms, 0 for none) from its message
-    options (``dedupe_key``, ``dedupe``, ``dedupe_ttl``), or ``None`` when it has none.
-
-    Raises:
-      ValueError: A ``dedupe``/``dedupe_ttl`` without a ``dedupe_key``, a key that is not
-        a non-empty str, an unknown mode, a ttl that is not a non-negative int of ms up to
-        :data:`MAX_DELAY` (the options travel in the encoded message), or any of them on a send without a delay.
-    """
-    if not any(options.get(name) is not None for name in DEDUPE_OPTIONS):
-        return None
-    key, mode, ttl = (options.get(name) for name in DEDUPE_OPTIONS)
-    if key is None:
-        raise ValueError("dedupe= and dedupe_ttl= need a dedupe_key=")
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"dedupe_key must be a non-empty str, got {key!r}")
-    if mode is None:
-        mode = "keep"
-    if mode not in DEDUPE_MODES:
-        raise ValueError(f"dedupe must be one of {', '.join(map(repr, DEDUPE_MODES))}, got {mode!r}")
-    if ttl is None:
-        ttl = 0
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 <= ttl <= MAX_DELAY:
-        raise ValueError(f"dedupe_ttl must be a non-negative int of ms (at most {MAX_DELAY}), got {ttl!r}")
-    if not delay_ms:
-        raise ValueError(
-            f"dedupe_key, dedupe and dedupe_ttl apply to scheduled messages: send with a delay (delay={delay_ms!r})"
-        )
-    return key, mode, ttl
-
-
-def _kept_message(reply: list[Any]) -> Message[Any]:
-    """The message that kept a keyed send out (offer.lua's ``[due or -3, member, stored
-    payload]``): the scheduled one (with its ``eta``) or the one that moved in the
-    key's throttle window."""
-    due, member, stored = int(reply[0]), reply[1], reply[2]
-    if due == -3:
-        return Message.decode(stored)
-    message = Message.decode(stored[16:])
-    message.options["redis_message_id"] = member.decode()
-    if due >= 0:
-        message.options["eta"] = due
-    return message
 
 
 class RedissonBroker(RedisBroker):
@@ -363,13 +139,7 @@ class RedissonBroker(RedisBroker):
         if cluster:
             check_cluster_name("namespace", namespace)
         if client is None and (url or cluster):
-            # The built-in broker drops every connection parameter when a url is given;
-            # here they apply too (url query options still win), so ``url="rediss://…",
-            # ssl_ca_certs=…`` verifies against that CA instead of failing.
-            if cluster:
-                client = RedisCluster.from_url(url, **parameters) if url else RedisCluster(**parameters)
-            else:
-                client = redis.Redis.from_url(cast(str, url), **parameters)
+            client = make_client(url, cluster, parameters)
             parameters = {}
         super().__init__(
             middleware=middleware,
@@ -424,8 +194,8 @@ class RedissonBroker(RedisBroker):
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
         self.permissions_checked: set[str] = set()
         self._owns_client = owns_client
-        #: Queues this process listed in the queue registry (see :meth:`_register_queue`).
-        self._registered: set[str] = set()
+        #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
+        self.producer = Producer(self)
         #: The servers' names and versions once :meth:`check_server` has run (None: not yet).
         self.server_versions: dict[str, tuple[str, tuple[int, int, int]]] | None = None
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
@@ -504,15 +274,7 @@ class RedissonBroker(RedisBroker):
     def close(self) -> None:
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""
         if self._owns_client:
-            if self.cluster:
-                # RedisCluster.close() leaves its nodes' connection pools open (their
-                # sockets close only when collected): disconnect them too.
-                for node in cast(RedisCluster, self.client).get_nodes():
-                    if node.redis_connection is not None:
-                        node.redis_connection.connection_pool.disconnect()
-                self.client.close()
-            else:
-                self.client.connection_pool.disconnect()
+            close_client(self.client)
 
     @property
     def consumer_class(self) -> type[Consumer]:
@@ -577,54 +339,6 @@ class RedissonBroker(RedisBroker):
             self.queues.add(queue_name)
             self.emit_after("declare_queue", queue_name)
 
-    def _prepare(self, message: Message[Any], delay_ms: int | None) -> tuple[Message[Any], str]:
-        """Give ``message`` its redis id and canonical queue; drop any ``eta``. Returns the
-        message and its sort key ("" if it is not delayed)."""
-        if delay_ms:
-            return self.prepare_scheduled(message)
-        return self._with_redis_id(message, self._ready_id(message)), ""
-
-    @staticmethod
-    def _ready_id(message: Message[Any]) -> str:
-        """The redis message id of an immediate send: the message id, so that sending
-        the same message again is recognised (see enqueue.lua); a fresh one for a
-        message being processed (a retry), whose current copy is still in flight."""
-        if isinstance(message, MessageProxy):
-            return str(uuid4())
-        return message.message_id
-
-    def prepare_scheduled(self, message: Message[Any], sort_key: str | None = None) -> tuple[Message[Any], str]:
-        """A copy of ``message`` ready to be offered to its delayed queue (``sort_key``, or
-        a new one, ``redis_message_id`` = sort key + message id, canonical queue, no
-        ``eta``), and its sort key. Used for new offers, bulk offers (with keys reserved
-        by ``next_sort_keys``) and messages migrated from ``.DQ``."""
-        if sort_key is None:
-            sort_key = next_sort_key()
-        return self._with_redis_id(message, sort_key + message.message_id), sort_key
-
-    @staticmethod
-    def _with_redis_id(message: Message[Any], redis_message_id: str) -> Message[Any]:
-        options = {**message.options, "redis_message_id": redis_message_id}
-        options.pop("eta", None)
-        if _MESSAGE_FIELDS != _KNOWN_MESSAGE_FIELDS:  # a newer Message: let dataclasses copy every field
-            return dataclasses.replace(message, queue_name=q_name(message.queue_name), options=options)
-        # A third cheaper than dataclasses.replace, which matters for enqueue_many.
-        return Message(
-            queue_name=q_name(message.queue_name),
-            actor_name=message.actor_name,
-            args=message.args,
-            kwargs=message.kwargs,
-            options=options,
-            message_id=message.message_id,
-            message_timestamp=message.message_timestamp,
-        )
-
-    def _hooked(self, signal: str) -> bool:
-        """Whether any middleware implements ``signal`` (else emitting it is a no-op): only
-        the base class's own no-op method, looked up as ``emit_before`` does, counts as none."""
-        base = getattr(Middleware, signal)
-        return any(getattr(getattr(m, signal), "__func__", None) is not base for m in self.middleware)
-
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         """Enqueue a message, now or after ``delay`` milliseconds.
 
@@ -671,293 +385,10 @@ class RedissonBroker(RedisBroker):
           redis.RedisError: Any other error of the client (a connection error: the
             message may or may not have been enqueued; sending it again is safe).
         """
-        in_flight = ""  # the redis id of the copy being processed, for a retry
-        if isinstance(message, MessageProxy):
-            delay_ms = self._redelivery_delay(message, delay)
-            in_flight = str(message.options.get("redis_message_id") or "")
-            dedupe = self._retry_dedupe(message, delay_ms)
-        else:
-            delay_ms = validate_delay(delay)
-            dedupe = dedupe_options(message.options, delay_ms)
-        message, sort_key = self._prepare(message, delay_ms)
-        keys = self.keys(message.queue_name)
-        self.logger.debug(
-            "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
-        )
-        estimate = _eta_estimate(delay_ms)
-        self.check_server_if_reachable()
-        self._emit_before_enqueue(message, delay, estimate)
-        due: int | Message[Any] | None = None
-        try:
-            if in_flight:
-                due = self._redeliver(keys, message, sort_key, delay_ms, in_flight, dedupe)
-            else:
-                due = self._send(keys, message, sort_key, delay_ms, dedupe=dedupe)
-        except redis.exceptions.OutOfMemoryError as e:
-            if not in_flight:
-                raise self._memory_full(e, enqueued=[], failed=[message], unknown=[]) from e
-            # A retry refused by a full server would be lost once the worker acks the
-            # message: let it take the place of the copy being processed instead.
-            try:
-                due = self._send(keys, message, sort_key, delay_ms, replacing=in_flight, dedupe=dedupe)
-            except redis.exceptions.OutOfMemoryError as again:
-                raise self._memory_full(again, enqueued=[], failed=[message], unknown=[]) from again
-            self.logger.warning(
-                "Server full: the retry of message %r took the place of its copy in flight on queue %r.",
-                message.message_id,
-                keys.queue_name,
-            )
-        except redis.ResponseError as e:
-            if is_permission_error(e):
-                self._explain_permissions(keys, e)
-            raise
-        except NotReplicated as e:
-            self._register_queue(keys)
-            raise self._not_replicated(e, enqueued=[message], failed=[], unknown=[]) from e
-        self._register_queue(keys)
-        if isinstance(due, Message):
-            # Kept out by its dedupe key: nothing was written; the message holding the key.
-            self.logger.debug(
-                "Message %r not scheduled on queue %r: dedupe key %r is held by message %r.",
-                message.message_id,
-                keys.queue_name,
-                message.options.get("dedupe_key"),
-                due.message_id,
-            )
-            return due
-        if estimate is not None:
-            # The due time the offer stored (server clock), as the built-in broker's eta.
-            message.options["eta"] = due if due is not None else estimate
-        self.emit_after("enqueue", message, delay)
-        return message
-
-    @staticmethod
-    def _not_replicated(
-        error: NotReplicated,
-        *,
-        enqueued: list[Message[Any]],
-        failed: list[Message[Any]],
-        unknown: list[Message[Any]],
-    ) -> EnqueueNotReplicated:
-        lost = f"; {len(failed)} not enqueued and {len(unknown)} unknown" if failed or unknown else ""
-        return EnqueueNotReplicated(
-            f"{len(enqueued)} message(s) enqueued{lost}: {error}",
-            enqueued=enqueued,
-            failed=failed,
-            unknown=unknown,
-            replicas=error.replicas,
-            wanted=error.wanted,
-            timeout_ms=error.timeout_ms,
-        )
-
-    def _emit_before_enqueue(self, message: Message[Any], delay: Any, eta: int | None) -> None:
-        """Emit the ``before_enqueue`` hook on a delayed message with an ``eta`` option, as
-        the built-in broker hands it (now + delay; after the send, the stored due time).
-        The option is taken off again before the message is encoded: the stored and
-        transferred copies carry none (a Worker would delay them again)."""
-        if eta is None:
-            self.emit_before("enqueue", message, delay)
-            return
-        message.options["eta"] = eta
-        try:
-            self.emit_before("enqueue", message, delay)
-        finally:
-            message.options.pop("eta", None)
-
-    def _retry_dedupe(self, message: MessageProxy, delay_ms: int | None) -> tuple[str, str, int] | None:
-        """The dedupe key of a retry (a message being processed, re-enqueued): it holds
-        the key like the original (mode "retry", see offer.lua). Never raises (that would
-        lose the message): a retry without a delay, or with options another producer set
-        wrongly, goes without its key."""
-        if not delay_ms:
-            return None
-        try:
-            found = dedupe_options(message.options, delay_ms)
-        except ValueError as e:
-            self.logger.warning("Retry of message %r is scheduled without its dedupe key: %s", message.message_id, e)
-            return None
-        return None if found is None else (found[0], "retry", found[2])
-
-    def _redeliver(
-        self,
-        keys: QueueKeys,
-        message: Message[Any],
-        sort_key: str,
-        delay_ms: int | None,
-        in_flight: str,
-        dedupe: tuple[str, str, int] | None = None,
-    ) -> int | Message[Any] | None:
-        """Re-enqueue a message being processed, retrying through a lost connection, a
-        restarting or loading server, for up to :data:`REDELIVERY_RETRY_TIME`.
-
-        The worker acks the copy in flight right after this returns, so a retry that
-        raised here would be lost (Dramatiq logs the middleware's error and acks). Sending
-        the same prepared message again is safe: an offer of the same member schedules it
-        once, and an immediate copy is pushed once (enqueue.lua). If the server stays away,
-        the copy in flight is released instead: the consumer does not ack it, and requeues
-        it from its ack set once the server is back. Returns what :meth:`_send` returns."""
-        deadline = time.monotonic() + REDELIVERY_RETRY_TIME / 1000
-        attempts = 0
-        while True:
-            try:
-                due = self._send(keys, message, sort_key, delay_ms, dedupe=dedupe)
-                if isinstance(due, Message):
-                    self.logger.info(
-                        "Retry of message %r dropped: its dedupe key %r is held by scheduled message %r.",
-                        message.message_id,
-                        dedupe[0] if dedupe else None,
-                        due.message_id,
-                    )
-                if attempts:
-                    self.logger.info("Re-enqueued message %r after %d attempts.", message.message_id, attempts + 1)
-                return due
-            except (redis.ConnectionError, redis.TimeoutError, NotReplicated) as e:
-                # BusyLoadingError, MasterNotFoundError (a Sentinel failover) are
-                # ConnectionErrors. NotReplicated: the retry is on the primary but too few
-                # replicas have it; sending it again is safe, and acking the copy in
-                # flight before a replica has the retry could lose both in a failover.
-                if time.monotonic() >= deadline:
-                    self.held.release(keys.queue_name, in_flight)
-                    self.logger.error(
-                        "Could not re-enqueue message %r on queue %r (%s); its copy in flight will be requeued "
-                        "instead of acked.",
-                        message.message_id,
-                        keys.queue_name,
-                        e,
-                    )
-                    raise
-                if not attempts:
-                    self.logger.warning(
-                        "Re-enqueueing message %r on queue %r failed (%s); retrying.",
-                        message.message_id,
-                        keys.queue_name,
-                        e,
-                    )
-                attempts, backoff_ms = compute_backoff(attempts, factor=100, max_backoff=MAX_REDELIVERY_BACKOFF)
-                time.sleep(min(backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
-
-    def _explain_permissions(self, keys: QueueKeys, error: redis.ResponseError) -> None:
-        """A send was refused by ACL: raise one :class:`MissingPermission` naming everything
-        the user lacks (returns when the probe finds nothing missing)."""
-        try:
-            check_permissions(
-                self.client,
-                keys,
-                worker_id=self.broker_id,
-                subscribe=False,
-                wait_for_replicas=bool(self.wait_for_replicas),
-                server_version=self.server_version,
-            )
-        except MissingPermission as missing:
-            raise missing from error
-        except redis.RedisError:
-            pass
-
-    def _register_queue(self, keys: QueueKeys) -> None:
-        """List a queue this process sends to in the namespace's queue registry, once per
-        process (consumers' heartbeats list theirs), so that operators' tools and metrics
-        see queues nobody consumes yet: their overdue messages are the ones to alert on."""
-        if keys.queue_name in self._registered:
-            return
-        self._registered.add(keys.queue_name)
-        try:
-            self.client.sadd(keys.registry, keys.queue_name)
-        except redis.RedisError as e:
-            self.logger.debug("Could not list queue %r in %r: %s", keys.queue_name, keys.registry, e)
-
-    def _send(
-        self,
-        keys: QueueKeys,
-        message: Message[Any],
-        sort_key: str,
-        delay_ms: int | None,
-        replacing: str = "",
-        dedupe: tuple[str, str, int] | None = None,
-    ) -> int | Message[Any] | None:
-        """One prepared message: offered when delayed (with its ``dedupe`` key, mode and
-        ttl), else pushed (unless already there). Returns the due time the offer stored
-        (epoch ms, server clock), ``None`` (immediate, or a message that had already come
-        due and moved), or the message holding its dedupe key (nothing was written)."""
-        if delay_ms:
-            data = encode_scheduled(message, sort_key)
-            entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
-            (due,) = self.redisson_scripts.offer(keys, [entry], replacing=replacing)
-            if isinstance(due, list):
-                return _kept_message(due)
-            return int(due) if int(due) >= 0 else None
-        redis_id = message.options["redis_message_id"]
-        _, pushed = self.redisson_scripts.enqueue(
-            keys, [(redis_id, message.encode())], self.dedupe_window, replacing=replacing
-        )
-        if not pushed:
-            self._log_duplicates(keys.queue_name, [redis_id])
-        return None
-
-    def _log_duplicates(self, queue_name: str, redis_ids: list[str]) -> None:
-        self.logger.info(
-            "Not enqueued again on queue %r, already there (queued, in flight or sent within the last %d ms): %s",
-            queue_name,
-            self.dedupe_window,
-            ", ".join(redis_ids),
-        )
-
-    def _memory_full(
-        self,
-        error: redis.exceptions.OutOfMemoryError,
-        *,
-        enqueued: list[Message[Any]],
-        failed: list[Message[Any]],
-        unknown: list[Message[Any]],
-    ) -> ServerMemoryFull:
-        """The error for a server that refused a write at its memory limit."""
-        queue_names = sorted({m.queue_name for m in failed})
-        maxmemory = used = None
-        policy = "?"
-        try:
-            info = self.client.info("memory")
-            maxmemory, used = int(info["maxmemory"]), int(info["used_memory"])
-            policy = str(info.get("maxmemory_policy", "?"))
-        except Exception:  # INFO may be refused (ACL) or the connection gone: the message says less
-            pass
-        usage = (
-            f"used memory {used} B is over maxmemory {maxmemory} B (maxmemory-policy {policy})"
-            if maxmemory is not None
-            else "used memory is over maxmemory"
-        )
-        text = (
-            f"Redis refused to enqueue {len(failed)} message(s) on queue(s) {', '.join(map(repr, queue_names))}: "
-            f"the server is full ({usage}); nothing of the refused message(s) was written. "
-            f"Free memory (let workers drain the queues) or raise maxmemory. Server said: {error}"
-        )
-        return ServerMemoryFull(
-            text,
-            enqueued=enqueued,
-            failed=failed,
-            unknown=unknown,
-            queue_names=queue_names,
-            maxmemory=maxmemory,
-            used_memory=used,
-        )
-
-    def _redelivery_delay(self, message: MessageProxy, delay: Any) -> int | None:
-        """The delay for re-enqueueing a message that is being processed (Retries does
-        this, with ``Retry(delay=…)`` from user code).
-
-        Raising here would lose the message: the middleware logs the error and the
-        worker acks it. So a delay that cannot be honoured at all marks the message
-        failed, so it ends in the dead letters, and then raises.
-        """
-        try:
-            return validate_delay(delay)
-        except (TypeError, ValueError):
-            self.logger.error(
-                "Cannot re-enqueue message %r with delay %r; moving it to the dead letters.", message.message_id, delay
-            )
-            message.fail()
-            raise
+        return self.producer.enqueue(message, delay)
 
     def enqueue_many(self, messages: Iterable[Message[Any]], *, delay: int | None = None) -> list[Message[Any]]:
-        """Enqueue many messages with one delay, pipelined in chunks of :data:`BULK_CHUNK_SIZE`.
+        """Enqueue many messages with one delay, pipelined in chunks of :data:`._producer.BULK_CHUNK_SIZE`.
 
         Each chunk is one atomic script call per queue; the ``enqueue`` middleware
         hooks run for every message as with :meth:`enqueue`. The messages of one
@@ -977,144 +408,12 @@ class RedissonBroker(RedisBroker):
           EnqueueError: Any other failure: ``enqueued``, ``failed`` and ``unknown``
             (sent, reply lost) partition the prepared messages; the error is the cause.
         """
-        delay_ms = validate_delay(delay)
-        messages = list(messages)
-        dedupes = [dedupe_options(m.options, delay_ms) for m in messages]
-        if delay_ms:
-            sort_keys = next_sort_keys(len(messages))
-            prepared = [self.prepare_scheduled(m, key)[0] for m, key in zip(messages, sort_keys, strict=True)]
-        else:
-            sort_keys = [""] * len(messages)
-            prepared = [self._prepare(m, None)[0] for m in messages]
-        estimate = _eta_estimate(delay_ms)
-        self.check_server_if_reachable()
-        if self._hooked("before_enqueue"):
-            for message in prepared:
-                self._emit_before_enqueue(message, delay, estimate)
-        by_queue: dict[str, list[int]] = defaultdict(list)
-        for index, message in enumerate(prepared):
-            by_queue[message.queue_name].append(index)
-        # Encode everything before the first write: an argument that cannot be
-        # encoded is bad input, and bad input writes nothing.
-        scheduled: list[tuple[QueueKeys, list[Any]]] = []
-        ready: list[tuple[QueueKeys, list[tuple[str, bytes]]]] = []
-        chunks: list[list[int]] = []  # per script call, the indexes of its messages
-        keyed_chunks: set[int] = set()  # calls in offer.lua's "rel" mode: per-entry replies
-        for queue_name, indexes in by_queue.items():
-            keys = self.keys(queue_name)
-            for start in range(0, len(indexes), BULK_CHUNK_SIZE):
-                chunk = indexes[start : start + BULK_CHUNK_SIZE]
-                chunks.append(chunk)
-                if delay_ms and any(dedupes[i] for i in chunk):
-                    # Messages with dedupe keys: one entry each, in order (a later entry
-                    # with the same key finds the earlier one scheduled).
-                    keyed_chunks.add(len(chunks) - 1)
-                    args: list[Any] = ["rel"]
-                    for i in chunk:
-                        data = encode_scheduled(prepared[i], sort_keys[i])
-                        args.extend((delay_ms, sort_keys[i], prepared[i].message_id, data, ""))
-                        args.extend(dedupes[i] or ("", "", 0))
-                    scheduled.append((keys, args))
-                elif delay_ms:
-                    entries: list[Any] = ["bulk", delay_ms]  # flat: fewer objects for the garbage collector
-                    for i in chunk:
-                        entries.append(prepared[i].message_id)
-                        entries.append(sort_keys[i].encode() + encode_scheduled(prepared[i], sort_keys[i]))
-                    scheduled.append((keys, entries))
-                else:
-                    ready.append(
-                        (keys, [(prepared[i].options["redis_message_id"], _encode(prepared[i])) for i in chunk])
-                    )
-        if scheduled:
-            outcomes = self.redisson_scripts.offer_calls(scheduled)
-        elif ready:
-            outcomes = self.redisson_scripts.enqueue_bulk(ready, self.dedupe_window)
-        else:
-            outcomes = []
-        for queue_name in by_queue:
-            self._register_queue(self.keys(queue_name))
-        enqueued: list[int] = []
-        failed: list[int] = []
-        unknown: list[int] = []
-        errors: list[Exception] = []
-        kept: dict[int, Message[Any]] = {}  # kept out by their dedupe key: who holds it
-        for n, (chunk, outcome) in enumerate(zip(chunks, outcomes, strict=True)):
-            if isinstance(outcome, Unanswered):
-                (unknown if outcome.sent else failed).extend(chunk)
-                errors.append(outcome.error)
-            elif isinstance(outcome, Exception):
-                failed.extend(chunk)
-                errors.append(outcome)
-            elif n in keyed_chunks:
-                for i, result in zip(chunk, outcome, strict=True):
-                    if isinstance(result, list):
-                        kept[i] = _kept_message(result)
-                    else:
-                        enqueued.append(i)
-                        if int(result) >= 0:
-                            prepared[i].options["eta"] = int(result)
-            else:
-                enqueued.extend(chunk)
-                if not delay_ms and int(outcome[1]) < len(chunk):
-                    self.logger.info(
-                        "%d of %d messages were not enqueued again on queue %r, already there "
-                        "(queued, in flight or sent within the last %d ms).",
-                        len(chunk) - int(outcome[1]),
-                        len(chunk),
-                        prepared[chunk[0]].queue_name,
-                        self.dedupe_window,
-                    )
-        enqueued.sort()
-        if estimate is not None:
-            # Each message's eta: the due time its call stored, else (not known to be
-            # scheduled) the estimate.
-            for message in prepared:
-                message.options.setdefault("eta", estimate)
-            for n, (chunk, outcome) in enumerate(zip(chunks, outcomes, strict=True)):
-                if isinstance(outcome, list) and n not in keyed_chunks and int(outcome[1]) >= 0:
-                    for i in chunk:
-                        prepared[i].options["eta"] = int(outcome[1])
-        if self._hooked("after_enqueue"):
-            for i in enqueued:
-                self.emit_after("enqueue", prepared[i], delay)
-        for i, holder in kept.items():
-            prepared[i] = holder
-        if errors:
-            raise self._enqueue_error(prepared, errors, enqueued, sorted(failed), sorted(unknown))
-        replicas = outcomes.replicas if isinstance(outcomes, Outcomes) else None
-        if self.wait_for_replicas and outcomes and (replicas is None or replicas < self.wait_for_replicas):
-            error = NotReplicated.describe(
-                f"Enqueueing {len(prepared)} message(s)", replicas, self.wait_for_replicas, self.wait_timeout
-            )
-            raise self._not_replicated(error, enqueued=[prepared[i] for i in enqueued], failed=[], unknown=[])
-        return prepared
+        return self.producer.enqueue_many(messages, delay)
 
-    def _enqueue_error(
-        self,
-        prepared: list[Message[Any]],
-        errors: list[Exception],
-        enqueued: list[int],
-        failed: list[int],
-        unknown: list[int],
-    ) -> EnqueueError:
-        lists = {
-            "enqueued": [prepared[i] for i in enqueued],
-            "failed": [prepared[i] for i in failed],
-            "unknown": [prepared[i] for i in unknown],
-        }
-        oom = next((e for e in errors if isinstance(e, redis.exceptions.OutOfMemoryError)), None)
-        error: EnqueueError
-        if oom is not None:
-            error = self._memory_full(oom, **lists)
-            error.__cause__ = oom
-            return error
-        error = EnqueueError(
-            f"{len(failed)} of {len(prepared)} messages were not enqueued and {len(unknown)} may or may not "
-            f"have been ({len(enqueued)} were): {type(errors[0]).__name__}: {errors[0]}",
-            **lists,
-        )
-        error.__cause__ = errors[0]
-        return error
+    def prepare_scheduled(self, message: Message[Any], sort_key: str | None = None) -> tuple[Message[Any], str]:
+        """A copy of ``message`` ready to be offered to its delayed queue, and its sort key
+        (see :func:`._message.prepare_scheduled`)."""
+        return prepare_scheduled(message, sort_key)
 
     def delayed_queue(self, queue_name: str) -> DelayedQueue:
         """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``)."""
@@ -1163,7 +462,7 @@ class RedissonBroker(RedisBroker):
                     self.redisson_scripts.stats(self.keys(name), overdue_grace, live_ms, client=pipe)
                 pipe.time()
                 replies = pipe.execute()
-            now_ms = _epoch_ms(replies.pop())
+            now_ms = epoch_ms(replies.pop())
             workers = int(self.client.zcount(heartbeats_key(self.namespace), now_ms - self.heartbeat_timeout, "+inf"))
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
@@ -1183,14 +482,14 @@ class RedissonBroker(RedisBroker):
 
     def _server_ms(self) -> int:
         """The server's clock (on a cluster, any node's), epoch ms."""
-        return _epoch_ms(cast("tuple[int, int]", self.client.time()))
+        return epoch_ms(cast("tuple[int, int]", self.client.time()))
 
     def flush(self, queue_name: str) -> None:
         """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``;
         the queue leaves the namespace's queue registry (its next send or consumer lists
         it again)."""
         keys = self.keys(queue_name)
-        self._registered.discard(keys.queue_name)
+        self.producer.registered.discard(keys.queue_name)
         # One UNLINK drops every key of the queue at once; the registry (on a cluster in
         # another slot) goes first, by a command of its own. No MULTI: on a full server
         # Redis before 7.4 and Valkey 7.2 refuse commands queued in one, and a flush is

@@ -20,11 +20,11 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
-from ._broker import encode_scheduled
+from ._errors import MissingPermission, NotReplicated
 from ._keys import acks_pattern
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
-from ._permissions import DOCS, MissingPermission, check_permissions, is_permission_error
-from ._scripts import NotReplicated
+from ._message import encode_scheduled, prepare_scheduled
+from ._permissions import DOCS, check_permissions, is_permission_error
 from ._timer import TransferTimer
 
 if TYPE_CHECKING:
@@ -682,7 +682,7 @@ class RedissonConsumer(Consumer):
                 continue
             eta = legacy.options.get("eta")
             due_ms = int(eta) if isinstance(eta, (int, float)) else 0
-            message, sort_key = self.broker.prepare_scheduled(legacy)
+            message, sort_key = prepare_scheduled(legacy)
             entries.append((due_ms, sort_key, message.message_id, encode_scheduled(message, sort_key), legacy_id))
         if undecodable:
             self.scripts.bury_legacy(self.keys, undecodable)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, cast
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
-from ._delayed_queue import BULK_STEP, check_batch, check_limit, in_steps, read_head
 from ._keys import QueueKeys
+from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker

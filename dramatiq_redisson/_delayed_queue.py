@@ -7,24 +7,19 @@ import datetime
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
 from ._keys import QueueKeys
+from ._message import validate_delay
+from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
+from ._stats import OVERDUE_GRACE
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
 
-
-#: Default ``grace`` (ms) of :meth:`DelayedQueue.overdue`: a due message normally moves
-#: within a few ms; one still scheduled a second after its due time is stuck.
-OVERDUE_GRACE = 1000
-
-#: Entries one bulk step (``promote_all``, ``remove_all``) changes: one script call of
-#: O(step * log n), about a millisecond on a server with a million scheduled.
-BULK_STEP = 500
 
 #: Default entries per server call of :meth:`DelayedQueue.scan`.
 SCAN_BATCH = 500
@@ -96,56 +91,6 @@ def prefilter(actor_name: str | None, match: str | bytes | None) -> Callable[[by
         return actor in data and (not needles or any(needle in data for needle in needles))
 
     return wanted
-
-
-def check_batch(batch: object, name: str = "batch") -> int:
-    """``batch`` as a positive int, or a ValueError naming it."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"{name} must be a positive int, got {batch!r}")
-    return batch
-
-
-def in_steps(total: int, step: int, run: Callable[[int], int]) -> int:
-    """Call ``run(n)`` (one atomic server step acting on up to ``n`` entries, returning how
-    many it acted on) until ``total`` entries are done or a step comes up short. Returns
-    how many were done."""
-    done = 0
-    while done < total:
-        size = min(step, total - done)
-        changed = run(size)
-        done += changed
-        if changed < size:
-            break
-    return done
-
-
-def check_limit(limit: object) -> int | None:
-    """``limit`` (None or a non-negative int), or a ValueError."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be None or a non-negative int, got {limit!r}")
-    return limit
-
-
-def read_head(
-    client: Any, zset: str, data_hash: str, limit: object, field: Callable[[bytes], Any] = lambda member: member
-) -> list[tuple[bytes, float, bytes | None]]:
-    """The first ``limit`` entries of ``zset`` (every one for ``None``) as ``(member,
-    score, data)``, ``data`` being the member's value in ``data_hash`` under
-    ``field(member)`` (``None`` if it has none). Two reads, not one atomic step.
-
-    Raises:
-      ValueError: A ``limit`` that is not None or a non-negative int.
-    """
-    limit = check_limit(limit)
-    if limit == 0:
-        return []
-    entries = cast(
-        "list[tuple[bytes, float]]", client.zrange(zset, 0, -1 if limit is None else limit - 1, withscores=True)
-    )
-    if not entries:
-        return []
-    stored = cast("list[bytes | None]", client.hmget(data_hash, [field(member) for member, _ in entries]))
-    return [(member, score, data) for (member, score), data in zip(entries, stored, strict=True)]
 
 
 class DelayedQueue:
@@ -221,8 +166,6 @@ class DelayedQueue:
           TypeError, ValueError: Neither or both of ``delay`` and ``at``, a naive datetime,
             or a delay the broker would refuse for a send; nothing is changed.
         """
-        from ._broker import validate_delay
-
         if (delay is None) == (at is None):
             raise TypeError("reschedule() takes exactly one of delay= or at=")
         if at is not None:

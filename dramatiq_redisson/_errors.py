@@ -1,12 +1,15 @@
-"""Errors the producer side raises (which messages were enqueued, which were not), and
-the refusal of a server the broker cannot run on."""
+"""Every exception the package raises: what an enqueue wrote and what it did not, a write
+too few replicas acknowledged, a missing ACL permission, and the refusal of a server the
+broker cannot run on. All are re-exported by :mod:`dramatiq_redisson`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dramatiq.errors import BrokerError
 from dramatiq.message import Message
+from redis.exceptions import NoPermissionError
 
 
 class EnqueueError(BrokerError):
@@ -90,7 +93,103 @@ class UnsupportedServer(BrokerError):
         return _rebuild, (type(self), self.__dict__)
 
 
-def _rebuild(cls: type[BrokerError], state: dict[str, Any]) -> BrokerError:
+class NotReplicated(BrokerError):
+    """A write went through on the primary, but fewer replicas than the broker's
+    ``wait_for_replicas`` acknowledged it within ``wait_timeout`` ms (``WAIT``).
+
+    The write is on the primary: it stays unless a replica that lacks it takes over
+    (a failover now may lose it). Doing the same call again is safe (a scheduled
+    message id is rescheduled, an immediate message is pushed once).
+
+    Attributes:
+      replicas: How many replicas acknowledged it (``None``: unknown, the connection
+        failed during the wait; the cause says why).
+      wanted: The broker's ``wait_for_replicas``.
+      timeout_ms: The broker's ``wait_timeout``.
+    """
+
+    def __init__(self, message: str, *, replicas: int | None = None, wanted: int = 0, timeout_ms: int = 0) -> None:
+        super().__init__(message)
+        self.replicas = replicas
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+
+    @classmethod
+    def describe(cls, what: str, replicas: int | None, wanted: int, timeout_ms: int) -> NotReplicated:
+        got = "an unknown number of" if replicas is None else str(replicas)
+        return cls(
+            f"{what} went through on the primary, but {got} of the {wanted} replica(s) asked for "
+            f"(wait_for_replicas) acknowledged it within {timeout_ms} ms (wait_timeout): a failover "
+            f"before the replicas catch up may lose it; doing it again is safe.",
+            replicas=replicas,
+            wanted=wanted,
+            timeout_ms=timeout_ms,
+        )
+
+    def __reduce__(self) -> Any:
+        return _rebuild, (type(self), self.__dict__, self.args)
+
+
+class EnqueueNotReplicated(EnqueueError, NotReplicated):
+    """An enqueue went through on the primary (its messages are in ``enqueued``), but
+    fewer replicas than ``wait_for_replicas`` acknowledged it within ``wait_timeout``:
+    a failover before they catch up may lose it. Sending the messages again is safe
+    (a scheduled id is rescheduled, an immediate message is pushed once)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        enqueued: list[Message[Any]],
+        failed: list[Message[Any]],
+        unknown: list[Message[Any]],
+        replicas: int | None,
+        wanted: int,
+        timeout_ms: int,
+    ) -> None:
+        EnqueueError.__init__(self, message, enqueued=enqueued, failed=failed, unknown=unknown)
+        self.replicas = replicas
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+
+
+class MissingPermission(NoPermissionError):
+    """The broker's Redis user lacks commands, keys or channels the broker needs.
+
+    A subclass of :class:`redis.exceptions.NoPermissionError` (the class redis-py raises
+    for the server's NOPERM reply) rather than of ``dramatiq.errors.BrokerError``: it
+    stands for the same refusal, raised earlier and complete, so every handler of the
+    refusal it replaces keeps working — ``except redis.ResponseError`` around sends, and
+    the consumer, which backs off and retries on server errors (and logs a NOPERM as a
+    permission problem) so a worker recovers by itself once an operator fixes the ACL.
+    A ``BrokerError`` would be caught by no one and gives Dramatiq no special handling.
+
+    Attributes:
+      commands: Missing commands (``"time"``, ``"script|load"``), sorted.
+      keys: Key names the user may not access (``"key (read)"``-style notes included).
+      channels: Channels the user may not publish to or subscribe to.
+      unchecked: Commands the probe could not try until others are granted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        commands: Sequence[str] = (),
+        keys: Sequence[str] = (),
+        channels: Sequence[str] = (),
+        unchecked: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.commands = tuple(commands)
+        self.keys = tuple(keys)
+        self.channels = tuple(channels)
+        self.unchecked = tuple(unchecked)
+
+
+def _rebuild(cls: type[BaseException], state: dict[str, Any], args: tuple[Any, ...] | None = None) -> BaseException:
     error = cls.__new__(cls)
+    if args is not None:
+        error.args = args
     error.__dict__.update(state)
     return error

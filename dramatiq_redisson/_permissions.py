@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Sequence
 from importlib import resources
 from typing import Any, NoReturn, cast
 
@@ -49,6 +48,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import NoPermissionError
 
+from ._errors import MissingPermission
 from ._keys import QueueKeys
 from ._server import server_versions
 
@@ -305,40 +305,6 @@ def acl_rule(
     return " ".join(
         acl_tokens(namespace, wait_for_replicas=wait_for_replicas, cluster=cluster, server_version=server_version)
     )
-
-
-class MissingPermission(NoPermissionError):
-    """The broker's Redis user lacks commands, keys or channels the broker needs.
-
-    A subclass of :class:`redis.exceptions.NoPermissionError` (the class redis-py raises
-    for the server's NOPERM reply) rather than of ``dramatiq.errors.BrokerError``: it
-    stands for the same refusal, raised earlier and complete, so every handler of the
-    refusal it replaces keeps working — ``except redis.ResponseError`` around sends, and
-    the consumer, which backs off and retries on server errors (and logs a NOPERM as a
-    permission problem) so a worker recovers by itself once an operator fixes the ACL.
-    A ``BrokerError`` would be caught by no one and gives Dramatiq no special handling.
-
-    Attributes:
-      commands: Missing commands (``"time"``, ``"script|load"``), sorted.
-      keys: Key names the user may not access (``"key (read)"``-style notes included).
-      channels: Channels the user may not publish to or subscribe to.
-      unchecked: Commands the probe could not try until others are granted.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        commands: Sequence[str] = (),
-        keys: Sequence[str] = (),
-        channels: Sequence[str] = (),
-        unchecked: Sequence[str] = (),
-    ) -> None:
-        super().__init__(message)
-        self.commands = tuple(commands)
-        self.keys = tuple(keys)
-        self.channels = tuple(channels)
-        self.unchecked = tuple(unchecked)
 
 
 def is_permission_error(error: BaseException) -> bool:

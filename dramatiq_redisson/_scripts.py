@@ -16,10 +16,10 @@ from importlib import resources
 from typing import Any, NoReturn, cast
 
 import redis
-from dramatiq.errors import BrokerError
 from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, OutOfMemoryError, TryAgainError
 
+from ._errors import NotReplicated
 from ._keys import QueueKeys
 
 _NAMES = (
@@ -188,50 +188,6 @@ class Unanswered:
 
 #: A failed connection: the replies still due on it are lost.
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
-
-
-class NotReplicated(BrokerError):
-    """A write went through on the primary, but fewer replicas than the broker's
-    ``wait_for_replicas`` acknowledged it within ``wait_timeout`` ms (``WAIT``).
-
-    The write is on the primary: it stays unless a replica that lacks it takes over
-    (a failover now may lose it). Doing the same call again is safe (a scheduled
-    message id is rescheduled, an immediate message is pushed once).
-
-    Attributes:
-      replicas: How many replicas acknowledged it (``None``: unknown, the connection
-        failed during the wait; the cause says why).
-      wanted: The broker's ``wait_for_replicas``.
-      timeout_ms: The broker's ``wait_timeout``.
-    """
-
-    def __init__(self, message: str, *, replicas: int | None = None, wanted: int = 0, timeout_ms: int = 0) -> None:
-        super().__init__(message)
-        self.replicas = replicas
-        self.wanted = wanted
-        self.timeout_ms = timeout_ms
-
-    @classmethod
-    def describe(cls, what: str, replicas: int | None, wanted: int, timeout_ms: int) -> NotReplicated:
-        got = "an unknown number of" if replicas is None else str(replicas)
-        return cls(
-            f"{what} went through on the primary, but {got} of the {wanted} replica(s) asked for "
-            f"(wait_for_replicas) acknowledged it within {timeout_ms} ms (wait_timeout): a failover "
-            f"before the replicas catch up may lose it; doing it again is safe.",
-            replicas=replicas,
-            wanted=wanted,
-            timeout_ms=timeout_ms,
-        )
-
-    def __reduce__(self) -> Any:
-        return _rebuild_error, (type(self), self.args, self.__dict__)
-
-
-def _rebuild_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
-    error = cls.__new__(cls)
-    error.args = args
-    error.__dict__.update(state)
-    return error
 
 
 #: How Redis 6.2 words a script's write refused at the ``maxmemory`` limit inside the

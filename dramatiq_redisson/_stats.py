@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+#: Default ``grace`` (ms) of :meth:`DelayedQueue.overdue`: a due message normally moves
+#: within a few ms; one still scheduled a second after its due time is stuck.
+OVERDUE_GRACE = 1000
+
 
 class QueueStats(TypedDict):
     """One queue's counts, read in one atomic server step."""

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from dramatiq.middleware import Middleware
 
-from ._delayed_queue import OVERDUE_GRACE
+from ._stats import OVERDUE_GRACE
 
 if TYPE_CHECKING:
     # At run time ``Prometheus`` is this package's subclass of it, made on first access
@@ -308,15 +308,16 @@ def _dramatiq_cli_broker_path() -> str | None:
 def _load_broker() -> RedissonBroker:
     from dramatiq.cli import import_broker
 
-    from ._broker import RedissonBroker
-
     path = os.environ.get(BROKER_ENV) or _dramatiq_cli_broker_path()
     if not path:
         raise RuntimeError(
             f"Cannot tell which broker to read: not run by the dramatiq command's fork_process; set {BROKER_ENV}."
         )
     _, broker = import_broker(path)
-    if not isinstance(broker, RedissonBroker):
+    # The broker module imports this one (for adopt_middleware), so this one does not
+    # import it back: a RedissonBroker cannot exist unless its module has been loaded.
+    broker_module = sys.modules.get(f"{__package__}._broker")
+    if broker_module is None or not isinstance(broker, broker_module.RedissonBroker):
         raise RuntimeError(f"{path!r} is a {type(broker).__name__}, not a RedissonBroker.")
     return broker
 

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from dramatiq_redisson import EnqueueError, RedissonBroker
-from dramatiq_redisson._broker import BULK_CHUNK_SIZE
+from dramatiq_redisson._producer import BULK_CHUNK_SIZE
 
 from .helpers import server_ms
 

@@ -19,7 +19,7 @@ from dramatiq import Actor, Worker
 from dramatiq.errors import ConnectionClosed, Retry
 from dramatiq.middleware import Retries
 
-from dramatiq_redisson import RedissonBroker, _broker
+from dramatiq_redisson import RedissonBroker, _producer
 from dramatiq_redisson.embedded import redis_url as embedded_redis_url
 
 from .helpers import records, server_ms, wait_for
@@ -250,7 +250,7 @@ def test_a_retry_scheduled_while_the_server_is_stopped_is_not_lost(
     own_server: tuple[str, int], make_broker: object, monkeypatch: pytest.MonkeyPatch, retry_time_ms: int
 ) -> None:
     # Given a worker on a server of our own, and an actor that fails once with a short retry
-    monkeypatch.setattr(_broker, "REDELIVERY_RETRY_TIME", retry_time_ms)
+    monkeypatch.setattr(_producer, "REDELIVERY_RETRY_TIME", retry_time_ms)
     url, pid = own_server
     broker = make_broker(url=f"{url}?socket_timeout=0.5", middleware=[Retries()], safety_interval=1000)  # type: ignore[operator]
     dramatiq.set_broker(broker)

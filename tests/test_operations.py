@@ -368,4 +368,4 @@ def test_a_queue_nobody_consumes_is_listed_by_its_first_send(
     assert (q["scheduled"], q["overdue"], q["ready"], q["consumers"]) == (1, 1, 1, 0)
     # Listing costs one command per queue and process, not one per send
     assert redis_client.smembers(keys.registry) == {b"orphans"}
-    assert broker._registered == {"orphans"}
+    assert broker.producer.registered == {"orphans"}

@@ -18,7 +18,7 @@ from dramatiq.broker import MessageProxy
 from dramatiq.message import Message
 
 from dramatiq_redisson import EnqueueError, RedissonBroker, ServerMemoryFull
-from dramatiq_redisson._broker import BULK_CHUNK_SIZE
+from dramatiq_redisson._producer import BULK_CHUNK_SIZE
 
 from .helpers import wait_for
 

@@ -9,7 +9,7 @@ import redis
 from dramatiq import Actor, Worker
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._broker import BULK_CHUNK_SIZE
+from dramatiq_redisson._producer import BULK_CHUNK_SIZE
 
 from .helpers import record, records, server_ms, wait_for
 

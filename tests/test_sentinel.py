@@ -30,8 +30,7 @@ import redis
 from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._broker import EnqueueNotReplicated
-from dramatiq_redisson._scripts import NotReplicated
+from dramatiq_redisson import EnqueueNotReplicated, NotReplicated
 
 from . import failover
 from .failover import QUEUE, SIZES, FailoverResult, Fault, Size

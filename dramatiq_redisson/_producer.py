@@ -1,0 +1,582 @@
+"""The producer side of a broker: one send, a bulk send, and a retry's re-enqueue.
+
+:class:`Producer` turns :meth:`RedissonBroker.enqueue` and ``enqueue_many`` into script
+calls (offer.lua for delayed messages, enqueue.lua for immediate ones) and their outcomes
+into the errors the package promises (:class:`~._errors.EnqueueError` lists what was
+written). How a bulk send is cut into calls (:func:`pack`) and how their outcomes are
+sorted out (:func:`sort_outcomes`) are plain functions, testable without a server.
+
+It may import the leaf modules (messages, keys, errors, ids) and the script wrappers;
+the broker is reached only through the instance it is given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+from dramatiq.broker import MessageProxy
+from dramatiq.common import compute_backoff
+from dramatiq.message import Message
+from dramatiq.middleware import Middleware
+
+from ._errors import EnqueueError, EnqueueNotReplicated, MissingPermission, NotReplicated, ServerMemoryFull
+from ._ids import next_sort_keys
+from ._keys import QueueKeys
+from ._message import (
+    dedupe_options,
+    encode_message,
+    encode_scheduled,
+    eta_estimate,
+    kept_message,
+    prepare,
+    prepare_scheduled,
+    validate_delay,
+)
+from ._permissions import check_permissions, is_permission_error
+from ._scripts import Outcomes, Unanswered
+
+if TYPE_CHECKING:
+    from ._broker import RedissonBroker
+
+#: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries (keeps
+#: each call to a few ms even with a million scheduled).
+BULK_CHUNK_SIZE = 100
+
+#: Longest time (ms) a worker keeps retrying the re-enqueue of a message it is processing
+#: (a retry scheduled by the Retries middleware) while the server is unreachable or
+#: loading; the message's copy in flight is not acked meanwhile. Past it, that copy is
+#: left unacked and requeued by the consumer, so the message is never lost.
+REDELIVERY_RETRY_TIME = 30_000
+
+#: Longest pause (ms) between two of those attempts; the first pause is 100 ms.
+MAX_REDELIVERY_BACKOFF = 2000
+
+#: A keyed send's dedupe key, mode and throttle ttl (see :func:`._message.dedupe_options`).
+Dedupe = tuple[str, str, int]
+
+
+@dataclass
+class Packed:
+    """A bulk send cut into script calls (see :func:`pack`).
+
+    Attributes:
+      scheduled: offer.lua calls, ``(keys, args)``.
+      ready: enqueue.lua calls, ``(keys, [(redis id, data), ...])``.
+      chunks: Per call (in the order sent), the indexes of its messages.
+      keyed: The calls in offer.lua's "rel" mode, which reply per entry.
+    """
+
+    scheduled: list[tuple[QueueKeys, list[Any]]] = field(default_factory=list)
+    ready: list[tuple[QueueKeys, list[tuple[str, bytes]]]] = field(default_factory=list)
+    chunks: list[list[int]] = field(default_factory=list)
+    keyed: set[int] = field(default_factory=set)
+
+
+def pack(
+    prepared: list[Message[Any]],
+    sort_keys: list[str],
+    dedupes: list[Dedupe | None],
+    delay_ms: int | None,
+    keys_of: Callable[[str], QueueKeys],
+    chunk_size: int = BULK_CHUNK_SIZE,
+) -> Packed:
+    """Cut prepared messages into script calls: per queue, in chunks of ``chunk_size``.
+
+    Everything is encoded here, before the first write: an argument that cannot be
+    encoded is bad input, and bad input writes nothing."""
+    by_queue: dict[str, list[int]] = defaultdict(list)
+    for index, message in enumerate(prepared):
+        by_queue[message.queue_name].append(index)
+    packed = Packed()
+    for queue_name, indexes in by_queue.items():
+        keys = keys_of(queue_name)
+        for start in range(0, len(indexes), chunk_size):
+            chunk = indexes[start : start + chunk_size]
+            packed.chunks.append(chunk)
+            if delay_ms and any(dedupes[i] for i in chunk):
+                # Messages with dedupe keys: one entry each, in order (a later entry
+                # with the same key finds the earlier one scheduled).
+                packed.keyed.add(len(packed.chunks) - 1)
+                args: list[Any] = ["rel"]
+                for i in chunk:
+                    data = encode_scheduled(prepared[i], sort_keys[i])
+                    args.extend((delay_ms, sort_keys[i], prepared[i].message_id, data, ""))
+                    args.extend(dedupes[i] or ("", "", 0))
+                packed.scheduled.append((keys, args))
+            elif delay_ms:
+                entries: list[Any] = ["bulk", delay_ms]  # flat: fewer objects for the garbage collector
+                for i in chunk:
+                    entries.append(prepared[i].message_id)
+                    entries.append(sort_keys[i].encode() + encode_scheduled(prepared[i], sort_keys[i]))
+                packed.scheduled.append((keys, entries))
+            else:
+                pairs = [(prepared[i].options["redis_message_id"], encode_message(prepared[i])) for i in chunk]
+                packed.ready.append((keys, pairs))
+    return packed
+
+
+@dataclass
+class Sorted:
+    """What each message of a bulk send became (indexes into the prepared list).
+
+    Attributes:
+      enqueued, failed, unknown: As :class:`~._errors.EnqueueError`'s lists.
+      errors: The errors of the calls that failed or went unanswered.
+      kept: Messages kept out by their dedupe key, and the message holding it.
+      dues: Due times the calls stored (server clock), where known.
+      duplicates: Per ready call that skipped messages already there, ``(index of its
+        first message, how many it had, how many it pushed)``.
+    """
+
+    enqueued: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    unknown: list[int] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
+    kept: dict[int, Message[Any]] = field(default_factory=dict)
+    dues: dict[int, int] = field(default_factory=dict)
+    duplicates: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+def sort_outcomes(packed: Packed, outcomes: list[Any], delay_ms: int | None) -> Sorted:
+    """Sort the messages of a bulk send by the outcome of their call: an :class:`Unanswered`
+    (sent: unknown, else failed), an error (failed), a per-entry reply of a keyed call
+    (a due time, or the message that kept it out), or ``[due, pushed]`` of a plain one."""
+    result = Sorted()
+    for n, (chunk, outcome) in enumerate(zip(packed.chunks, outcomes, strict=True)):
+        if isinstance(outcome, Unanswered):
+            (result.unknown if outcome.sent else result.failed).extend(chunk)
+            result.errors.append(outcome.error)
+        elif isinstance(outcome, Exception):
+            result.failed.extend(chunk)
+            result.errors.append(outcome)
+        elif n in packed.keyed:
+            for i, reply in zip(chunk, outcome, strict=True):
+                if isinstance(reply, list):
+                    result.kept[i] = kept_message(reply)
+                else:
+                    result.enqueued.append(i)
+                    if int(reply) >= 0:
+                        result.dues[i] = int(reply)
+        else:
+            result.enqueued.extend(chunk)
+            if delay_ms and int(outcome[1]) >= 0:
+                result.dues.update((i, int(outcome[1])) for i in chunk)
+            if not delay_ms and int(outcome[1]) < len(chunk):
+                result.duplicates.append((chunk[0], len(chunk), int(outcome[1])))
+    result.enqueued.sort()
+    result.failed.sort()
+    result.unknown.sort()
+    return result
+
+
+def not_replicated_error(
+    error: NotReplicated,
+    *,
+    enqueued: list[Message[Any]],
+    failed: list[Message[Any]],
+    unknown: list[Message[Any]],
+) -> EnqueueNotReplicated:
+    """The error of an enqueue that too few replicas acknowledged."""
+    lost = f"; {len(failed)} not enqueued and {len(unknown)} unknown" if failed or unknown else ""
+    return EnqueueNotReplicated(
+        f"{len(enqueued)} message(s) enqueued{lost}: {error}",
+        enqueued=enqueued,
+        failed=failed,
+        unknown=unknown,
+        replicas=error.replicas,
+        wanted=error.wanted,
+        timeout_ms=error.timeout_ms,
+    )
+
+
+def memory_full_error(
+    client: Any,
+    error: redis.exceptions.OutOfMemoryError,
+    *,
+    enqueued: list[Message[Any]],
+    failed: list[Message[Any]],
+    unknown: list[Message[Any]],
+) -> ServerMemoryFull:
+    """The error for a server that refused a write at its memory limit (``client`` is
+    asked for the figures, if it may)."""
+    queue_names = sorted({m.queue_name for m in failed})
+    maxmemory = used = None
+    policy = "?"
+    try:
+        info = client.info("memory")
+        maxmemory, used = int(info["maxmemory"]), int(info["used_memory"])
+        policy = str(info.get("maxmemory_policy", "?"))
+    except Exception:  # INFO may be refused (ACL) or the connection gone: the message says less
+        pass
+    usage = (
+        f"used memory {used} B is over maxmemory {maxmemory} B (maxmemory-policy {policy})"
+        if maxmemory is not None
+        else "used memory is over maxmemory"
+    )
+    text = (
+        f"Redis refused to enqueue {len(failed)} message(s) on queue(s) {', '.join(map(repr, queue_names))}: "
+        f"the server is full ({usage}); nothing of the refused message(s) was written. "
+        f"Free memory (let workers drain the queues) or raise maxmemory. Server said: {error}"
+    )
+    return ServerMemoryFull(
+        text,
+        enqueued=enqueued,
+        failed=failed,
+        unknown=unknown,
+        queue_names=queue_names,
+        maxmemory=maxmemory,
+        used_memory=used,
+    )
+
+
+def enqueue_error(client: Any, prepared: list[Message[Any]], outcome: Sorted) -> EnqueueError:
+    """The error of a bulk send some of whose calls failed; the first error is the cause."""
+    lists = {
+        "enqueued": [prepared[i] for i in outcome.enqueued],
+        "failed": [prepared[i] for i in outcome.failed],
+        "unknown": [prepared[i] for i in outcome.unknown],
+    }
+    errors = outcome.errors
+    oom = next((e for e in errors if isinstance(e, redis.exceptions.OutOfMemoryError)), None)
+    error: EnqueueError
+    if oom is not None:
+        error = memory_full_error(client, oom, **lists)
+        error.__cause__ = oom
+        return error
+    error = EnqueueError(
+        f"{len(outcome.failed)} of {len(prepared)} messages were not enqueued and {len(outcome.unknown)} may or "
+        f"may not have been ({len(outcome.enqueued)} were): {type(errors[0]).__name__}: {errors[0]}",
+        **lists,
+    )
+    error.__cause__ = errors[0]
+    return error
+
+
+class Producer:
+    """Sends for one broker (its client, scripts, middleware and options)."""
+
+    def __init__(self, broker: RedissonBroker) -> None:
+        self.broker = broker
+        self.logger = broker.logger
+        #: Queues this process listed in the queue registry (see :meth:`register_queue`).
+        self.registered: set[str] = set()
+
+    def _hooked(self, signal: str) -> bool:
+        """Whether any middleware implements ``signal`` (else emitting it is a no-op): only
+        the base class's own no-op method, looked up as ``emit_before`` does, counts as none."""
+        base = getattr(Middleware, signal)
+        return any(getattr(getattr(m, signal), "__func__", None) is not base for m in self.broker.middleware)
+
+    # -- one message ---------------------------------------------------------------
+
+    def enqueue(self, message: Message[Any], delay: Any) -> Message[Any]:
+        """:meth:`RedissonBroker.enqueue` (see there)."""
+        broker = self.broker
+        in_flight = ""  # the redis id of the copy being processed, for a retry
+        if isinstance(message, MessageProxy):
+            delay_ms = self._redelivery_delay(message, delay)
+            in_flight = str(message.options.get("redis_message_id") or "")
+            dedupe = self._retry_dedupe(message, delay_ms)
+        else:
+            delay_ms = validate_delay(delay)
+            dedupe = dedupe_options(message.options, delay_ms)
+        message, sort_key = prepare(message, delay_ms)
+        keys = broker.keys(message.queue_name)
+        self.logger.debug(
+            "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
+        )
+        estimate = eta_estimate(delay_ms)
+        broker.check_server_if_reachable()
+        self._emit_before_enqueue(message, delay, estimate)
+        due = self._write(keys, message, sort_key, delay_ms, in_flight, dedupe)
+        if isinstance(due, Message):
+            # Kept out by its dedupe key: nothing was written; the message holding the key.
+            self.logger.debug(
+                "Message %r not scheduled on queue %r: dedupe key %r is held by message %r.",
+                message.message_id,
+                keys.queue_name,
+                message.options.get("dedupe_key"),
+                due.message_id,
+            )
+            return due
+        if estimate is not None:
+            # The due time the offer stored (server clock), as the built-in broker's eta.
+            message.options["eta"] = due if due is not None else estimate
+        broker.emit_after("enqueue", message, delay)
+        return message
+
+    def _write(
+        self,
+        keys: QueueKeys,
+        message: Message[Any],
+        sort_key: str,
+        delay_ms: int | None,
+        in_flight: str,
+        dedupe: Dedupe | None,
+    ) -> int | Message[Any] | None:
+        """Send one prepared message (a retry through :meth:`_redeliver`); its errors
+        become the package's. Returns what :meth:`_send` returns."""
+        due: int | Message[Any] | None = None
+        try:
+            if in_flight:
+                due = self._redeliver(keys, message, sort_key, delay_ms, in_flight, dedupe)
+            else:
+                due = self._send(keys, message, sort_key, delay_ms, dedupe=dedupe)
+        except redis.exceptions.OutOfMemoryError as e:
+            if not in_flight:
+                raise memory_full_error(self.broker.client, e, enqueued=[], failed=[message], unknown=[]) from e
+            # A retry refused by a full server would be lost once the worker acks the
+            # message: let it take the place of the copy being processed instead.
+            try:
+                due = self._send(keys, message, sort_key, delay_ms, replacing=in_flight, dedupe=dedupe)
+            except redis.exceptions.OutOfMemoryError as again:
+                raise memory_full_error(self.broker.client, again, enqueued=[], failed=[message], unknown=[]) from again
+            self.logger.warning(
+                "Server full: the retry of message %r took the place of its copy in flight on queue %r.",
+                message.message_id,
+                keys.queue_name,
+            )
+        except redis.ResponseError as e:
+            if is_permission_error(e):
+                self._explain_permissions(keys, e)
+            raise
+        except NotReplicated as e:
+            self.register_queue(keys)
+            raise not_replicated_error(e, enqueued=[message], failed=[], unknown=[]) from e
+        self.register_queue(keys)
+        return due
+
+    def _emit_before_enqueue(self, message: Message[Any], delay: Any, eta: int | None) -> None:
+        """Emit the ``before_enqueue`` hook on a delayed message with an ``eta`` option, as
+        the built-in broker hands it (now + delay; after the send, the stored due time).
+        The option is taken off again before the message is encoded: the stored and
+        transferred copies carry none (a Worker would delay them again)."""
+        if eta is None:
+            self.broker.emit_before("enqueue", message, delay)
+            return
+        message.options["eta"] = eta
+        try:
+            self.broker.emit_before("enqueue", message, delay)
+        finally:
+            message.options.pop("eta", None)
+
+    def _send(
+        self,
+        keys: QueueKeys,
+        message: Message[Any],
+        sort_key: str,
+        delay_ms: int | None,
+        replacing: str = "",
+        dedupe: Dedupe | None = None,
+    ) -> int | Message[Any] | None:
+        """One prepared message: offered when delayed (with its ``dedupe`` key, mode and
+        ttl), else pushed (unless already there). Returns the due time the offer stored
+        (epoch ms, server clock), ``None`` (immediate, or a message that had already come
+        due and moved), or the message holding its dedupe key (nothing was written)."""
+        scripts = self.broker.redisson_scripts
+        if delay_ms:
+            data = encode_scheduled(message, sort_key)
+            entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
+            (due,) = scripts.offer(keys, [entry], replacing=replacing)
+            if isinstance(due, list):
+                return kept_message(due)
+            return int(due) if int(due) >= 0 else None
+        redis_id = message.options["redis_message_id"]
+        _, pushed = scripts.enqueue(
+            keys, [(redis_id, message.encode())], self.broker.dedupe_window, replacing=replacing
+        )
+        if not pushed:
+            self._log_duplicates(keys.queue_name, [redis_id])
+        return None
+
+    def _log_duplicates(self, queue_name: str, redis_ids: list[str]) -> None:
+        self.logger.info(
+            "Not enqueued again on queue %r, already there (queued, in flight or sent within the last %d ms): %s",
+            queue_name,
+            self.broker.dedupe_window,
+            ", ".join(redis_ids),
+        )
+
+    def _explain_permissions(self, keys: QueueKeys, error: redis.ResponseError) -> None:
+        """A send was refused by ACL: raise one :class:`MissingPermission` naming everything
+        the user lacks (returns when the probe finds nothing missing)."""
+        broker = self.broker
+        try:
+            check_permissions(
+                broker.client,
+                keys,
+                worker_id=broker.broker_id,
+                subscribe=False,
+                wait_for_replicas=bool(broker.wait_for_replicas),
+                server_version=broker.server_version,
+            )
+        except MissingPermission as missing:
+            raise missing from error
+        except redis.RedisError:
+            pass
+
+    def register_queue(self, keys: QueueKeys) -> None:
+        """List a queue this process sends to in the namespace's queue registry, once per
+        process (consumers' heartbeats list theirs), so that operators' tools and metrics
+        see queues nobody consumes yet: their overdue messages are the ones to alert on."""
+        if keys.queue_name in self.registered:
+            return
+        self.registered.add(keys.queue_name)
+        try:
+            self.broker.client.sadd(keys.registry, keys.queue_name)
+        except redis.RedisError as e:
+            self.logger.debug("Could not list queue %r in %r: %s", keys.queue_name, keys.registry, e)
+
+    # -- a retry (a message being processed, re-enqueued) ----------------------------
+
+    def _redelivery_delay(self, message: MessageProxy, delay: Any) -> int | None:
+        """The delay for re-enqueueing a message that is being processed (Retries does
+        this, with ``Retry(delay=…)`` from user code).
+
+        Raising here would lose the message: the middleware logs the error and the
+        worker acks it. So a delay that cannot be honoured at all marks the message
+        failed, so it ends in the dead letters, and then raises.
+        """
+        try:
+            return validate_delay(delay)
+        except (TypeError, ValueError):
+            self.logger.error(
+                "Cannot re-enqueue message %r with delay %r; moving it to the dead letters.", message.message_id, delay
+            )
+            message.fail()
+            raise
+
+    def _retry_dedupe(self, message: MessageProxy, delay_ms: int | None) -> Dedupe | None:
+        """The dedupe key of a retry (a message being processed, re-enqueued): it holds
+        the key like the original (mode "retry", see offer.lua). Never raises (that would
+        lose the message): a retry without a delay, or with options another producer set
+        wrongly, goes without its key."""
+        if not delay_ms:
+            return None
+        try:
+            found = dedupe_options(message.options, delay_ms)
+        except ValueError as e:
+            self.logger.warning("Retry of message %r is scheduled without its dedupe key: %s", message.message_id, e)
+            return None
+        return None if found is None else (found[0], "retry", found[2])
+
+    def _redeliver(
+        self,
+        keys: QueueKeys,
+        message: Message[Any],
+        sort_key: str,
+        delay_ms: int | None,
+        in_flight: str,
+        dedupe: Dedupe | None = None,
+    ) -> int | Message[Any] | None:
+        """Re-enqueue a message being processed, retrying through a lost connection, a
+        restarting or loading server, for up to :data:`REDELIVERY_RETRY_TIME`.
+
+        The worker acks the copy in flight right after this returns, so a retry that
+        raised here would be lost (Dramatiq logs the middleware's error and acks). Sending
+        the same prepared message again is safe: an offer of the same member schedules it
+        once, and an immediate copy is pushed once (enqueue.lua). If the server stays away,
+        the copy in flight is released instead: the consumer does not ack it, and requeues
+        it from its ack set once the server is back. Returns what :meth:`_send` returns."""
+        deadline = time.monotonic() + REDELIVERY_RETRY_TIME / 1000
+        attempts = 0
+        while True:
+            try:
+                due = self._send(keys, message, sort_key, delay_ms, dedupe=dedupe)
+                if isinstance(due, Message):
+                    self.logger.info(
+                        "Retry of message %r dropped: its dedupe key %r is held by scheduled message %r.",
+                        message.message_id,
+                        dedupe[0] if dedupe else None,
+                        due.message_id,
+                    )
+                if attempts:
+                    self.logger.info("Re-enqueued message %r after %d attempts.", message.message_id, attempts + 1)
+                return due
+            except (redis.ConnectionError, redis.TimeoutError, NotReplicated) as e:
+                # BusyLoadingError, MasterNotFoundError (a Sentinel failover) are
+                # ConnectionErrors. NotReplicated: the retry is on the primary but too few
+                # replicas have it; sending it again is safe, and acking the copy in
+                # flight before a replica has the retry could lose both in a failover.
+                if time.monotonic() >= deadline:
+                    self.broker.held.release(keys.queue_name, in_flight)
+                    self.logger.error(
+                        "Could not re-enqueue message %r on queue %r (%s); its copy in flight will be requeued "
+                        "instead of acked.",
+                        message.message_id,
+                        keys.queue_name,
+                        e,
+                    )
+                    raise
+                if not attempts:
+                    self.logger.warning(
+                        "Re-enqueueing message %r on queue %r failed (%s); retrying.",
+                        message.message_id,
+                        keys.queue_name,
+                        e,
+                    )
+                attempts, backoff_ms = compute_backoff(attempts, factor=100, max_backoff=MAX_REDELIVERY_BACKOFF)
+                time.sleep(min(backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
+
+    # -- many messages -------------------------------------------------------------
+
+    def enqueue_many(self, messages: Iterable[Message[Any]], delay: Any) -> list[Message[Any]]:
+        """:meth:`RedissonBroker.enqueue_many` (see there)."""
+        broker = self.broker
+        delay_ms = validate_delay(delay)
+        messages = list(messages)
+        dedupes = [dedupe_options(m.options, delay_ms) for m in messages]
+        if delay_ms:
+            sort_keys = next_sort_keys(len(messages))
+            prepared = [prepare_scheduled(m, key)[0] for m, key in zip(messages, sort_keys, strict=True)]
+        else:
+            sort_keys = [""] * len(messages)
+            prepared = [prepare(m, None)[0] for m in messages]
+        estimate = eta_estimate(delay_ms)
+        broker.check_server_if_reachable()
+        if self._hooked("before_enqueue"):
+            for message in prepared:
+                self._emit_before_enqueue(message, delay, estimate)
+        packed = pack(prepared, sort_keys, dedupes, delay_ms, broker.keys)
+        if packed.scheduled:
+            outcomes = broker.redisson_scripts.offer_calls(packed.scheduled)
+        elif packed.ready:
+            outcomes = broker.redisson_scripts.enqueue_bulk(packed.ready, broker.dedupe_window)
+        else:
+            outcomes = []
+        for queue_name in dict.fromkeys(m.queue_name for m in prepared):
+            self.register_queue(broker.keys(queue_name))
+        outcome = sort_outcomes(packed, outcomes, delay_ms)
+        for first, count, pushed in outcome.duplicates:
+            self.logger.info(
+                "%d of %d messages were not enqueued again on queue %r, already there "
+                "(queued, in flight or sent within the last %d ms).",
+                count - pushed,
+                count,
+                prepared[first].queue_name,
+                broker.dedupe_window,
+            )
+        if estimate is not None:
+            # Each message's eta: the due time its call stored, else (not known to be
+            # scheduled) the estimate.
+            for i, message in enumerate(prepared):
+                message.options["eta"] = outcome.dues.get(i, estimate)
+        if self._hooked("after_enqueue"):
+            for i in outcome.enqueued:
+                broker.emit_after("enqueue", prepared[i], delay)
+        for i, holder in outcome.kept.items():
+            prepared[i] = holder
+        if outcome.errors:
+            raise enqueue_error(broker.client, prepared, outcome)
+        replicas = outcomes.replicas if isinstance(outcomes, Outcomes) else None
+        if broker.wait_for_replicas and outcomes and (replicas is None or replicas < broker.wait_for_replicas):
+            error = NotReplicated.describe(
+                f"Enqueueing {len(prepared)} message(s)", replicas, broker.wait_for_replicas, broker.wait_timeout
+            )
+            raise not_replicated_error(error, enqueued=[prepared[i] for i in outcome.enqueued], failed=[], unknown=[])
+        return prepared
