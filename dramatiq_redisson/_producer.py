@@ -38,7 +38,7 @@ from ._message import (
     validate_delay,
 )
 from ._permissions import check_permissions, is_permission_error
-from ._scripts import Outcomes, Unanswered
+from ._script_runner import Outcomes, Unanswered
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
