@@ -34,8 +34,22 @@ def _read(file_name: str) -> bytes:
 
 
 def load_source(name: str) -> bytes:
-    """The text of ``lua/<name>.lua`` with its includes written in."""
-    return _INCLUDE.sub(lambda m: _read(m.group(1).decode()).rstrip(b"\n"), _read(f"{name}.lua"))
+    """The text of ``lua/<name>.lua`` with its includes written in: each include once,
+    where it first appears (an include may include another; ``_dedupe.lua`` needs
+    ``_chunked.lua``, which a script that includes both gets once)."""
+    seen: set[bytes] = set()
+
+    def expand(text: bytes) -> bytes:
+        def include(match: re.Match[bytes]) -> bytes:
+            file_name = match.group(1)
+            if file_name in seen:
+                return b"-- (" + file_name + b" is included above)"
+            seen.add(file_name)
+            return expand(_read(file_name.decode())).rstrip(b"\n")
+
+        return _INCLUDE.sub(include, text)
+
+    return expand(_read(f"{name}.lua"))
 
 
 #: Replies of a cluster node that mean the call did not run there: the slot moved or is

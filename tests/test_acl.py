@@ -48,6 +48,7 @@ from dramatiq_redisson._permissions import (
     key_patterns,
     scratch_key,
 )
+from dramatiq_redisson._script_runner import load_source
 from dramatiq_redisson.dashboard import make_app
 
 from .helpers import wait_for
@@ -62,13 +63,14 @@ _CALL = re.compile(r"redis\.p?call\(\s*([^,)\s]+)")
 _LITERAL = re.compile(r"""^["']([A-Za-z|]+)["']$""")
 
 
-def lua_commands(path: Path) -> set[str]:
+def lua_commands(path: Path, text: str | None = None) -> set[str]:
     """Every command a Lua script issues: literal first arguments of redis.call and
     redis.pcall, and literal first arguments of local helpers that pass their first
-    parameter on as the command (``variadic("ZREM", key, items)``).
+    parameter on as the command (``variadic("ZREM", key, items)``). ``text``: the
+    script as it runs, its includes written in (default: the file's own text).
 
     Raises AssertionError for a command that cannot be resolved that way."""
-    source = re.sub(r"--[^\n]*", "", path.read_text())
+    source = re.sub(r"--[^\n]*", "", path.read_text() if text is None else text)
     found: set[str] = set()
     for match in _CALL.finditer(source):
         first = match.group(1)
@@ -84,16 +86,23 @@ def lua_commands(path: Path) -> set[str]:
             "pass commands as string literals (or through a local helper's first parameter)"
         )
         name = helpers[-1].group(1)
-        uses = re.findall(rf"\b{name}\(\s*[\"']([A-Za-z|]+)[\"']", source)
-        assert uses, f"{path.name}: helper {name}() is never called with a literal command"
-        found.update(u.lower() for u in uses)
+        # Every call of the helper (not its definition) must name a literal command; a
+        # helper an include defines and this script never calls issues none.
+        calls = re.findall(rf"(?<!function )\b{name}\(\s*([^,)\s]+)", source)
+        uses = [_LITERAL.match(first) for first in calls]
+        assert all(uses), f"{path.name}: helper {name}() is called with a command this test cannot resolve: {calls}"
+        found.update(u.group(1).lower() for u in uses if u)
     return found
 
 
 def test_rule_has_every_command_of_every_lua_script() -> None:
-    scripts = sorted(p for p in LUA.glob("*.lua") if p.name != "probe.lua")
+    # Each script as the server runs it, its includes (_*.lua) written in.
+    scripts = sorted(p for p in LUA.glob("*.lua") if p.name != "probe.lua" and not p.name.startswith("_"))
     assert len(scripts) >= 10, scripts
-    used: dict[str, set[str]] = {p.name: lua_commands(p) for p in scripts}
+    used: dict[str, set[str]] = {p.name: lua_commands(p, load_source(p.stem).decode()) for p in scripts}
+    includes = {p.name for p in LUA.glob("_*.lua")}
+    included = {name for name in includes if any(name in load_source(p.stem).decode() for p in scripts)}
+    assert included == includes, f"included by no script: {sorted(includes - included)}"
     every = set().union(*used.values())
     missing = {name: sorted(cmds - set(SCRIPT_COMMANDS)) for name, cmds in used.items() if cmds - set(COMMANDS)}
     assert not missing, f"add these to SCRIPT_COMMANDS in _permissions.py (and probe.lua): {missing}"
@@ -114,6 +123,13 @@ def test_the_lua_parser_catches_a_new_command(tmp_path: Path) -> None:
     script.write_text("local c = ARGV[1]\nredis.call(c, KEYS[1])\n")
     with pytest.raises(AssertionError, match="cannot resolve"):
         lua_commands(script)
+    # A helper called with a command it cannot read is caught too; one never called issues none.
+    helper = "local function each(command, key) return redis.call(command, key) end\n"
+    script.write_text(helper + 'each(ARGV[1], KEYS[1])\n')
+    with pytest.raises(AssertionError, match="cannot resolve"):
+        lua_commands(script)
+    script.write_text(helper + 'redis.call("GET", KEYS[1])\n')
+    assert lua_commands(script) == {"get"}
 
 
 # Client methods that are not commands, and the ones whose command differs from the name.

@@ -1,5 +1,5 @@
 -- _dedupe.lua: functions included by offer.lua, transfer.lua, cancel.lua and bulk.lua
--- (see _scripts.py), not a script of its own. They keep a queue's dedupe-key index
+-- (see _script_runner.py), not a script of its own. They keep a queue's dedupe-key index
 -- exact while messages leave the schedule, and its throttle windows bounded.
 --
 -- The index (see _keys.py):
@@ -12,26 +12,12 @@
 -- Invariants: dedupe[k] = id exactly when keyed[id] = "<ttl>:k" and id is scheduled;
 -- a key is in at most one of dedupe and holds.
 
--- Variadic calls go in chunks, far below Lua's unpack() stack limit.
-local DEDUPE_CHUNK = 1000
+-- include: _chunked.lua
 
 -- Ended throttle windows one call trims at most (bounded work). transfer.lua trims each
 -- time it adds windows, so ended ones never outnumber what one call trims by much, and
 -- both keys expire with the latest window, which removes whatever is left.
 local HOLD_TRIM = 16
-
-local function dedupe_each(command, key, items)
-    local result = {}
-    for i = 1, #items, DEDUPE_CHUNK do
-        local part = redis.call(command, key, unpack(items, i, math.min(#items, i + DEDUPE_CHUNK - 1)))
-        if type(part) == "table" then
-            for j = 1, #part do
-                result[i + j - 1] = part[j]
-            end
-        end
-    end
-    return result
-end
 
 -- "<ttl>:<key>" -> ttl (number), key
 local function dedupe_split(value)
@@ -49,7 +35,7 @@ local function unkey(keyed, dedupe, ids)
     if #ids == 0 or redis.call("EXISTS", keyed) == 0 then
         return found
     end
-    local values = dedupe_each("HMGET", keyed, ids)
+    local values = gather("HMGET", keyed, ids)
     local gone_ids, gone_keys = {}, {}
     for i = 1, #ids do
         if values[i] then
@@ -60,8 +46,8 @@ local function unkey(keyed, dedupe, ids)
         end
     end
     if #gone_ids > 0 then
-        dedupe_each("HDEL", keyed, gone_ids)
-        local owners = dedupe_each("HMGET", dedupe, gone_keys)
+        gather("HDEL", keyed, gone_ids)
+        local owners = gather("HMGET", dedupe, gone_keys)
         local drop = {}
         for j = 1, #gone_keys do
             if owners[j] == gone_ids[j] then
@@ -69,7 +55,7 @@ local function unkey(keyed, dedupe, ids)
             end
         end
         if #drop > 0 then
-            dedupe_each("HDEL", dedupe, drop)
+            gather("HDEL", dedupe, drop)
         end
     end
     return found

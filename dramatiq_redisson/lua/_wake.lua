@@ -1,4 +1,4 @@
--- _wake.lua: a function included by enqueue.lua and transfer.lua (see _scripts.py), not
+-- _wake.lua: a function included by enqueue.lua and transfer.lua (see _script_runner.py), not
 -- a script of its own.
 --
 -- wake(idle, wake_prefix, slots): wake idle consumers until their free slots add up to

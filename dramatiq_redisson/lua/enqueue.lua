@@ -43,16 +43,7 @@ local ready, ready_msgs, channel, sent, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4
 local window = tonumber(ARGV[1])
 local in_flight = ARGV[2]
 
--- Variadic calls go in chunks, far below Lua's unpack() stack limit.
-local CHUNK = 1000
-
-local function variadic(command, key, items)
-    local total = 0
-    for i = 1, #items, CHUNK do
-        total = total + redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
-    end
-    return total
-end
+-- include: _chunked.lua
 
 local now_ms = 0
 if window > 0 then

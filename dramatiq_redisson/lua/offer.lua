@@ -75,20 +75,12 @@
 --          message)}, or {-3, "", encoded message} when a throttle window holds the key;
 --          bulk: {entries, their due time in epoch ms}.
 
+-- include: _chunked.lua
 -- include: _dedupe.lua
 
 local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local legacy_list, legacy_msgs, ready_msgs, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local dedupe, keyed, holds, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-
--- Variadic calls go in chunks, far below Lua's unpack() stack limit.
-local CHUNK = 1000
-
-local function variadic(command, key, items)
-    for i = 1, #items, CHUNK do
-        redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
-    end
-end
 
 -- Reads first: a key of the wrong type fails the call before anything is written.
 redis.call("LLEN", backup)

@@ -84,6 +84,7 @@
 --           (server clock), in due order}
 
 -- include: _wake.lua
+-- include: _chunked.lua
 -- include: _dedupe.lua
 
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -97,26 +98,6 @@ local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local acks, listening = KEYS[14], ARGV[8] == "1"
 local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
 local dedupe, keyed, holds, held = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
-
--- Variadic calls go in chunks, far below Lua's unpack() stack limit.
-local CHUNK = 1000
-
-local function variadic(command, key, items)
-    for i = 1, #items, CHUNK do
-        redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
-    end
-end
-
-local function gather(command, key, items)
-    local result = {}
-    for i = 1, #items, CHUNK do
-        local part = redis.call(command, key, unpack(items, i, math.min(#items, i + CHUNK - 1)))
-        for j = 1, #part do
-            result[i + j - 1] = part[j]
-        end
-    end
-    return result
-end
 
 local t = redis.call("TIME")
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
