@@ -1,4 +1,12 @@
-"""The consumer returned by :meth:`RedissonBroker.consume`, with the transfer timer inside."""
+"""The consumer returned by :meth:`RedissonBroker.consume`: fetch, ack, nack, requeue.
+
+:class:`RedissonConsumer` is Dramatiq's consumer interface over the ready queue (fetch.lua,
+ack.lua, nack.lua, requeue.lua), with the upkeep that belongs to fetching: reconciling
+its worker's ack set after a lost reply, heartbeats, the migration of the built-in
+broker's ``.DQ`` entries, and requeueing dead workers' messages. Its other duty, moving
+due messages to the ready queue, is :class:`._transfer_duty.TransferDuty`, which each
+tick runs first.
+"""
 
 from __future__ import annotations
 
@@ -20,40 +28,20 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
-from ._errors import MissingPermission, NotReplicated
+from ._errors import NotReplicated
 from ._keys import acks_pattern
-from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 from ._message import encode_scheduled, prepare_scheduled
-from ._permissions import DOCS, check_permissions, is_permission_error
-from ._timer import TransferTimer
+from ._permissions import DOCS, is_permission_error
+from ._transfer_duty import CONNECTION_ERRORS, ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
-    from ._scripts import TransferResult
-
-#: Most transfer calls in one tick before the consumer hands back control.
-MAX_TRANSFER_CALLS_PER_TICK = 20
 
 #: Legacy ``.DQ`` entries migrated per batch.
 MIGRATION_BATCH_SIZE = 100
 
 #: Most dead letters expired per maintenance run.
 EXPIRE_LIMIT = 1000
-
-#: Longest back-off (ms) between two re-subscription attempts after the pub/sub
-#: connection was lost. The first attempt is immediate.
-MAX_RESUBSCRIBE_BACKOFF = 1000
-
-#: While not subscribed, a consumer hears no announcements, so it transfers at least
-#: this often (ms) instead of every ``safety_interval``.
-UNSUBSCRIBED_TRANSFER_INTERVAL = 250
-
-#: Longest back-off (ms) after a failed call (lost connection, server error) before the
-#: consumer tries again; the consumer itself never stops.
-MAX_ERROR_BACKOFF = 2000
-
-#: First back-off (ms) after a failure; it doubles (with jitter) up to the maxima above.
-ERROR_BACKOFF_FACTOR = 100
 
 #: After a lost connection or a timeout, the consumer reconciles its ack set (and beats
 #: its heartbeat) again this soon (ms) instead of a ``safety_interval`` later.
@@ -62,10 +50,6 @@ RECONCILE_AFTER_ERROR = 1000
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
 
-#: A failed connection, or (on a cluster) redis-py's cluster client giving up on a slot
-#: that keeps moving (``ClusterError: TTL exhausted``): back off and try again.
-_CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
-
 #: Numbers the consumers of a process, so that each has a token of its own.
 _consumer_numbers = itertools.count(1)
 
@@ -73,16 +57,13 @@ _T = TypeVar("_T")
 
 
 class RedissonConsumer(Consumer):
-    """Fetches ready messages and, on the side, runs the queue's transfer timer.
+    """Fetches ready messages and, on the side, does its share of the queue's transfers
+    (:attr:`transfers`).
 
     Fleet cost stays flat in the number of worker processes:
 
-    - One consumer per queue holds the transfer lease (see transfer.lua) and runs the
-      timer: it subscribes to the queue's channel, transfers on every (re)subscription,
-      at the due time the transfer returned, when an earlier due time is announced and
-      at least every third of the lease (which renews it). The other consumers stand
-      by: each checks the lease when it would end and takes it over if it lapsed, so a
-      killed owner delays transfers by at most about one lease.
+    - One consumer per queue holds the transfer lease and runs the timer; the others
+      stand by (see :mod:`._transfer_duty`).
     - A consumer whose fetch came up short is registered as idle (fetch.lua) and waits
       on its own wake channel; enqueues and transfers wake only as many idle consumers
       as the messages they make ready need (see _wake.lua), instead of all of them.
@@ -90,6 +71,9 @@ class RedissonConsumer(Consumer):
     Idle waits happen on the pub/sub connection, so an announcement or a wake-up ends
     them at once.
     """
+
+    #: The class of :attr:`transfers` (a benchmark swaps in Redisson's original transfer).
+    transfer_duty_class: type[TransferDuty] = TransferDuty
 
     def __init__(self, broker: RedissonBroker, queue_name: str, prefetch: int, timeout: int) -> None:
         self.logger = get_logger(__name__, type(self))
@@ -106,38 +90,42 @@ class RedissonConsumer(Consumer):
         self.prefetch = prefetch
         self.timeout = timeout
 
-        self.timer = TransferTimer(broker.safety_interval, lease_ms=broker.transfer_lease)
         self.message_cache: deque[tuple[str, bytes]] = deque()
         self.in_flight: set[str] = set()
         self.misses = 0
         self.capacity_freed = threading.Event()
-        self.pubsub: Any = None
-        #: The wake channel's subscription is confirmed: fetches may register as idle.
-        self.wake_ready = False
         #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
         self.registered = False
         self.idle_poll_at = 0.0
-        #: Subscribed to the queue's channel (while holding the transfer lease).
-        self.announcements = False
         self.migrate_legacy = True
         self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.maintenance_interval / 1000)
         self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
         self.checked_dead_workers: set[str] = set()
 
-        # Subscription and error recovery (see _subscribe, _failed).
-        self.resubscribe_attempts = 0
-        self.resubscribe_at = 0.0
-        self.next_poll_transfer_at = 0.0
+        # Error recovery (see _failed).
         self.error_attempts = 0
-        self.transfer_failures = 0
         self.failing_since: float | None = None
         self.last_error_log: dict[str, float] = {}
         self.reconcile_due = True  # on (re)start: ids a lost reply left in our ack set
         self.wakeup = threading.Event()
+        #: The queue's transfers, the lease and the subscriptions (see :mod:`._transfer_duty`).
+        self.transfers = self.transfer_duty_class(self)
+        self.timer = self.transfers.timer
 
     @property
     def outstanding_message_count(self) -> int:
         return len(self.in_flight) + len(self.message_cache)
+
+    @property
+    def free_slots(self) -> int:
+        """How many more messages this consumer may hold (its prefetch left)."""
+        return max(0, self.prefetch - self.outstanding_message_count)
+
+    def woken(self) -> None:
+        """A wake-up came (or the wake channel was subscribed): fetch now, and register
+        as idle again if the fetch comes up short."""
+        self.registered = False
+        self.misses = 0
 
     # -- the Consumer interface ------------------------------------------------
 
@@ -160,7 +148,7 @@ class RedissonConsumer(Consumer):
                         # Registered as idle: a wake-up ends the wait; no polling.
                         self._recovered()
                         wait = min(self.timeout / 1000, self.idle_poll_at - time.monotonic())
-                        self._wait_for_announcement(min(wait, self.timer.seconds_until_due()))
+                        self.transfers.wait(min(wait, self.timer.seconds_until_due()))
                         if self.registered:
                             return None
                         continue
@@ -171,13 +159,13 @@ class RedissonConsumer(Consumer):
                     if self.registered:
                         continue  # wait for a wake-up (above)
                     self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
-                    self._wait_for_announcement(min(backoff_ms / 1000, self.timer.seconds_until_due()))
+                    self.transfers.wait(min(backoff_ms / 1000, self.timer.seconds_until_due()))
                 else:
                     # Full: wait for an ack to free a slot, or for the timer.
                     self._recovered()
                     self.capacity_freed.clear()
                     self.capacity_freed.wait(min(self.timeout / 1000, self.timer.seconds_until_due()))
-            except (*_CONNECTION_ERRORS, redis.ResponseError, NotReplicated) as e:
+            except (*CONNECTION_ERRORS, redis.ResponseError, NotReplicated) as e:
                 # Dramatiq would restart the whole consumer after 3 s; instead keep
                 # this one, back off briefly and go on with what still works. (A Sentinel
                 # failover shows as connection errors: MasterNotFoundError, and a demoted
@@ -210,7 +198,7 @@ class RedissonConsumer(Consumer):
             self.logger.debug("Re-enqueueing %r on queue %r.", ids, self.queue_name)
             try:
                 self.scripts.requeue(self.keys, self.worker_id, ids)
-            except _CONNECTION_ERRORS as e:
+            except CONNECTION_ERRORS as e:
                 raise ConnectionClosed(e) from None
             finally:
                 # Put back, acked meanwhile, or (on a failure) left in the ack set for
@@ -222,7 +210,7 @@ class RedissonConsumer(Consumer):
             # Leave the idle registry and hand the transfer lease to another consumer now,
             # not when it would lapse.
             self.scripts.release(self.keys, self.token)
-        except (*_CONNECTION_ERRORS, redis.ResponseError):
+        except (*CONNECTION_ERRORS, redis.ResponseError):
             pass  # the lease lapses by itself; a stale idle entry is skipped when woken
         try:
             cached = [redis_message_id for redis_message_id, _ in self.message_cache]
@@ -230,28 +218,20 @@ class RedissonConsumer(Consumer):
             if cached:
                 self.scripts.requeue(self.keys, self.worker_id, cached)
                 self.broker.held.discard(self.queue_name, cached)
-        except (*_CONNECTION_ERRORS, redis.ResponseError):
+        except (*CONNECTION_ERRORS, redis.ResponseError):
             # Unheld, they are requeued by this worker's next consumer on the queue
             # (its first reconciliation), or after the heartbeat timeout if none comes.
             self.broker.held.discard(self.queue_name, cached)
             self.logger.warning("Could not requeue %d prefetched messages on queue %r.", len(cached), self.queue_name)
         finally:
-            if self.pubsub is not None:
-                _close_quietly(self.pubsub)
-                self.pubsub = None
+            self.transfers.close()
 
     # -- one tick of the timer -------------------------------------------------
 
     def tick(self) -> None:
         """Do the timer's work that is due: subscribe, transfer, reconcile, migrate, maintain."""
         now = time.monotonic()
-        if self.pubsub is None and now >= self.resubscribe_at:
-            self._subscribe()
-        if self.pubsub is None and now >= self.next_poll_transfer_at:
-            # No announcements reach us while unsubscribed: poll instead.
-            self.next_poll_transfer_at = now + UNSUBSCRIBED_TRANSFER_INTERVAL / 1000
-            self.timer.force()
-        self._drain_announcements()
+        self.transfers.listen(now)
         # Each task below is on its own: a server error in one (say, a full server
         # refusing a .DQ migration) is logged and retried later while the others, and
         # fetching, go on. A lost connection stops them all (see __next__).
@@ -262,19 +242,7 @@ class RedissonConsumer(Consumer):
             # attempt waits for housekeeping instead of every tick.
             self.migrate_legacy = False
             self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
-        if self.timer.is_due():
-            try:
-                self._transfer()
-            except (redis.ResponseError, NotReplicated) as e:
-                # NotReplicated: the transfer went through, but too few replicas have it
-                # yet: transfer (and wait) again soon rather than at the next due time.
-                self._log_failure(e)
-                self.transfer_failures, backoff_ms = compute_backoff(
-                    self.transfer_failures, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
-                )
-                self.timer.retry_in(backoff_ms)
-            else:
-                self.transfer_failures = 0
+        self.transfers.transfer_if_due()
         if now >= self.next_housekeeping_at:
             # Keep this worker's heartbeat fresh while all its threads are busy, requeue
             # what a lost fetch reply stranded in our ack set, and pick up legacy .DQ
@@ -292,7 +260,7 @@ class RedissonConsumer(Consumer):
         try:
             return task(*args)
         except (redis.ResponseError, NotReplicated) as e:
-            self._log_failure(e)
+            self.log_failure(e)
             return None
 
     def reconcile(self) -> int:
@@ -325,23 +293,22 @@ class RedissonConsumer(Consumer):
         as an idle built-in consumer does: a wake-up may be lost, and messages pushed by
         something that wakes nobody (the built-in broker's producers during a migration,
         a script of an older version) must not wait longer than they used to."""
-        token = self.token if self.wake_ready else ""
+        token = self.token if self.transfers.wake_ready else ""
         with self.broker.held.lock(self.queue_name):
             try:
                 fetched = self.scripts.fetch(self.keys, self.worker_id, count, token)
-            except _CONNECTION_ERRORS:
+            except CONNECTION_ERRORS:
                 # The script may have run: its ids would be stranded in our ack set.
                 self.reconcile_due = True
                 raise
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None))
-        self._registered(bool(token) and len(fetched) < count)
+        self.note_idle(bool(token) and len(fetched) < count)
         if not fetched:
             return False
-        self.misses = 0
-        self._cache(fetched)
+        self.take(fetched)
         return True
 
-    def _registered(self, registered: bool) -> None:
+    def note_idle(self, registered: bool) -> None:
         """A script registered this consumer as idle (or took it out of the registry)."""
         self.registered = registered
         if registered:
@@ -349,96 +316,23 @@ class RedissonConsumer(Consumer):
 
     # -- subscription and failures -------------------------------------------------
 
-    def _subscribe(self) -> None:
-        # Refuse a server the broker cannot run on before anything is written: the first
-        # tick subscribes before the first fetch. Once per broker (again while the server
-        # cannot be asked); UnsupportedServer stops this consumer. Not in __init__, which
-        # Dramatiq's consumer thread runs before it publishes the consumer: it stays free
-        # of network calls, as the built-in consumer's.
-        self.broker.check_server_if_reachable()
-        if self.queue_name not in self.broker.permissions_checked:
-            self._check_permissions()
-        channels = [self.wake_channel]
-        if self.timer.owner:
-            channels.append(self.keys.channel)
-        pubsub: Any = None
-        try:
-            if self.broker.cluster:
-                # Sharded pub/sub: the queue's channels live on the node that owns its
-                # slot (one node: they share the queue's hash tag).
-                pubsub = self.scripts.node_client(self.keys.channel).pubsub()
-                pubsub.ssubscribe(*channels)
-            else:
-                pubsub = self.broker.client.pubsub()
-                pubsub.subscribe(*channels)
-        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
-            if pubsub is not None:
-                _close_quietly(pubsub)
-            self._subscription_failed(e)
-            return
-        self.pubsub = pubsub
-        self.announcements = self.timer.owner
-        if self.resubscribe_attempts:
-            self.logger.info("Subscribed to %r again.", self.keys.channel)
-        self.resubscribe_attempts = 0
-        self.timer.force()  # anything announced while we were away is unknown
-
-    def _check_permissions(self) -> None:
-        """Once per queue and broker, before the first subscription: name everything the
-        Redis user may not do, in one error, instead of failing call by call."""
-        try:
-            check_permissions(
-                self.broker.client,
-                self.keys,
-                worker_id=self.worker_id,
-                wait_for_replicas=bool(self.broker.wait_for_replicas),
-                server_version=self.broker.server_version,
-            )
-        except MissingPermission as e:
-            self.logger.error("%s", e)
-        except (*_CONNECTION_ERRORS, redis.ResponseError):
-            return  # unknown yet: checked again at the next subscription
-        self.broker.permissions_checked.add(self.queue_name)
-
-    def _subscription_failed(self, error: Exception) -> None:
-        """Drop the subscription only; fetching goes on, and the timer polls until a
-        re-subscription (immediate, then with back-off) succeeds."""
-        if self.pubsub is not None:
-            _close_quietly(self.pubsub)
-            self.pubsub = None
-        # Wake-ups no longer reach us: fetch (and back off) as without a subscription.
-        self.wake_ready = self.registered = self.announcements = False
-        if self.broker.cluster:
-            # The slot may have moved (failover, migration): subscribe where it is now.
-            self.scripts.redirected(error)
-        if isinstance(error, redis.ResponseError):
-            self._log_failure(error)  # a refused channel: rate-limited, with its reason
-        elif self.resubscribe_attempts == 0:
-            self.logger.warning("Lost the subscription to %r (%s); subscribing again.", self.keys.channel, error)
-        attempts, backoff_ms = compute_backoff(
-            self.resubscribe_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_RESUBSCRIBE_BACKOFF
-        )
-        self.resubscribe_at = time.monotonic() + (backoff_ms / 1000 if self.resubscribe_attempts else 0)
-        self.resubscribe_attempts = attempts
-        self.timer.force()
-
     def _failed(self, error: Exception) -> None:
         """A call failed: log it, back off, and let ``__next__`` return so Dramatiq's
         consumer thread stays responsive."""
         if self.failing_since is None:
             self.failing_since = time.monotonic()
-        if isinstance(error, _CONNECTION_ERRORS):
+        if isinstance(error, CONNECTION_ERRORS):
             # A call whose reply was lost may run on the server after the first
             # reconciliation that follows (a stalled server works off its buffered
             # commands in its own order): reconcile again soon, not a safety interval later.
             self.next_housekeeping_at = min(self.next_housekeeping_at, time.monotonic() + RECONCILE_AFTER_ERROR / 1000)
-        self._log_failure(error)
+        self.log_failure(error)
         self.error_attempts, backoff_ms = compute_backoff(
             self.error_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
         )
         self.wakeup.wait(backoff_ms / 1000)
 
-    def _log_failure(self, error: Exception) -> None:
+    def log_failure(self, error: Exception) -> None:
         """Log a failed call, once per kind of failure and :data:`ERROR_LOG_INTERVAL`."""
         now = time.monotonic()
         kind = f"{type(error).__name__}: {str(error).split(' ', 1)[0]}"
@@ -463,154 +357,11 @@ class RedissonConsumer(Consumer):
             self.failing_since = None
             self.error_attempts = 0
 
-    def _transfer(self) -> None:
-        """Run the transfer script until no full batch moves (or another consumer holds
-        the lease), then follow the lease: listen for announcements while holding it.
-
-        With ``wait_for_replicas``, a transfer too few replicas acknowledged in time is
-        still taken as done (its messages are on the primary's ready queue; holding them
-        back would only delay them); :class:`NotReplicated` is raised at the end, so the
-        caller transfers, and waits, again soon."""
-        unreplicated: TransferResult | None = None
-        for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
-            own_slots = max(0, self.prefetch - self.outstanding_message_count)
-            with self.broker.held.lock(self.queue_name):
-                try:
-                    result = self.scripts.transfer(
-                        self.keys,
-                        limit=self.broker.transfer_batch_size,
-                        trim_budget=TRIM_BUDGET,
-                        compact_step=COMPACT_STEP,
-                        compact_slack=COMPACT_SLACK,
-                        token=self.token,
-                        lease_ms=self.broker.transfer_lease,
-                        own_slots=own_slots,
-                        worker_id=self.worker_id,
-                        listening=self.wake_ready,
-                        window_ms=self.broker.dedupe_window,
-                    )
-                except _CONNECTION_ERRORS:
-                    # It may have run and handed messages off into our ack set.
-                    self.reconcile_due = True
-                    raise
-                self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
-            self.timer.record(result)
-            if not result.replicated:
-                unreplicated = result
-            if result.fetched:
-                self.misses = 0
-                self._cache(result.fetched)
-            if result.moved and own_slots:
-                # Out of the idle registry (we take or fetch what moved), or back in it
-                # with the slots left when we took everything there was.
-                self._registered(result.registered)
-            if result.moved:
-                self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
-                self.broker.notify_transfer(self.queue_name, result.lateness_ms)
-            if result.dead:
-                self.logger.error(
-                    "Moved %d scheduled entries without a message to the dead letters of queue %r.",
-                    result.dead,
-                    self.queue_name,
-                )
-            if result.moved + result.dead < self.broker.transfer_batch_size:
-                break
-        else:
-            self.timer.force()
-        self._follow_lease()
-        if unreplicated is not None:
-            raise NotReplicated.describe(
-                "A transfer", unreplicated.replicas, self.broker.wait_for_replicas, self.broker.wait_timeout
-            )
-
-    def _follow_lease(self) -> None:
-        """Subscribe to the queue's announcements on taking the lease, unsubscribe on
-        losing it (only the holder times transfers, so only it needs them)."""
-        if self.pubsub is None or self.announcements == self.timer.owner:
-            return
-        cluster = self.broker.cluster
-        try:
-            if self.timer.owner:
-                # Its confirmation forces a transfer.
-                (self.pubsub.ssubscribe if cluster else self.pubsub.subscribe)(self.keys.channel)
-                self.logger.debug("Took the transfer lease of queue %r.", self.queue_name)
-            else:
-                (self.pubsub.sunsubscribe if cluster else self.pubsub.unsubscribe)(self.keys.channel)
-                self.logger.debug("Another consumer holds the transfer lease of queue %r.", self.queue_name)
-        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
-            self._subscription_failed(e)
-            return
-        self.announcements = self.timer.owner
-
-    def _wait_for_announcement(self, seconds: float) -> None:
-        if self.pubsub is None:
-            now = time.monotonic()
-            self.wakeup.wait(max(0.0, min(seconds, self.resubscribe_at - now, self.next_poll_transfer_at - now)))
-            return
-        try:
-            self._handle(self.pubsub.get_message(timeout=seconds))
-        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
-            self._subscription_failed(e)
-            return
-        self._drain_announcements()
-
-    def _drain_announcements(self) -> None:
-        if self.pubsub is None:
-            return
-        try:
-            for _ in range(1000):
-                if self.pubsub is None:
-                    return  # dropped by the server while draining (see _handle)
-                item = self.pubsub.get_message(timeout=0)
-                if item is None:
-                    return
-                self._handle(item)
-        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
-            self._subscription_failed(e)
-
-    def _handle(self, item: dict[str, Any] | None) -> None:
-        if item is None:
-            return
-        kind = item["type"]
-        if isinstance(kind, bytes):
-            kind = kind.decode()
-        if kind in ("ssubscribe", "smessage", "sunsubscribe"):
-            kind = kind[1:]  # sharded pub/sub (cluster): the same meaning
-        channel = item.get("channel")
-        if isinstance(channel, bytes):
-            channel = channel.decode()
-        if kind == "unsubscribe" and (channel == self.wake_channel or self.announcements):
-            # Not asked for: the server dropped the subscription (on a cluster, the
-            # queue's slot moved to another node). Subscribe again where it is now.
-            self._subscription_failed(redis.ConnectionError(f"the server unsubscribed {channel!r}"))
-            return
-        if kind == "subscribe":
-            if channel == self.wake_channel:
-                self.wake_ready = True  # from now on a wake-up cannot be missed
-                self.registered = False  # fetch (and register) again
-                self.misses = 0
-            # (Re)subscribed: anything announced while we were away is unknown.
-            self.timer.force()
-        elif kind == "message" and channel == self.wake_channel:
-            if item["data"] == b"-1":
-                self.timer.force()  # the lease holder left: take the lease over
-            else:
-                self.registered = False
-                self.misses = 0
-        elif kind == "message":
-            try:
-                due_ms = int(item["data"])
-            except (TypeError, ValueError):
-                self.logger.warning("Ignoring malformed announcement %r on %r.", item["data"], self.keys.channel)
-                self.timer.force()
-                return
-            self.misses = 0
-            if due_ms > 0:  # 0: a message is ready (enqueue.lua); fetching is enough
-                self.timer.announce(due_ms)
-
     # -- messages ----------------------------------------------------------------
 
-    def _cache(self, fetched: list[tuple[str, bytes | None]]) -> None:
+    def take(self, fetched: list[tuple[str, bytes | None]]) -> None:
+        """Cache fetched messages (a fetch's, or those a transfer handed off to us)."""
+        self.misses = 0
         for redis_message_id, data in fetched:
             if data is None:
                 self.logger.warning(
@@ -630,7 +381,7 @@ class RedissonConsumer(Consumer):
             )
             try:
                 self.broker.do_nack(self.queue_name, redis_message_id)
-            except (*_CONNECTION_ERRORS, redis.ResponseError):
+            except (*CONNECTION_ERRORS, redis.ResponseError):
                 # Unheld, the next reconciliation requeues it (and it is nacked then).
                 self.broker.held.discard(self.queue_name, (redis_message_id,))
                 self.reconcile_due = True
@@ -645,7 +396,7 @@ class RedissonConsumer(Consumer):
         redis_message_id = message.options["redis_message_id"]
         try:
             operation(self.queue_name, redis_message_id)
-        except (*_CONNECTION_ERRORS, redis.ResponseError) as e:
+        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
             # Dramatiq retries a ConnectionClosed ack/nack until it goes through; a
             # server error (a full server, a missing permission, a failover) is as
             # transient as a lost connection, and giving up would strand the message.
@@ -735,10 +486,3 @@ def token_pid(token: str) -> int | None:
     """The pid in a consumer token (see :func:`consumer_token`), if it has one."""
     parts = token.split(":")
     return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
-
-
-def _close_quietly(pubsub: Any) -> None:
-    try:
-        pubsub.close()
-    except Exception:  # pragma: no cover - closing a broken socket
-        pass

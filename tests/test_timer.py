@@ -122,12 +122,12 @@ def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: Redisson
     consumer.timer.record(result(next_due_ms=None))
     consumer.misses = 5
     # When enqueue.lua announces a message landing in an empty ready queue ("0")
-    consumer._handle({"type": "message", "data": b"0"})
+    consumer.transfers.handle({"type": "message", "data": b"0"})
     # Then the consumer fetches at once (no back-off) but runs no transfer for it
     assert consumer.misses == 0
     assert not consumer.timer.is_due()
     # While a due time still moves the timer
-    consumer._handle({"type": "message", "data": b"999000"})
+    consumer.transfers.handle({"type": "message", "data": b"999000"})
     assert consumer.timer.is_due()
     consumer.close()
 

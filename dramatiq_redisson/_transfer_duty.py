@@ -1,0 +1,344 @@
+"""A consumer's transfer duty: the lease, the subscription, the transfer timer's ticks.
+
+:class:`TransferDuty` moves the queue's due messages to its ready queue. Of all consumers
+of a queue, the one holding the transfer lease (see transfer.lua) listens to the queue's
+channel and transfers at the due time the last transfer returned, when an earlier due
+time is announced, and at least every third of the lease (which renews it); the others
+stand by and take the lease over when it lapses. Each consumer also listens on its own
+wake channel, which ends its idle wait when an enqueue or transfer makes messages ready
+for it. Subscriptions are re-made with back-off when lost; while unsubscribed, the duty
+polls.
+
+It works for one :class:`._consumer.RedissonConsumer` (its host): messages a transfer
+hands off go into the host's cache (:meth:`RedissonConsumer.take`), wake-ups end its idle
+wait (:meth:`RedissonConsumer.woken`), failures go to its log (:meth:`RedissonConsumer.log_failure`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+from dramatiq.common import compute_backoff
+
+from ._errors import MissingPermission, NotReplicated
+from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+from ._permissions import check_permissions
+from ._timer import TransferTimer
+
+if TYPE_CHECKING:
+    from ._consumer import RedissonConsumer
+    from ._scripts import TransferResult
+
+#: Most transfer calls in one tick before the consumer hands back control.
+MAX_TRANSFER_CALLS_PER_TICK = 20
+
+#: Longest back-off (ms) between two re-subscription attempts after the pub/sub
+#: connection was lost. The first attempt is immediate.
+MAX_RESUBSCRIBE_BACKOFF = 1000
+
+#: While not subscribed, a consumer hears no announcements, so it transfers at least
+#: this often (ms) instead of every ``safety_interval``.
+UNSUBSCRIBED_TRANSFER_INTERVAL = 250
+
+#: Longest back-off (ms) after a failed call (lost connection, server error) before the
+#: consumer tries again; the consumer itself never stops.
+MAX_ERROR_BACKOFF = 2000
+
+#: First back-off (ms) after a failure; it doubles (with jitter) up to the maxima above.
+ERROR_BACKOFF_FACTOR = 100
+
+#: A failed connection, or (on a cluster) redis-py's cluster client giving up on a slot
+#: that keeps moving (``ClusterError: TTL exhausted``): back off and try again.
+CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
+
+
+class TransferDuty:
+    """The transfers, lease and subscriptions of one consumer (see the module)."""
+
+    def __init__(self, consumer: RedissonConsumer) -> None:
+        self.consumer = consumer
+        self.broker = consumer.broker
+        self.logger = consumer.logger  # one logger per consumer, as before the split
+        self.scripts = consumer.scripts
+        self.keys = consumer.keys
+        self.queue_name = consumer.queue_name
+        self.token = consumer.token
+        self.wake_channel = consumer.wake_channel
+        self.timer = TransferTimer(self.broker.safety_interval, lease_ms=self.broker.transfer_lease)
+        self.pubsub: Any = None
+        #: The wake channel's subscription is confirmed: fetches may register as idle.
+        self.wake_ready = False
+        #: Subscribed to the queue's channel (while holding the transfer lease).
+        self.announcements = False
+        self.resubscribe_attempts = 0
+        self.resubscribe_at = 0.0
+        self.next_poll_transfer_at = 0.0
+        self.failures = 0
+        self.pause = threading.Event()  # never set: an interruptible sleep
+
+    def listen(self, now: float) -> None:
+        """(Re)subscribe when due, poll while unsubscribed, and act on what was announced."""
+        if self.pubsub is None and now >= self.resubscribe_at:
+            self.subscribe()
+        if self.pubsub is None and now >= self.next_poll_transfer_at:
+            # No announcements reach us while unsubscribed: poll instead.
+            self.next_poll_transfer_at = now + UNSUBSCRIBED_TRANSFER_INTERVAL / 1000
+            self.timer.force()
+        self.drain()
+
+    def transfer_if_due(self) -> None:
+        """Transfer when the timer says so; a server error (or too few replicas) is logged
+        and the transfer retried soon, with back-off. A lost connection is raised."""
+        if not self.timer.is_due():
+            return
+        try:
+            self.transfer()
+        except (redis.ResponseError, NotReplicated) as e:
+            # NotReplicated: the transfer went through, but too few replicas have it
+            # yet: transfer (and wait) again soon rather than at the next due time.
+            self.consumer.log_failure(e)
+            self.failures, backoff_ms = compute_backoff(
+                self.failures, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
+            )
+            self.timer.retry_in(backoff_ms)
+        else:
+            self.failures = 0
+
+    def close(self) -> None:
+        if self.pubsub is not None:
+            _close_quietly(self.pubsub)
+            self.pubsub = None
+
+    def subscribe(self) -> None:
+        """Subscribe to the consumer's wake channel, and to the queue's channel while
+        holding the lease; on failure, try again later (see :meth:`subscription_failed`).
+
+        The first subscription checks the server and the user's permissions first."""
+        # Refuse a server the broker cannot run on before anything is written: the first
+        # tick subscribes before the first fetch. Once per broker (again while the server
+        # cannot be asked); UnsupportedServer stops this consumer. Not in __init__, which
+        # Dramatiq's consumer thread runs before it publishes the consumer: it stays free
+        # of network calls, as the built-in consumer's.
+        self.broker.check_server_if_reachable()
+        if self.queue_name not in self.broker.permissions_checked:
+            self._check_permissions()
+        channels = [self.wake_channel]
+        if self.timer.owner:
+            channels.append(self.keys.channel)
+        pubsub: Any = None
+        try:
+            if self.broker.cluster:
+                # Sharded pub/sub: the queue's channels live on the node that owns its
+                # slot (one node: they share the queue's hash tag).
+                pubsub = self.scripts.node_client(self.keys.channel).pubsub()
+                pubsub.ssubscribe(*channels)
+            else:
+                pubsub = self.broker.client.pubsub()
+                pubsub.subscribe(*channels)
+        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+            if pubsub is not None:
+                _close_quietly(pubsub)
+            self.subscription_failed(e)
+            return
+        self.pubsub = pubsub
+        self.announcements = self.timer.owner
+        if self.resubscribe_attempts:
+            self.logger.info("Subscribed to %r again.", self.keys.channel)
+        self.resubscribe_attempts = 0
+        self.timer.force()  # anything announced while we were away is unknown
+
+    def _check_permissions(self) -> None:
+        """Once per queue and broker, before the first subscription: name everything the
+        Redis user may not do, in one error, instead of failing call by call."""
+        try:
+            check_permissions(
+                self.broker.client,
+                self.keys,
+                worker_id=self.consumer.worker_id,
+                wait_for_replicas=bool(self.broker.wait_for_replicas),
+                server_version=self.broker.server_version,
+            )
+        except MissingPermission as e:
+            self.logger.error("%s", e)
+        except (*CONNECTION_ERRORS, redis.ResponseError):
+            return  # unknown yet: checked again at the next subscription
+        self.broker.permissions_checked.add(self.queue_name)
+
+    def subscription_failed(self, error: Exception) -> None:
+        """Drop the subscription only; fetching goes on, and the timer polls until a
+        re-subscription (immediate, then with back-off) succeeds."""
+        if self.pubsub is not None:
+            _close_quietly(self.pubsub)
+            self.pubsub = None
+        # Wake-ups no longer reach us: fetch (and back off) as without a subscription.
+        self.wake_ready = self.announcements = False
+        self.consumer.registered = False
+        if self.broker.cluster:
+            # The slot may have moved (failover, migration): subscribe where it is now.
+            self.scripts.redirected(error)
+        if isinstance(error, redis.ResponseError):
+            self.consumer.log_failure(error)  # a refused channel: rate-limited, with its reason
+        elif self.resubscribe_attempts == 0:
+            self.logger.warning("Lost the subscription to %r (%s); subscribing again.", self.keys.channel, error)
+        attempts, backoff_ms = compute_backoff(
+            self.resubscribe_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_RESUBSCRIBE_BACKOFF
+        )
+        self.resubscribe_at = time.monotonic() + (backoff_ms / 1000 if self.resubscribe_attempts else 0)
+        self.resubscribe_attempts = attempts
+        self.timer.force()
+
+    def _follow_lease(self) -> None:
+        """Subscribe to the queue's announcements on taking the lease, unsubscribe on
+        losing it (only the holder times transfers, so only it needs them)."""
+        if self.pubsub is None or self.announcements == self.timer.owner:
+            return
+        cluster = self.broker.cluster
+        try:
+            if self.timer.owner:
+                # Its confirmation forces a transfer.
+                (self.pubsub.ssubscribe if cluster else self.pubsub.subscribe)(self.keys.channel)
+                self.logger.debug("Took the transfer lease of queue %r.", self.queue_name)
+            else:
+                (self.pubsub.sunsubscribe if cluster else self.pubsub.unsubscribe)(self.keys.channel)
+                self.logger.debug("Another consumer holds the transfer lease of queue %r.", self.queue_name)
+        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+            self.subscription_failed(e)
+            return
+        self.announcements = self.timer.owner
+
+    def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for an announcement or a wake-up (sleep while unsubscribed,
+        no longer than until the next re-subscription or poll)."""
+        if self.pubsub is None:
+            now = time.monotonic()
+            self.pause.wait(max(0.0, min(seconds, self.resubscribe_at - now, self.next_poll_transfer_at - now)))
+            return
+        try:
+            self.handle(self.pubsub.get_message(timeout=seconds))
+        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+            self.subscription_failed(e)
+            return
+        self.drain()
+
+    def drain(self) -> None:
+        """Handle every pub/sub item already received."""
+        if self.pubsub is None:
+            return
+        try:
+            for _ in range(1000):
+                if self.pubsub is None:
+                    return  # dropped by the server while draining (see _handle)
+                item = self.pubsub.get_message(timeout=0)
+                if item is None:
+                    return
+                self.handle(item)
+        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+            self.subscription_failed(e)
+
+    def handle(self, item: dict[str, Any] | None) -> None:
+        """Act on one pub/sub item: a (lost) subscription, a wake-up, an announcement."""
+        if item is None:
+            return
+        kind = item["type"]
+        if isinstance(kind, bytes):
+            kind = kind.decode()
+        if kind in ("ssubscribe", "smessage", "sunsubscribe"):
+            kind = kind[1:]  # sharded pub/sub (cluster): the same meaning
+        channel = item.get("channel")
+        if isinstance(channel, bytes):
+            channel = channel.decode()
+        if kind == "unsubscribe" and (channel == self.wake_channel or self.announcements):
+            # Not asked for: the server dropped the subscription (on a cluster, the
+            # queue's slot moved to another node). Subscribe again where it is now.
+            self.subscription_failed(redis.ConnectionError(f"the server unsubscribed {channel!r}"))
+            return
+        if kind == "subscribe":
+            if channel == self.wake_channel:
+                self.wake_ready = True  # from now on a wake-up cannot be missed
+                self.consumer.woken()  # fetch (and register) again
+            # (Re)subscribed: anything announced while we were away is unknown.
+            self.timer.force()
+        elif kind == "message" and channel == self.wake_channel:
+            if item["data"] == b"-1":
+                self.timer.force()  # the lease holder left: take the lease over
+            else:
+                self.consumer.woken()
+        elif kind == "message":
+            try:
+                due_ms = int(item["data"])
+            except (TypeError, ValueError):
+                self.logger.warning("Ignoring malformed announcement %r on %r.", item["data"], self.keys.channel)
+                self.timer.force()
+                return
+            self.consumer.misses = 0
+            if due_ms > 0:  # 0: a message is ready (enqueue.lua); fetching is enough
+                self.timer.announce(due_ms)
+
+    def transfer(self) -> None:
+        """Run the transfer script until no full batch moves (or another consumer holds
+        the lease), then follow the lease: listen for announcements while holding it.
+
+        With ``wait_for_replicas``, a transfer too few replicas acknowledged in time is
+        still taken as done (its messages are on the primary's ready queue; holding them
+        back would only delay them); :class:`NotReplicated` is raised at the end, so the
+        caller transfers, and waits, again soon."""
+        unreplicated: TransferResult | None = None
+        for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
+            own_slots = self.consumer.free_slots
+            with self.broker.held.lock(self.queue_name):
+                try:
+                    result = self.scripts.transfer(
+                        self.keys,
+                        limit=self.broker.transfer_batch_size,
+                        trim_budget=TRIM_BUDGET,
+                        compact_step=COMPACT_STEP,
+                        compact_slack=COMPACT_SLACK,
+                        token=self.token,
+                        lease_ms=self.broker.transfer_lease,
+                        own_slots=own_slots,
+                        worker_id=self.consumer.worker_id,
+                        listening=self.wake_ready,
+                        window_ms=self.broker.dedupe_window,
+                    )
+                except CONNECTION_ERRORS:
+                    # It may have run and handed messages off into our ack set.
+                    self.consumer.reconcile_due = True
+                    raise
+                self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
+            self.timer.record(result)
+            if not result.replicated:
+                unreplicated = result
+            if result.fetched:
+                self.consumer.take(result.fetched)
+            if result.moved and own_slots:
+                # Out of the idle registry (we take or fetch what moved), or back in it
+                # with the slots left when we took everything there was.
+                self.consumer.note_idle(result.registered)
+            if result.moved:
+                self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
+                self.broker.notify_transfer(self.queue_name, result.lateness_ms)
+            if result.dead:
+                self.logger.error(
+                    "Moved %d scheduled entries without a message to the dead letters of queue %r.",
+                    result.dead,
+                    self.queue_name,
+                )
+            if result.moved + result.dead < self.broker.transfer_batch_size:
+                break
+        else:
+            self.timer.force()
+        self._follow_lease()
+        if unreplicated is not None:
+            raise NotReplicated.describe(
+                "A transfer", unreplicated.replicas, self.broker.wait_for_replicas, self.broker.wait_timeout
+            )
+
+
+def _close_quietly(pubsub: Any) -> None:
+    try:
+        pubsub.close()
+    except Exception:  # pragma: no cover - closing a broken socket
+        pass
