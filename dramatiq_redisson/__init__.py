@@ -1,7 +1,7 @@
 """dramatiq-redisson: a drop-in Dramatiq Redis broker whose delayed messages run on
 Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws fixed."""
 
-from ._broker import MAX_DELAY, RedissonBroker, validate_delay
+from ._broker import RedissonBroker
 from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._errors import (
@@ -13,7 +13,8 @@ from ._errors import (
     UnsupportedServer,
 )
 from ._keys import QueueKeys
-from ._permissions import acl_rule, acl_tokens, check_permissions
+from ._message import MAX_DELAY, validate_delay
+from ._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
 from ._stats import QueueStats, Stats
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "acl_rule",
     "acl_tokens",
     "check_permissions",
+    "is_permission_error",
     "validate_delay",
     "__version__",
 ]
