@@ -20,6 +20,7 @@ from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
 from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
+from ._liveness import DEFAULT_LIVENESS_TIMEOUT, Liveness
 from ._message import MAX_DELAY, epoch_ms, prepare_scheduled, validate_delay
 from ._permissions import acl_rule
 from ._producer import Producer
@@ -96,6 +97,11 @@ class RedissonBroker(RedisBroker):
         it and transfers again soon. Needs ``+wait`` in an ACL rule
         (``acl_rule(wait_for_replicas=True)``).
       wait_timeout: Longest wait (ms) for those replicas, per write.
+      liveness_timeout: Time (ms) after which a worker process whose liveness beats
+        stopped (killed, its host gone) is dead and its unacked messages run again
+        elsewhere; each process beats every fifth of it from a thread of its own (see
+        :mod:`dramatiq_redisson._liveness` for what can make a live process look dead).
+        0 turns it off: then only ``heartbeat_timeout`` recovers them, as in Dramatiq.
       cluster: Connect to a Redis/Valkey Cluster: ``url`` (or the ``host``/``port``
         parameters) names one of its nodes and a :class:`redis.cluster.RedisCluster`
         client is made. A ``RedisCluster`` passed as ``client`` implies it. Keys then
@@ -129,6 +135,7 @@ class RedissonBroker(RedisBroker):
         wait_for_replicas: int = 0,
         wait_timeout: int = DEFAULT_WAIT_TIMEOUT,
         cluster: bool = False,
+        liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT,
         **parameters: Any,
     ) -> None:
         owns_client = client is None
@@ -160,6 +167,12 @@ class RedissonBroker(RedisBroker):
             raise ValueError(f"transfer_lease must be an int of at least 100 ms, got {transfer_lease!r}")
         if isinstance(wait_for_replicas, bool) or not isinstance(wait_for_replicas, int) or wait_for_replicas < 0:
             raise ValueError(f"wait_for_replicas must be a non-negative int, got {wait_for_replicas!r}")
+        if (
+            isinstance(liveness_timeout, bool)
+            or not isinstance(liveness_timeout, int)
+            or not (liveness_timeout == 0 or liveness_timeout >= 100)
+        ):
+            raise ValueError(f"liveness_timeout must be 0 (off) or an int of at least 100 ms, got {liveness_timeout!r}")
         if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, int) or wait_timeout < 1:
             # WAIT n 0 would block forever: a producer must never hang on a lost replica.
             raise ValueError(f"wait_timeout must be a positive int of ms, got {wait_timeout!r}")
@@ -196,6 +209,8 @@ class RedissonBroker(RedisBroker):
         self._owns_client = owns_client
         #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
         self.producer = Producer(self)
+        #: This process's liveness beats (see :mod:`._liveness`).
+        self.liveness = Liveness(self, liveness_timeout)
         #: The servers' names and versions once :meth:`check_server` has run (None: not yet).
         self.server_versions: dict[str, tuple[str, tuple[int, int, int]]] | None = None
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
@@ -273,6 +288,7 @@ class RedissonBroker(RedisBroker):
 
     def close(self) -> None:
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""
+        self.liveness.close()
         if self._owns_client:
             close_client(self.client)
 

@@ -30,6 +30,7 @@ from dramatiq.message import Message
 
 from ._errors import NotReplicated
 from ._keys import acks_pattern
+from ._liveness import Reaper
 from ._message import encode_scheduled, prepare_scheduled
 from ._permissions import DOCS, is_permission_error
 from ._transfer_duty import CONNECTION_ERRORS, ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
@@ -108,6 +109,9 @@ class RedissonConsumer(Consumer):
         self.last_error_log: dict[str, float] = {}
         self.reconcile_due = True  # on (re)start: ids a lost reply left in our ack set
         self.wakeup = threading.Event()
+        #: Puts back the messages of dead workers while this consumer holds the lease.
+        self.reaper = Reaper(broker, queue_name)
+        self.joined = False  # beating for the queue (see _liveness)
         #: The queue's transfers, the lease and the subscriptions (see :mod:`._transfer_duty`).
         self.transfers = self.transfer_duty_class(self)
         self.timer = self.transfers.timer
@@ -225,6 +229,9 @@ class RedissonConsumer(Consumer):
             self.logger.warning("Could not requeue %d prefetched messages on queue %r.", len(cached), self.queue_name)
         finally:
             self.transfers.close()
+            if self.joined:
+                self.joined = False
+                self.broker.liveness.leave(self.queue_name)
 
     # -- one tick of the timer -------------------------------------------------
 
@@ -232,6 +239,10 @@ class RedissonConsumer(Consumer):
         """Do the timer's work that is due: subscribe, transfer, reconcile, migrate, maintain."""
         now = time.monotonic()
         self.transfers.listen(now)
+        if not self.joined:
+            # Not in __init__, which stays free of network calls (see TransferDuty.subscribe).
+            self.joined = True
+            self.broker.liveness.join(self.queue_name)
         # Each task below is on its own: a server error in one (say, a full server
         # refusing a .DQ migration) is logged and retried later while the others, and
         # fetching, go on. A lost connection stops them all (see __next__).
@@ -243,6 +254,8 @@ class RedissonConsumer(Consumer):
             self.migrate_legacy = False
             self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
         self.transfers.transfer_if_due()
+        if self.timer.owner:
+            self._guarded(self.reaper.check, now)
         if now >= self.next_housekeeping_at:
             # Keep this worker's heartbeat fresh while all its threads are busy, requeue
             # what a lost fetch reply stranded in our ack set, and pick up legacy .DQ

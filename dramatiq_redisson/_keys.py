@@ -40,6 +40,10 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_consumers:{N}``     ZSET     consumer token -> last seen (epoch ms)
 ``redisson_delay_queue_idle:{N}``          ZSET     consumer token -> free slots, for each
                                                     consumer whose last fetch came up short
+``redisson_delay_queue_alive:{N}``         ZSET     worker id -> its process's last liveness
+                                                    beat (epoch ms, server clock), for each
+                                                    process consuming the queue (see
+                                                    ``_liveness.py``)
 ``redisson_delay_queue_channel:{N}``       channel  one consumer's wake-ups: "0" messages
 ``:wake:{<consumer token>}``                        are ready, "-1" take the transfer lease
 =========================================  =======  =====================================
@@ -238,6 +242,12 @@ class QueueKeys:
         """Consumers waiting for ready messages, by token, scored by their free slots."""
         return f"redisson_delay_queue_idle:{{{self.name}}}"
 
+    @property
+    def alive(self) -> str:
+        """Worker ids of the processes consuming this queue, scored by their last liveness
+        beat; a process whose beats stop is dead and its messages run again elsewhere."""
+        return f"redisson_delay_queue_alive:{{{self.name}}}"
+
     def wake_channel(self, token: str) -> str:
         """The channel on which one consumer (``token``) is woken; the scripts build it
         from :attr:`channel` the same way."""
@@ -264,6 +274,7 @@ class QueueKeys:
             self.lease,
             self.consumers,
             self.idle,
+            self.alive,
             self.channel,
             self.wake_channel(token),
         )

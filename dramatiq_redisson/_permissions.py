@@ -375,6 +375,7 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("string", keys.lease),
         ("zset", keys.consumers),
         ("zset", keys.idle),
+        ("zset", keys.alive),
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
         ("none", keys.wake_channel(worker_id)),  # matches the key and channel patterns
     )

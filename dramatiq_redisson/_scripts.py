@@ -39,6 +39,7 @@ _NAMES = (
     "dead",
     "stats",
     "pending",
+    "reap",
 )
 
 
@@ -453,3 +454,18 @@ class Scripts(ScriptRunner):
             self.client.sadd(keys.registry, keys.queue_name)
             return now_ms
         return int(self._run_idempotent("heartbeat", (keys.heartbeats, keys.registry), (worker_id, keys.queue_name)))
+
+    def beat(self, keys: QueueKeys, worker_id: str) -> int:
+        """Mark the process of ``worker_id`` alive on the queue (its liveness beat; runs
+        on a full server too); returns the server time written, epoch ms."""
+        return int(self._run_idempotent("heartbeat", (keys.alive,), (worker_id,)))
+
+    def reap(self, keys: QueueKeys, dead_workers: Sequence[str], *, timeout_ms: int, forget_ms: int) -> tuple[int, int]:
+        """Put back the messages of ``dead_workers`` (checked again: see reap.lua), waking
+        idle consumers for them; returns (messages put back, workers found dead)."""
+        requeued, dead = self._run_idempotent(
+            "reap",
+            (keys.alive, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *map(keys.acks, dead_workers)),
+            (timeout_ms, forget_ms, *dead_workers),
+        )
+        return int(requeued), int(dead)

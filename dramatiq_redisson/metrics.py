@@ -28,7 +28,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq.middleware import Middleware
 
@@ -319,7 +319,7 @@ def _load_broker() -> RedissonBroker:
     broker_module = sys.modules.get(f"{__package__}._broker")
     if broker_module is None or not isinstance(broker, broker_module.RedissonBroker):
         raise RuntimeError(f"{path!r} is a {type(broker).__name__}, not a RedissonBroker.")
-    return broker
+    return cast("RedissonBroker", broker)
 
 
 def exposition_server() -> int:

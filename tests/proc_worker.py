@@ -1,8 +1,10 @@
 """A worker process for the multi-process tests: ``python -m tests.proc_worker``.
 
 Environment: REDIS_URL (records, and the broker unless CLUSTER_URL names a Redis
-Cluster node to run the broker on); CLOCK_SHIFT_S shifts this process's wall clock (time.time and
-time.time_ns) to simulate a skewed host; THREADS; QUEUE. It runs until the key
+Cluster node to run the broker on); LIVENESS_TIMEOUT the broker's liveness_timeout;
+CLOCK_SHIFT_S shifts this process's wall clock (time.time and time.time_ns) to simulate
+a skewed host; THREADS; QUEUE; HOLD_S makes each message
+record a "start" at once and its run only after that many seconds. It runs until the key
 ``test:stop`` exists, then exits 0.
 """
 
@@ -25,13 +27,22 @@ from dramatiq_redisson import RedissonBroker  # noqa: E402
 from tests.helpers import record  # noqa: E402
 
 cluster_url = os.environ.get("CLUSTER_URL")
-broker = RedissonBroker(url=cluster_url, cluster=True) if cluster_url else RedissonBroker(url=os.environ["REDIS_URL"])
+options = {"liveness_timeout": int(os.environ["LIVENESS_TIMEOUT"])} if "LIVENESS_TIMEOUT" in os.environ else {}
+broker = (
+    RedissonBroker(url=cluster_url, cluster=True, **options)
+    if cluster_url
+    else RedissonBroker(url=os.environ["REDIS_URL"], **options)
+)
 dramatiq.set_broker(broker)
 client = redis.Redis.from_url(os.environ["REDIS_URL"])
 
 
 @dramatiq.actor(queue_name=os.environ.get("QUEUE", "default"), max_retries=0)
 def stamp(i: int) -> None:
+    hold = float(os.environ.get("HOLD_S", "0"))
+    if hold:
+        record(client, i=i, started=True)
+        time.sleep(hold)
     record(client, i=i)
 
 

@@ -1,0 +1,62 @@
+-- reap: run again the messages of a queue's consumers whose processes stopped beating.
+--
+-- KEYS[1]  ZSET  redisson_delay_queue_alive:{N}     worker id -> last liveness beat (epoch
+--                                                   ms, server clock), one per process
+-- KEYS[2]  LIST  <ns>:<queue>                       ready queue
+-- KEYS[3]  HASH  <ns>:<queue>.msgs
+-- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
+-- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
+-- KEYS[6..] SET  <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[3..]
+--
+-- ARGV[1]  liveness timeout (ms): a worker is dead when its last beat is more than this
+--          older than the newest beat in KEYS[1]
+-- ARGV[2]  forget after (ms): entries whose last beat is more than this older than the
+--          newest are dropped (their process is long gone)
+-- ARGV[3..] the worker ids the caller found dead (ZRANGE of KEYS[1]), checked again here:
+--          one that beat meanwhile is left alone
+--
+-- Dead is relative to the newest beat, not to the server clock: when no process could beat
+-- (the server was stopped or unreachable for a while, every entry equally old) nobody is
+-- dead, and the live ones beat again within a beat interval of the server coming back.
+--
+-- A dead worker stays in KEYS[1] until forgotten, so a message that lands in its ack set
+-- later (a fetch or transfer it sent before it died, run by a server that was stopped) is
+-- put back by the next call.
+--
+-- Memory: each LPUSH follows the DEL of the ack set it empties, so this runs on a server at
+-- its maxmemory limit.
+--
+-- Returns: {messages put back, dead workers}.
+
+-- include: _wake.lua
+
+local alive, ready, ready_msgs, idle, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local timeout, forget = tonumber(ARGV[1]), tonumber(ARGV[2])
+
+local newest = redis.call("ZRANGE", alive, -1, -1, "WITHSCORES")
+if #newest == 0 then
+    return {0, 0}
+end
+local newest_ms = tonumber(newest[2])
+
+local requeued, dead = 0, 0
+for i = 3, #ARGV do
+    local beat = redis.call("ZSCORE", alive, ARGV[i])
+    if beat and newest_ms - tonumber(beat) > timeout then
+        dead = dead + 1
+        local acks = KEYS[i + 3]
+        local ids = redis.call("SMEMBERS", acks)
+        redis.call("DEL", acks)
+        for j = 1, #ids do
+            if redis.call("HEXISTS", ready_msgs, ids[j]) == 1 then
+                redis.call("LPUSH", ready, ids[j])
+                requeued = requeued + 1
+            end
+        end
+    end
+end
+if requeued > 0 then
+    wake(idle, channel .. ":wake:{", requeued)
+end
+redis.call("ZREMRANGEBYSCORE", alive, "-inf", "(" .. (newest_ms - forget))
+return {requeued, dead}

@@ -1,0 +1,119 @@
+"""Liveness: the messages of a killed worker process run again within seconds, not after
+the heartbeat timeout; a live but quiet fleet is never declared dead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Worker
+
+from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._liveness import dead_workers
+
+from .helpers import records, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_dead_is_relative_to_the_newest_beat_not_to_the_clock() -> None:
+    entries = [(b"a", 10_000.0), (b"b", 8_400.0), (b"c", 8_600.0), (b"me", 5_000.0)]
+    # b is 1 600 ms behind the newest beat: dead; c (1 400 ms) is not; the caller never is
+    assert dead_workers(entries, 1_500, own="me") == ["b"]
+    # A fleet that could not beat for a while (the server was away) is all equally old: nobody
+    assert dead_workers([(b"a", 1_000.0), (b"b", 1_000.0)], 1_500, own="x") == []
+    assert dead_workers([], 1_500, own="x") == []
+
+
+def test_liveness_timeout_is_checked(redis_url: str) -> None:
+    for bad in (50, -1, 1.5, True, "2000"):
+        with pytest.raises(ValueError, match="liveness_timeout"):
+            RedissonBroker(url=redis_url, liveness_timeout=bad)  # type: ignore[arg-type]
+    RedissonBroker(url=redis_url, liveness_timeout=0).close()
+
+
+def test_a_consumer_beats_while_it_runs_and_leaves_the_set_when_it_stops(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    alive = broker.keys("default").alive
+    worker = Worker(broker, worker_timeout=100, worker_threads=1)
+    broker.declare_queue("default")
+    worker.start()
+    try:
+        assert wait_for(lambda: redis_client.zscore(alive, broker.broker_id) is not None, timeout=5)
+        first = redis_client.zscore(alive, broker.broker_id)
+        # It beats every fifth of liveness_timeout (300 ms by default)
+        assert wait_for(lambda: redis_client.zscore(alive, broker.broker_id) != first, timeout=2)
+    finally:
+        worker.stop()
+    # A clean stop is not a death: the process leaves the set
+    assert redis_client.zscore(alive, broker.broker_id) is None
+
+
+@pytest.mark.parametrize("liveness_timeout", [1500, 0])
+def test_a_killed_workers_messages_run_again_within_seconds(
+    redis_url: str, redis_client: redis.Redis, liveness_timeout: int
+) -> None:
+    """kill -9 of a process running two messages: with liveness they run again in the
+    surviving process within seconds; without it (liveness_timeout=0) they wait for the
+    heartbeat timeout (60 s), here beyond the 8 s the test waits."""
+    survivor_broker = RedissonBroker(url=redis_url, liveness_timeout=liveness_timeout, maintenance_interval=1000)
+    dramatiq.set_broker(survivor_broker)
+
+    @dramatiq.actor(queue_name="held", max_retries=0)
+    def stamp(i: int) -> None:
+        from .helpers import record
+
+        record(redis_client, i=i)
+
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "QUEUE": "held",
+        "THREADS": "2",
+        "HOLD_S": "60",
+        "PYTHONPATH": str(ROOT),
+    }
+    if not liveness_timeout:
+        env["LIVENESS_TIMEOUT"] = "0"
+    victim = subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT)
+    survivor = Worker(survivor_broker, worker_timeout=100, worker_threads=2)
+    try:
+        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+        # Given the victim running both messages
+        for i in (1, 2):
+            stamp.send(i)
+        assert wait_for(lambda: sum(1 for r in records(redis_client) if r.get("started")) == 2, timeout=10)
+        # And a surviving process consuming the same queue
+        survivor.start()
+        alive = survivor_broker.keys("held").alive
+        if liveness_timeout:
+            assert wait_for(lambda: redis_client.zcard(alive) == 2, timeout=5)
+        # When the victim is killed with kill -9
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        killed = time.monotonic()
+        ran = wait_for(lambda: len([r for r in records(redis_client) if not r.get("started")]) == 2, timeout=8)
+        took = time.monotonic() - killed
+    finally:
+        survivor.stop()
+        survivor_broker.close()
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+        redis_client.delete("test:workers-ready")
+    runs = sorted(r["i"] for r in records(redis_client) if not r.get("started"))
+    if liveness_timeout:
+        # Then both ran again, once each, in the survivor, seconds after the kill
+        print(f"ran again {took:.2f} s after kill -9")
+        assert ran and runs == [1, 2]
+        assert {r["pid"] for r in records(redis_client) if not r.get("started")} == {os.getpid()}
+    else:
+        assert not ran and runs == []
