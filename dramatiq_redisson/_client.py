@@ -1,14 +1,17 @@
-"""The redis client a broker makes, and how long it may retry one command.
+"""The redis client a broker makes, how long it may retry one command, and a probe that
+tells when a server that went away accepts connections again.
 
 A broker given a ``url`` (or ``cluster=True``) makes its own client, with every connection
-parameter applied; :func:`client_retry_span_ms` bounds how long that client (or one passed
-in) may retry a command, which sizes the broker's ``dedupe_window``; :func:`close_client`
-closes what the broker opened.
+parameter applied. :func:`client_retry_span_ms` bounds how long that client
+(or one passed in) may retry a command, which sizes the broker's ``dedupe_window``;
+:func:`close_client` closes what the broker opened. :class:`Probe` is the consumers'
+cheap check, while the server is away, of whether it is back.
 """
 
 from __future__ import annotations
 
 import math
+import socket
 from typing import Any, cast
 
 import redis
@@ -88,3 +91,38 @@ def _backoff_total_ms(backoff: Any, retries: int) -> int:
         else:  # constant (or unknown): its value
             total += float(backoff.compute(failures))
     return math.ceil(1000 * total)
+
+
+class Probe:
+    """Whether the server of a client accepts TCP connections (a connect and a close: no
+    command, no authentication, nothing for the server to do). ``None`` address: the
+    client's server cannot be told (Sentinel, a cluster, a custom connection class) and
+    :meth:`accepting` always says ``None``."""
+
+    def __init__(self, client: Any, timeout: float = 0.05) -> None:
+        self.timeout = timeout
+        self.address: tuple[str, int] | str | None = None
+        if isinstance(client, RedisCluster):
+            return
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", {})
+        connection_class = getattr(pool, "connection_class", None)
+        if connection_class is redis.UnixDomainSocketConnection and kwargs.get("path"):
+            self.address = str(kwargs["path"])
+        elif connection_class in (redis.Connection, redis.SSLConnection) and kwargs.get("host"):
+            self.address = (str(kwargs["host"]), int(kwargs.get("port") or 6379))
+
+    def accepting(self) -> bool | None:
+        if self.address is None:
+            return None
+        family = socket.AF_UNIX if isinstance(self.address, str) else socket.AF_INET
+        try:
+            if family == socket.AF_INET:
+                with socket.create_connection(cast("tuple[str, int]", self.address), timeout=self.timeout):
+                    return True
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.settimeout(self.timeout)
+                sock.connect(self.address)
+                return True
+        except OSError:
+            return False

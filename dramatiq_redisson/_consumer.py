@@ -28,6 +28,7 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
+from ._client import Probe
 from ._errors import NotReplicated
 from ._keys import acks_pattern
 from ._liveness import Reaper
@@ -47,6 +48,9 @@ EXPIRE_LIMIT = 1000
 #: After a lost connection or a timeout, the consumer reconciles its ack set (and beats
 #: its heartbeat) again this soon (ms) instead of a ``safety_interval`` later.
 RECONCILE_AFTER_ERROR = 1000
+
+#: While the server is away, how often (ms) a failing consumer probes whether it is back.
+PROBE_INTERVAL = 50
 
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
@@ -105,6 +109,8 @@ class RedissonConsumer(Consumer):
 
         # Error recovery (see _failed).
         self.error_attempts = 0
+        self.probe = Probe(broker.client)
+        self.server_was_down = False  # a probe found the server refusing connections
         self.failing_since: float | None = None
         self.last_error_log: dict[str, float] = {}
         self.reconcile_due = True  # on (re)start: ids a lost reply left in our ack set
@@ -343,7 +349,29 @@ class RedissonConsumer(Consumer):
         self.error_attempts, backoff_ms = compute_backoff(
             self.error_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
         )
-        self.wakeup.wait(backoff_ms / 1000)
+        if isinstance(error, CONNECTION_ERRORS):
+            self._wait_for_server(backoff_ms / 1000)
+        else:
+            self.wakeup.wait(backoff_ms / 1000)
+
+    def _wait_for_server(self, seconds: float) -> None:
+        """Back off ``seconds`` after a lost connection, but end the wait as soon as a server
+        that refused connections accepts them again (probed every :data:`PROBE_INTERVAL`
+        ms; a probe is a TCP connect, nothing for the server to run): delivery resumes
+        within about that long of a restarted server's return, whatever the back-off."""
+        deadline = time.monotonic() + seconds
+        while True:
+            accepting = self.probe.accepting()
+            if accepting and self.server_was_down:
+                self.server_was_down = False
+                self.transfers.resubscribe_at = 0.0  # subscribe again at once, too
+                return
+            if accepting is False:
+                self.server_was_down = True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.wakeup.wait(remaining if accepting is None else min(PROBE_INTERVAL / 1000, remaining))
 
     def log_failure(self, error: Exception) -> None:
         """Log a failed call, once per kind of failure and :data:`ERROR_LOG_INTERVAL`."""
@@ -369,6 +397,7 @@ class RedissonConsumer(Consumer):
             )
             self.failing_since = None
             self.error_attempts = 0
+            self.server_was_down = False
 
     # -- messages ----------------------------------------------------------------
 

@@ -1,0 +1,99 @@
+"""Delivery after a server restart: how soon, after the server accepts connections again,
+immediate and delayed messages run (measured and printed; the assertion only bounds it
+far above, since these machines are noisy)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Worker
+
+from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._client import Probe
+
+from .faults.procs import ValkeyProcess
+from .helpers import records, wait_for
+
+
+@pytest.fixture
+def restartable(tmp_path: Path) -> Iterator[ValkeyProcess]:
+    server = ValkeyProcess("restarted", tmp_path / "server", {"appendonly": "yes", "appendfsync": "always"})
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.pid is not None:
+            server.signal(signal.SIGKILL)
+            server.wait_exit()
+
+
+@pytest.mark.parametrize("made_by", ["url", "client"])
+def test_delivery_resumes_soon_after_a_server_restart(
+    restartable: ValkeyProcess, redis_client: redis.Redis, made_by: str
+) -> None:
+    """``url``: the broker's own client (redis-py does not retry a URL client's calls);
+    ``client``: ``redis.Redis(host=…, port=…)`` passed in, whose calls redis-py retries
+    with pauses of up to 1 s (its default ``Retry``), which the consumer cannot shorten."""
+    if made_by == "url":
+        broker = RedissonBroker(url=restartable.url)
+    else:
+        broker = RedissonBroker(client=redis.Redis(host="127.0.0.1", port=restartable.port))
+    dramatiq.set_broker(broker)
+
+    @dramatiq.actor(max_retries=0)
+    def stamp(i: int) -> None:
+        from .helpers import record
+
+        record(redis_client, i=i)
+
+    worker = Worker(broker, worker_timeout=100, worker_threads=2)
+    worker.start()
+    producer = RedissonBroker(url=restartable.url)
+    try:
+        stamp.send(0)
+        assert wait_for(lambda: len(records(redis_client)) == 1, timeout=10)
+        # When the server stops cleanly and comes back a second later
+        restartable.signal(signal.SIGTERM)
+        restartable.wait_exit()
+        time.sleep(1.0)
+        restartable.start()  # returns once it answers PING
+        accepting_ms = time.time() * 1000
+        # Then an immediate and a delayed (100 ms) message sent right away run soon
+        producer.enqueue(stamp.message(1))
+        producer.enqueue(stamp.message(2), delay=100)
+        assert wait_for(lambda: len(records(redis_client)) == 3, timeout=20)
+    finally:
+        worker.stop()
+        broker.close()
+        producer.close()
+    runs = {r["i"]: r["at_ms"] for r in records(redis_client)}
+    immediate, delayed = runs[1] - accepting_ms, runs[2] - accepting_ms - 100
+    print(f"\n{made_by}: after the restart: immediate ran {immediate:.0f} ms after accepting, ", end="")
+    print(f"delayed {delayed:.0f} ms late")
+    assert immediate < 15_000 and delayed < 15_000
+
+
+def test_the_probe_tells_a_refusing_server_from_an_accepting_one(restartable: ValkeyProcess) -> None:
+    client = redis.Redis.from_url(restartable.url)
+    probe = Probe(client)
+    assert probe.address == ("127.0.0.1", restartable.port)
+    assert probe.accepting() is True
+    restartable.signal(signal.SIGTERM)
+    restartable.wait_exit()
+    assert probe.accepting() is False
+    restartable.start()
+    assert probe.accepting() is True
+    client.close()
+    # A client whose server cannot be told (a unix socket path aside: Sentinel, a custom
+    # connection class) is never probed
+    assert Probe(redis.Redis(connection_pool=redis.ConnectionPool(connection_class=_Custom))).accepting() is None
+
+
+class _Custom(redis.Connection):
+    pass
