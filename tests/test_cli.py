@@ -23,8 +23,9 @@ from dramatiq import Actor
 from dramatiq.message import Message
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._format import parse_duration, span
 from dramatiq_redisson._keys import registry_key
-from dramatiq_redisson.cli import COMMANDS, parse_duration, span
+from dramatiq_redisson.cli import COMMANDS
 
 from .helpers import server_ms
 

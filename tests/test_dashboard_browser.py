@@ -16,7 +16,7 @@ import pytest
 import redis
 from dramatiq import Worker
 
-from dramatiq_redisson import RedissonBroker, cli
+from dramatiq_redisson import RedissonBroker, _format
 
 from .browser import launch, missing_browser, serve_dashboard
 from .helpers import record, records, wait_for
@@ -139,7 +139,7 @@ def test_overview_shows_the_counts_the_server_holds(broker: RedissonBroker, page
             for field in ("ready", "in_flight", "scheduled", "overdue", "dead", "consumers"):
                 assert number(row.locator(f'td[data-field="{field}"]').inner_text()) == counts[field], (name, field)
             due = row.locator('td[data-field="next_due"] time').get_attribute("datetime")
-            assert due == cli.iso(counts["next_due_ms"]), name
+            assert due == _format.iso(counts["next_due_ms"]), name
         assert stats["queues"]["emails"]["ready"] == 3 and stats["queues"]["emails"]["scheduled"] == 1234
         assert page.locator('#queues tr[data-queue="emails"] td[data-field="scheduled"]').inner_text() == "1,234"
         assert "warn" in (

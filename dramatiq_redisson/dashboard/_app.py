@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
 import hashlib
@@ -21,7 +20,7 @@ from typing import Any
 import redis
 from dramatiq.logging import get_logger
 
-from .. import cli
+from .. import _format
 from .._broker import RedissonBroker
 from .._delayed_queue import DelayedQueue
 
@@ -165,15 +164,15 @@ class Dashboard:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters["iso"] = lambda ms: cli.iso(ms, precise=False)
-        self.templates.filters["iso_ms"] = cli.iso
+        self.templates.filters["iso"] = lambda ms: _format.iso(ms, precise=False)
+        self.templates.filters["iso_ms"] = _format.iso
         self.templates.filters["num"] = lambda n: f"{n:,}"
-        self.templates.filters["call"] = lambda message, width=120: cli.call_text(message, width)
-        self.templates.filters["error"] = cli.last_error
+        self.templates.filters["call"] = lambda message, width=120: _format.call_text(message, width)
+        self.templates.filters["error"] = _format.last_error
         self.templates.filters["part"] = _quote
         self.templates.filters["without"] = lambda mapping, *names: {k: v for k, v in mapping.items() if k not in names}
-        self.templates.globals["rel"] = cli.until
-        self.templates.globals["ago"] = cli.ago
+        self.templates.globals["rel"] = _format.until
+        self.templates.globals["ago"] = _format.ago
         self.templates.filters["pretty"] = lambda value: json.dumps(
             value, indent=2, ensure_ascii=False, default=str, sort_keys=True
         )
@@ -215,7 +214,7 @@ class Dashboard:
             headers += [("Content-Type", "text/html; charset=utf-8"), *e.headers]
         except redis.RedisError as e:
             self.logger.warning("Dashboard request failed on Redis: %s", e)
-            error = HTTPError(HTTPStatus.SERVICE_UNAVAILABLE, f"Redis error: {type(e).__name__}: {cli.one_line(e)}")
+            error = HTTPError(HTTPStatus.SERVICE_UNAVAILABLE, f"Redis error: {type(e).__name__}: {_format.one_line(e)}")
             status, content = error.status, self._error_page(request, error).encode()
             headers.append(("Content-Type", "text/html; charset=utf-8"))
         cache = "max-age=3600" if request is not None and request.path.startswith("/static/") else "no-store"
@@ -385,7 +384,7 @@ class Dashboard:
         )
 
     def api_stats(self, request: Request) -> Body:
-        doc = cli.stats_doc(self.broker.stats(), self.broker.namespace)
+        doc = _format.stats_doc(self.broker.stats(), self.broker.namespace)
         return Body("application/json", json.dumps(doc).encode())
 
     def static(self, request: Request, name: str) -> Body:
@@ -473,16 +472,16 @@ class Dashboard:
             delay, at = request.field("delay"), request.field("at")
             try:
                 if delay and not at:
-                    delay_ms = cli.parse_duration(delay)
+                    delay_ms = _format.parse_duration(delay)
                     done = delayed.reschedule(message_id, delay=delay_ms)
-                    what = f"rescheduled to run in {cli.span(delay_ms)}"
+                    what = f"rescheduled to run in {_format.span(delay_ms)}"
                 elif at and not delay:
-                    due = cli.parse_time(at if at[-1:] in "Zz" or "+" in at[10:] or "-" in at[10:] else at + "Z")
+                    due = _format.parse_time(at if at[-1:] in "Zz" or "+" in at[10:] or "-" in at[10:] else at + "Z")
                     done = delayed.reschedule(message_id, at=due)
-                    what = f"rescheduled to {cli.iso(due, precise=False)}"
+                    what = f"rescheduled to {_format.iso(due, precise=False)}"
                 else:
                     raise HTTPError(HTTPStatus.BAD_REQUEST, "Give a delay (e.g. 90s, 10m, 1h30m) or a time, not both.")
-            except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+            except (ValueError, TypeError) as e:
                 raise HTTPError(HTTPStatus.BAD_REQUEST, f"Cannot reschedule: {e}") from None
         else:
             raise HTTPError(HTTPStatus.NOT_FOUND, f"No action {action!r} on a scheduled message.")

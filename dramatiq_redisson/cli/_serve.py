@@ -1,0 +1,104 @@
+"""Servers: ``metrics`` (Prometheus) and ``dashboard`` (the web dashboard)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+from .._format import one_line
+from ._base import EXIT_OK, Command, Context, UsageError, port_number
+from ._output import Output
+
+
+def _metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=port_number, default=9191, help="the port to listen on (default 9191)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: all)"
+    )
+
+
+def cmd_metrics(ctx: Context) -> int:
+    args = ctx.args
+    needs = "the metrics command needs prometheus-client (pip install 'dramatiq-redisson[metrics]')"
+    try:
+        metrics = importlib.import_module("dramatiq_redisson.metrics")
+        importlib.import_module("prometheus_client")
+    except ImportError as e:
+        raise UsageError(f"{needs}: {one_line(e)}") from None
+    serve: Callable[..., Any] = metrics.serve
+    url = f"http://{args.host}:{args.port}/metrics"
+    if ctx.json_mode:
+        ctx.out.json({"host": args.host, "port": args.port, "url": url})
+    Output.note(f"Serving Prometheus metrics of namespace {ctx.broker.namespace!r} on {url} (Ctrl-C stops)")
+    try:
+        serve(ctx.broker, host=args.host, port=args.port)
+    except KeyboardInterrupt:
+        pass
+    except ImportError as e:
+        raise UsageError(f"{needs}: {one_line(e)}") from None
+    except OSError as e:
+        raise UsageError(f"cannot serve metrics on {args.host}:{args.port}: {one_line(e)}") from None
+    return EXIT_OK
+
+
+METRICS = Command(
+    "metrics",
+    "serve Prometheus metrics of the queues over HTTP",
+    cmd_metrics,
+    _metrics_arguments,
+)
+
+
+def _dashboard_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=port_number, default=8190, help="the port to listen on (default 8190)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: all)"
+    )
+    parser.add_argument("--prefix", default="/", help="the URL path to serve under (default /)")
+    parser.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    parser.add_argument("--user", help="require HTTP basic authentication as this user (with --password-env)")
+    parser.add_argument("--password-env", metavar="VAR", help="the environment variable holding the password of --user")
+
+
+def cmd_dashboard(ctx: Context) -> int:
+    args = ctx.args
+    needs = "the dashboard needs Jinja2 (pip install 'dramatiq-redisson[dashboard]')"
+    auth = None
+    if args.user is not None:
+        password = os.environ.get(args.password_env or "")
+        if not args.password_env or not password:
+            raise UsageError(
+                f"--user needs --password-env naming a set, non-empty environment variable, not {args.password_env!r}"
+            )
+        auth = (args.user, password)
+    elif args.password_env is not None:
+        raise UsageError("--password-env needs --user")
+
+    def ready(url: str) -> None:
+        if ctx.json_mode:
+            ctx.out.json({"url": url, "read_only": args.read_only})
+        Output.note(
+            f"Serving the dashboard of namespace {ctx.broker.namespace!r} on {url}"
+            f"{' (read-only)' if args.read_only else ''} (Ctrl-C stops)"
+        )
+
+    try:
+        dashboard = importlib.import_module("dramatiq_redisson.dashboard")
+        options = {"prefix": args.prefix, "read_only": args.read_only, "auth": auth}
+        dashboard.serve(ctx.broker, args.host, args.port, ready=ready, **options)
+    except ImportError as e:
+        raise UsageError(f"{needs}: {one_line(e)}") from None
+    except OSError as e:
+        raise UsageError(f"cannot serve the dashboard on {args.host}:{args.port}: {one_line(e)}") from None
+    return EXIT_OK
+
+
+DASHBOARD = Command(
+    "dashboard",
+    "serve the web dashboard (queues, scheduled messages, dead letters)",
+    cmd_dashboard,
+    _dashboard_arguments,
+)

@@ -1,0 +1,146 @@
+"""``stats`` and ``watch``: the counts of the queues, once or refreshed."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from typing import Any
+
+import redis
+
+from .. import QueueStats, Stats
+from .._format import iso, one_line, stats_doc, until
+from ._base import EXIT_OK, Command, Context, non_negative_int, positive_float
+from ._output import Block, Cell, Output, Table
+
+
+def stats_blocks(stats: Stats, namespace: str) -> list[Block]:
+    now = stats["time_ms"]
+    workers = stats["workers"]
+    header = Cell(
+        f"Server time {iso(now, precise=False)} · namespace {namespace!r} · "
+        f"{workers} live worker{'s' if workers != 1 else ''}",
+        "bold",
+    )
+    if not stats["queues"]:
+        return [
+            header,
+            Cell(
+                "No known queues: name one (stats QUEUE), or give the app's broker import path to "
+                "declare its queues; queues also become known once a worker has consumed them."
+            ),
+        ]
+    legacy = any(q["legacy_delayed"] for q in stats["queues"].values())
+    headers = ["queue", "ready", "in flight", "scheduled", "overdue", "next due", "dead", "consumers", "lease holder"]
+    if legacy:
+        headers.append("legacy .DQ")
+    table = Table(headers, numeric={1, 2, 3, 4, 6, 7, 9})
+    for name, q in stats["queues"].items():
+        table.add(*queue_row(name, q, now, legacy))
+    return [header, table]
+
+
+def queue_row(name: str, q: QueueStats, now: int, legacy: bool) -> list[Cell]:
+    due = q["next_due_ms"]
+    if due is None:
+        next_due = Cell("-", "dim")
+    else:
+        next_due = Cell(f"{iso(due, precise=False)} ({until(due, now)})", "red" if due < now - 1000 else None)
+    stuck = q["overdue"] > 0 and q["consumers"] == 0
+    row = [
+        Cell(name, "bold"),
+        Cell(str(q["ready"])),
+        Cell(str(q["in_flight"])),
+        Cell(str(q["scheduled"])),
+        Cell(str(q["overdue"]), "bold red" if q["overdue"] else None),
+        next_due,
+        Cell(str(q["dead"]), "yellow" if q["dead"] else None),
+        Cell(str(q["consumers"]), "bold red" if stuck else None),
+        Cell(q["transfer_holder"] or "-", None if q["transfer_holder"] else "dim"),
+    ]
+    if legacy:
+        row.append(Cell(str(q["legacy_delayed"]), "yellow" if q["legacy_delayed"] else None))
+    return row
+
+
+def _stats_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", nargs="?", help="only this queue")
+
+
+def cmd_stats(ctx: Context) -> int:
+    stats = ctx.broker.stats(ctx.args.queue)
+    if ctx.json_mode:
+        ctx.out.json(stats_doc(stats, ctx.broker.namespace))
+    else:
+        ctx.out.blocks(stats_blocks(stats, ctx.broker.namespace))
+    return EXIT_OK
+
+
+STATS = Command(
+    "stats",
+    "counts of every known queue (or one) and the live workers",
+    cmd_stats,
+    _stats_arguments,
+)
+
+
+def _watch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", nargs="?", help="only this queue")
+    parser.add_argument(
+        "--interval", type=positive_float, default=2.0, metavar="S", help="seconds between refreshes (default 2)"
+    )
+    parser.add_argument(
+        "--count", type=non_negative_int, default=0, metavar="N", help="stop after N refreshes (default 0: never)"
+    )
+
+
+def cmd_watch(ctx: Context) -> int:
+    args = ctx.args
+    broker = ctx.broker
+    refreshes = itertools.count(1) if args.count == 0 else iter(range(1, args.count + 1))
+    live: Any = None
+    if not ctx.json_mode and ctx.out.console is not None and sys.stdout.isatty():
+        from rich.live import Live
+
+        live = Live(console=ctx.out.console, auto_refresh=False)
+        live.start()
+    try:
+        failing = False
+        for refresh in refreshes:
+            if refresh > 1:
+                time.sleep(args.interval)
+            try:
+                stats = broker.stats(args.queue)
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                if refresh == 1 or isinstance(e, redis.AuthenticationError):
+                    raise
+                if not failing:  # keep watching across a server restart
+                    Output.note(f"lost the server ({one_line(e)}); retrying every {args.interval:g}s")
+                failing = True
+                continue
+            failing = False
+            if ctx.json_mode:
+                ctx.out.json(stats_doc(stats, broker.namespace))
+                continue
+            footer = Cell(f"refresh {refresh} · every {args.interval:g}s · Ctrl-C exits", "dim")
+            blocks = stats_blocks(stats, broker.namespace) + [footer]
+            if live is not None:
+                live.update(ctx.out.renderable(blocks), refresh=True)
+            else:
+                ctx.out.blocks(blocks + ([Cell("")] if args.count != refresh else []))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+    return EXIT_OK
+
+
+WATCH = Command(
+    "watch",
+    "stats, refreshed until Ctrl-C",
+    cmd_watch,
+    _watch_arguments,
+)
