@@ -12,6 +12,7 @@ from dramatiq.broker import Consumer
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._consumer import RedissonConsumer
 from dramatiq_redisson._scripts import TransferResult
+from dramatiq_redisson._transfer_duty import TransferDuty
 
 from ._common import reference_lua
 
@@ -19,8 +20,8 @@ from ._common import reference_lua
 REDISSON_BATCH = 100
 
 
-class LremConsumer(RedissonConsumer):
-    def _transfer(self) -> None:
+class LremTransferDuty(TransferDuty):
+    def transfer(self) -> None:
         broker: Any = self.broker
         for _ in range(20):
             k = self.keys
@@ -33,6 +34,10 @@ class LremConsumer(RedissonConsumer):
                 break
         else:
             self.timer.force()
+
+
+class LremConsumer(RedissonConsumer):
+    transfer_duty_class = LremTransferDuty
 
 
 class LremRedissonBroker(RedissonBroker):

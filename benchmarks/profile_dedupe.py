@@ -24,8 +24,8 @@ FILL_CHUNK = 200
 def _fill(broker: Any, actor: Any, count: int) -> None:
     """Schedule ``count`` keyed messages (key ``fill:<i>``), streamed in calls of
     :data:`FILL_CHUNK` entries."""
-    from dramatiq_redisson._broker import encode_scheduled
     from dramatiq_redisson._ids import next_sort_keys
+    from dramatiq_redisson._message import encode_scheduled
 
     keys = broker.keys(QUEUE)
     for start in range(0, count, 50 * FILL_CHUNK):

@@ -34,7 +34,7 @@ def _usage(server: Server, n: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dramatiq_redisson._broker import encode_scheduled
+    from dramatiq_redisson._message import encode_scheduled
 
     from ._actor import declare
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         broker = make_broker("redisson", server.url)
         actor = declare(broker)
         keys = broker.keys(QUEUE)
-        prepared: list[tuple[Any, str]] = [broker._prepare(actor.message(i), 1) for i in range(n)]
+        prepared: list[tuple[Any, str]] = [broker.prepare_scheduled(actor.message(i)) for i in range(n)]
         print("\nRedissonBroker layouts written with plain commands: used_memory delta per message")
         results = {}
         for name, short_list, compact in (

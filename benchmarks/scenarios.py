@@ -319,7 +319,7 @@ def _offer_due(
             for start in range(0, len(messages), 500):
                 entries = []
                 for m in messages[start : start + 500]:
-                    prepared, sort_key = broker._prepare(m, 1)
+                    prepared, sort_key = broker.prepare_scheduled(m)
                     entries.append((due_abs, sort_key, prepared.message_id, prepared.encode(), ""))
                 broker.redisson_scripts.offer(keys, entries, absolute=True, client=pipe)
             pipe.execute()

@@ -21,15 +21,13 @@ from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
 from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
 from ._liveness import DEFAULT_LIVENESS_TIMEOUT, Liveness
-from ._message import MAX_DELAY, epoch_ms, prepare_scheduled, validate_delay
+from ._message import epoch_ms, prepare_scheduled
 from ._permissions import acl_rule
 from ._producer import Producer
 from ._scripts import Scripts
 from ._server import check_server
 from ._stats import OVERDUE_GRACE, QueueStats, Stats
 from .metrics import adopt_middleware
-
-__all__ = ["MAX_DELAY", "RedissonBroker", "validate_delay"]
 
 #: Most scheduled messages one transfer call moves to the ready queue.
 DEFAULT_TRANSFER_BATCH_SIZE = 100

@@ -125,7 +125,7 @@ def test_the_lua_parser_catches_a_new_command(tmp_path: Path) -> None:
         lua_commands(script)
     # A helper called with a command it cannot read is caught too; one never called issues none.
     helper = "local function each(command, key) return redis.call(command, key) end\n"
-    script.write_text(helper + 'each(ARGV[1], KEYS[1])\n')
+    script.write_text(helper + "each(ARGV[1], KEYS[1])\n")
     with pytest.raises(AssertionError, match="cannot resolve"):
         lua_commands(script)
     script.write_text(helper + 'redis.call("GET", KEYS[1])\n')

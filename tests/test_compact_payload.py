@@ -15,8 +15,8 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.encoder import JSONEncoder, PickleEncoder
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._message import encode_scheduled
 from dramatiq_redisson._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+from dramatiq_redisson._message import encode_scheduled
 
 from .helpers import record, records, wait_for
 

@@ -29,8 +29,7 @@ import pytest
 import redis
 from dramatiq import Worker
 
-from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson import EnqueueNotReplicated, NotReplicated
+from dramatiq_redisson import EnqueueNotReplicated, NotReplicated, RedissonBroker
 
 from . import failover
 from .failover import QUEUE, SIZES, FailoverResult, Fault, Size
