@@ -7,7 +7,8 @@ from typing import Any
 
 import dramatiq
 
-from ._common import QUEUE, REC_KEY
+from ._common import QUEUE
+from ._measure import REC_KEY
 
 #: One round trip: the start time is the server's clock (TIME), the same clock that
 #: offer.lua uses to compute due times, so start − due needs no clock translation.

@@ -32,7 +32,8 @@ def worker_main(
     from dramatiq import Worker
 
     from ._actor import declare
-    from ._common import QUEUE, CommandCounter, make_broker, product_origin, quiet_logging, script_names
+    from ._common import QUEUE, make_broker, product_origin, quiet_logging, script_names
+    from ._measure import CommandCounter
 
     quiet_logging()
     opts = options or {}

@@ -6,20 +6,12 @@ import argparse
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._common import (
-    BROKER_KINDS,
-    SIZES,
-    Server,
-    dumps,
-    machine_info,
-    median_merge,
-    product_origin,
-    quiet_logging,
-    use_product,
-)
+from ._common import BROKER_KINDS, SIZES, Server, dumps, machine_info, product_origin, quiet_logging, use_product
+from ._measure import median_merge
 
 
 def _log(msg: str) -> None:
@@ -90,24 +82,7 @@ def _verdict(t: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from .scenarios import SCENARIOS, Ctx
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
-    parser.add_argument(
-        "--brokers",
-        default=",".join(BROKER_KINDS),
-        help="comma-separated: redisson, builtin, redisson-lrem (default: all three)",
-    )
-    parser.add_argument("--size", choices=list(SIZES), default="small")
-    parser.add_argument("--url", default=None, help="use this Redis/Valkey (default: start an embedded Valkey)")
-    parser.add_argument("--json", dest="json_out", default=None, help="write the full results (with samples) here")
-    parser.add_argument("--repeat", type=int, default=1, help="run each scenario N times; tables show medians")
-    parser.add_argument(
-        "--product",
-        type=Path,
-        default=None,
-        help="import dramatiq_redisson from this tree, in the harness and in every worker process "
-        "(e.g. a `git worktree` frozen at the commit to measure; default: the installed one)",
-    )
+    parser = _parser(list(SCENARIOS))
     args = parser.parse_args(argv)
     if args.product is not None:
         try:
@@ -139,64 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         for name in names:
-            runs = []
-            for _rep in range(args.repeat):
-                ctx = Ctx(server, args.size, SIZES[args.size], brokers, _log)
-                t0 = time.monotonic()
-                try:
-                    out = SCENARIOS[name](ctx)
-                except Exception as e:
-                    traceback.print_exc()
-                    ctx.fail(f"{name}: crashed: {e!r}")
-                    out = {"data": {}, "rows": [], "targets": []}
-                finally:
-                    try:
-                        server.slowlog_off()
-                        server.flush()
-                    except Exception:
-                        pass
-                out["seconds"] = round(time.monotonic() - t0, 1)
-                out["failures"] = ctx.failures
-                failures += ctx.failures
-                runs.append(out)
-            merged = (
-                runs[0]
-                if len(runs) == 1
-                else {
-                    "data": runs[0]["data"],
-                    "runs_data": [r["data"] for r in runs],
-                    "rows": [median_merge(list(rs)) for rs in zip(*(r["rows"] for r in runs), strict=False)],
-                    "tables": {
-                        title: [
-                            median_merge(list(rs))
-                            for rs in zip(*(r.get("tables", {}).get(title, []) for r in runs), strict=False)
-                        ]
-                        for title in runs[0].get("tables", {})
-                    },
-                    "targets": [_merge_targets(list(ts)) for ts in zip(*(r["targets"] for r in runs), strict=False)],
-                    "seconds": round(sum(r["seconds"] for r in runs), 1),
-                    "failures": [f for r in runs for f in r["failures"]],
-                }
-            )
+            merged = _run_scenario(SCENARIOS[name], name, args, server, brokers, Ctx)
+            failures += merged["failures"]
             results["scenarios"][name] = merged
-            note = f", median of {args.repeat}" if args.repeat > 1 else ""
-            print(f"\n## {name} ({args.size}, {merged['seconds']} s{note})\n")
-            print_tables(merged)
-            if merged["targets"]:
-                print()
-                print(
-                    format_table(
-                        [
-                            {
-                                "target": t["target"],
-                                "value": t["value"],
-                                "met": _verdict(t),
-                            }
-                            for t in merged["targets"]
-                        ]
-                    )
-                )
-            sys.stdout.flush()
+            _print_scenario(name, merged, args)
     finally:
         server.stop()
     results["meta"]["seconds"] = round(time.monotonic() - started, 1)
@@ -229,3 +150,98 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _log(f"done in {results['meta']['seconds']} s, no lost or duplicated messages, no crash")
     return 0
+
+
+def _parser(scenarios: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("scenario", choices=[*scenarios, "all"])
+    parser.add_argument(
+        "--brokers",
+        default=",".join(BROKER_KINDS),
+        help="comma-separated: redisson, builtin, redisson-lrem (default: all three)",
+    )
+    parser.add_argument("--size", choices=list(SIZES), default="small")
+    parser.add_argument("--url", default=None, help="use this Redis/Valkey (default: start an embedded Valkey)")
+    parser.add_argument("--json", dest="json_out", default=None, help="write the full results (with samples) here")
+    parser.add_argument("--repeat", type=int, default=1, help="run each scenario N times; tables show medians")
+    parser.add_argument(
+        "--product",
+        type=Path,
+        default=None,
+        help="import dramatiq_redisson from this tree, in the harness and in every worker process "
+        "(e.g. a `git worktree` frozen at the commit to measure; default: the installed one)",
+    )
+    return parser
+
+
+def _run_scenario(
+    scenario: Callable[[Any], dict[str, Any]],
+    name: str,
+    args: argparse.Namespace,
+    server: Server,
+    brokers: list[str],
+    ctx_class: Any,
+) -> dict[str, Any]:
+    """Run one scenario ``args.repeat`` times (a crash is a failure, never an abort); its
+    result, merged by median over the repeats."""
+    runs = []
+    for _rep in range(args.repeat):
+        ctx = ctx_class(server, args.size, SIZES[args.size], brokers, _log)
+        t0 = time.monotonic()
+        try:
+            out = scenario(ctx)
+        except Exception as e:
+            traceback.print_exc()
+            ctx.fail(f"{name}: crashed: {e!r}")
+            out = {"data": {}, "rows": [], "targets": []}
+        finally:
+            try:
+                server.slowlog_off()
+                server.flush()
+            except Exception:
+                pass
+        out["seconds"] = round(time.monotonic() - t0, 1)
+        out["failures"] = ctx.failures
+        runs.append(out)
+    merged = (
+        runs[0]
+        if len(runs) == 1
+        else {
+            "data": runs[0]["data"],
+            "runs_data": [r["data"] for r in runs],
+            "rows": [median_merge(list(rs)) for rs in zip(*(r["rows"] for r in runs), strict=False)],
+            "tables": {
+                title: [
+                    median_merge(list(rs))
+                    for rs in zip(*(r.get("tables", {}).get(title, []) for r in runs), strict=False)
+                ]
+                for title in runs[0].get("tables", {})
+            },
+            "targets": [_merge_targets(list(ts)) for ts in zip(*(r["targets"] for r in runs), strict=False)],
+            "seconds": round(sum(r["seconds"] for r in runs), 1),
+            "failures": [f for r in runs for f in r["failures"]],
+        }
+    )
+    return merged
+
+
+def _print_scenario(name: str, merged: dict[str, Any], args: argparse.Namespace) -> None:
+    """A scenario's tables and targets, as Markdown."""
+    note = f", median of {args.repeat}" if args.repeat > 1 else ""
+    print(f"\n## {name} ({args.size}, {merged['seconds']} s{note})\n")
+    print_tables(merged)
+    if merged["targets"]:
+        print()
+        print(
+            format_table(
+                [
+                    {
+                        "target": t["target"],
+                        "value": t["value"],
+                        "met": _verdict(t),
+                    }
+                    for t in merged["targets"]
+                ]
+            )
+        )
+    sys.stdout.flush()

@@ -20,7 +20,8 @@ import time
 from bisect import bisect_left
 from typing import Any
 
-from ._common import HOUR_MS, QUEUE, Server, bulk_offer, make_broker, pct, quiet_logging
+from ._common import HOUR_MS, QUEUE, Server, bulk_offer, make_broker, quiet_logging
+from ._measure import pct
 
 
 def main(argv: list[str] | None = None) -> int:

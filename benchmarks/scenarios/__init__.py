@@ -1,0 +1,38 @@
+"""The scenarios, one module each. Each returns ``{"data": …, "rows": […], "targets": […]}``
+and reports failures (lost or duplicated messages of the Redisson brokers, crashes) through
+``ctx.fail``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._measure import pct
+from ._shared import Ctx
+from .backlog import backlog_cost
+from .burst import burst
+from .cluster import cluster
+from .fleet import fleet
+from .head_of_line import head_of_line
+from .idle import idle_pickup
+from .lateness import lateness, lateness_paced
+from .memory import memory
+from .offer import offer_throughput
+from .operations import operations
+
+#: Every scenario, by the name ``python -m benchmarks`` takes, in the order ``all`` runs them.
+SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
+    "lateness": lateness,
+    "lateness-paced": lateness_paced,
+    "head-of-line": head_of_line,
+    "backlog": backlog_cost,
+    "memory": memory,
+    "offer": offer_throughput,
+    "idle": idle_pickup,
+    "burst": burst,
+    "fleet": fleet,
+    "operations": operations,
+    "cluster": cluster,
+}
+
+__all__ = ["Ctx", "SCENARIOS", "pct"]
