@@ -235,6 +235,7 @@ class RedissonConsumer(Consumer):
             self.logger.warning("Could not requeue %d prefetched messages on queue %r.", len(cached), self.queue_name)
         finally:
             self.transfers.close()
+            self.broker.liveness.unsubscribed(self.keys, self.token)
             if self.joined:
                 self.joined = False
                 self.broker.liveness.leave(self.queue_name)

@@ -44,6 +44,8 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
                                                     beat (epoch ms, server clock), for each
                                                     process consuming the queue (see
                                                     ``_liveness.py``)
+``redisson_delay_queue_subscribers:{N}``   HASH     consumer token -> worker id, for each
+                                                    consumer subscribed to its wake channel
 ``redisson_delay_queue_channel:{N}``       channel  one consumer's wake-ups: "0" messages
 ``:wake:{<consumer token>}``                        are ready, "-1" take the transfer lease
 =========================================  =======  =====================================
@@ -248,6 +250,13 @@ class QueueKeys:
         beat; a process whose beats stop is dead and its messages run again elsewhere."""
         return f"redisson_delay_queue_alive:{{{self.name}}}"
 
+    @property
+    def subscribers(self) -> str:
+        """Consumer token -> worker id of each consumer subscribed to its wake channel: a
+        consumer whose subscription is gone for good (its process died, its connection
+        closed) is dead, and its worker's messages run again elsewhere."""
+        return f"redisson_delay_queue_subscribers:{{{self.name}}}"
+
     def wake_channel(self, token: str) -> str:
         """The channel on which one consumer (``token``) is woken; the scripts build it
         from :attr:`channel` the same way."""
@@ -275,6 +284,7 @@ class QueueKeys:
             self.consumers,
             self.idle,
             self.alive,
+            self.subscribers,
             self.channel,
             self.wake_channel(token),
         )

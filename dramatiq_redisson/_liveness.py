@@ -2,33 +2,36 @@
 
 Dramatiq's heartbeat (``heartbeat_timeout``, 60 s by default, checked by maintenance every
 30 s) makes the unacked messages of a process killed with ``kill -9`` wait up to about 90
-s. Here each process that consumes a queue also beats on the queue's liveness set
-(``redisson_delay_queue_alive:{N}``, worker id -> last beat, server clock) from a thread
-of its own, every fifth of ``liveness_timeout`` (1.5 s by default: every 300 ms). The
-consumer that holds the queue's transfer lease checks that set at each of its ticks (at
-least every third of the lease) and puts back the ack set of every worker whose last beat
-is more than ``liveness_timeout`` older than the newest beat (reap.lua), waking idle
-consumers for them.
+s. Here two signals tell sooner that a process consuming a queue is gone:
 
-Why a thread, and what makes a live process look dead:
+- **Its connections close.** Each consumer stays subscribed to its own wake channel and
+  lists itself in the queue's ``redisson_delay_queue_subscribers:{N}`` (consumer token ->
+  worker id). A killed process's sockets are closed by its kernel, so the server drops
+  its subscriptions at once. A worker all of whose listed consumers have had no
+  subscription for :data:`CONNECTION_GRACE` ms is dead. This costs nothing while all is
+  well: only the check below reads it.
+- **Its beats stop.** A host that vanishes (power, network) closes nothing. Each process
+  beats on the queue's ``redisson_delay_queue_alive:{N}`` (worker id -> last beat, server
+  clock) from a thread of its own, every third of ``liveness_timeout`` (6 s by default:
+  every 2 s); a worker more than ``liveness_timeout`` behind the newest beat is dead.
 
-- The beats do not wait on actors: the thread runs between the actors' bytecodes (Python
-  switches threads every 5 ms) and during their I/O. A process looks dead only when the
-  thread cannot run for ``liveness_timeout``: the whole process stopped (SIGSTOP, a
-  debugger) or an actor holding the GIL that long inside one C call. Its messages then
-  run again elsewhere (at-least-once, as after any redelivery) and it goes on beating.
-  Raise ``liveness_timeout`` for such workloads; ``liveness_timeout=0`` turns liveness off
-  (Dramatiq's heartbeat alone, as before).
-- Dead is relative to the newest beat of the queue's set, not to the server clock: after a
-  server stop or outage no process could beat, every entry is equally old, and nobody is
-  declared dead; the live ones beat again within a beat interval of the server's return.
-- A dead worker stays in the set for ``heartbeat_timeout``, so a message that lands in its
-  ack set later (a fetch it sent before dying, run by a server that was stopped) is put
-  back by the next check instead of waiting for the heartbeat timeout.
+The consumer holding the queue's transfer lease checks both every :data:`CHECK_INTERVAL`
+ms and puts back the ack sets of dead workers (reap.lua), waking idle consumers for them.
 
-A process that stops cleanly leaves the set (its consumers requeue what they held first).
-Processes of an older version, or of the built-in broker, never join the set: their
-messages are recovered by the heartbeat, as before.
+What can make a live process look dead, and what it costs: a consumer whose subscription
+is down for :data:`CONNECTION_GRACE` (it re-subscribes at once after a lost connection,
+within 50 ms of a restarted server's return), or a process whose beat thread cannot run
+for ``liveness_timeout`` — stopped (SIGSTOP, a debugger) or held by an actor keeping the
+GIL that long inside one C call. Its messages then run again elsewhere (at-least-once, as
+after any redelivery) and it goes on. Dead is relative to the newest beat, not to the
+server clock: when no process could beat (the server stopped or unreachable), nobody is
+dead by its beats. ``liveness_timeout=0`` turns both off (Dramatiq's heartbeat alone).
+
+A dead worker stays in the beat set for ``heartbeat_timeout``, and its consumers in the
+subscriber list, so a message that lands in its ack set later (a fetch it sent before
+dying, run by a server that was stopped) is put back by the next check. A process that
+stops cleanly leaves both. Processes of an older release or of the built-in broker never
+join them: their messages are recovered by the heartbeat, as before.
 """
 
 from __future__ import annotations
@@ -44,15 +47,20 @@ from dramatiq.logging import get_logger
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
+    from ._keys import QueueKeys
 
 #: Default ``liveness_timeout`` (ms).
-DEFAULT_LIVENESS_TIMEOUT = 1500
+DEFAULT_LIVENESS_TIMEOUT = 6000
 
 #: Beats per ``liveness_timeout``: a process misses several beats before it looks dead.
-BEATS_PER_TIMEOUT = 5
+BEATS_PER_TIMEOUT = 3
 
 #: Least time (ms) between two checks of one queue by its lease holder.
-MIN_CHECK_INTERVAL = 250
+CHECK_INTERVAL = 500
+
+#: How long (ms) all the wake-channel subscriptions of a worker's consumers must be gone
+#: before it is dead.
+CONNECTION_GRACE = 2000
 
 #: Errors of a beat that the thread logs and outlives (the server away, full, refusing).
 _BEAT_ERRORS = (redis.RedisError, OSError)
@@ -125,6 +133,22 @@ class Liveness:
     def close(self) -> None:
         self._stop.set()
 
+    def subscribed(self, keys: QueueKeys, token: str) -> None:
+        """Consumer ``token`` subscribed to its wake channel: list it (see the module)."""
+        if self.enabled:
+            try:
+                self.broker.client.hset(keys.subscribers, token, self.broker.broker_id)
+            except _BEAT_ERRORS as e:
+                self.logger.debug("Could not list consumer %r in %r: %s", token, keys.subscribers, e)
+
+    def unsubscribed(self, keys: QueueKeys, token: str) -> None:
+        """Consumer ``token`` stops cleanly: take it off the list."""
+        if self.enabled:
+            try:
+                self.broker.client.hdel(keys.subscribers, token)
+            except _BEAT_ERRORS as e:
+                self.logger.debug("Could not take consumer %r off %r: %s", token, keys.subscribers, e)
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             with self._lock:
@@ -146,7 +170,7 @@ class Liveness:
 
 
 class Reaper:
-    """One consumer's check of its queue's liveness set (run while it holds the lease)."""
+    """One consumer's check of its queue's dead workers (run while it holds the lease)."""
 
     def __init__(self, broker: RedissonBroker, queue_name: str) -> None:
         self.broker = broker
@@ -154,30 +178,90 @@ class Reaper:
         self.queue_name = queue_name
         self.logger = get_logger(__name__, type(self))
         self.next_check_at = 0.0
+        #: Consumer token -> when (monotonic) this reaper first saw it without a subscription.
+        self.unsubscribed_since: dict[str, float] = {}
 
     def check(self, now: float) -> int:
         """Put back the messages of the queue's dead workers, at most every
-        :data:`MIN_CHECK_INTERVAL`; returns how many were put back."""
+        :data:`CHECK_INTERVAL`; returns how many were put back."""
         liveness = self.broker.liveness
         if not liveness.enabled or now < self.next_check_at:
             return 0
-        self.next_check_at = now + MIN_CHECK_INTERVAL / 1000
-        entries = self.broker.client.zrange(self.keys.alive, 0, -1, withscores=True)
-        dead = dead_workers(entries, liveness.timeout_ms, own=self.broker.broker_id)  # type: ignore[arg-type]
-        if not dead:
+        self.next_check_at = now + CHECK_INTERVAL / 1000
+        own = self.broker.broker_id
+        with self.broker.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.subscribers)
+            pipe.zrange(self.keys.alive, 0, -1, withscores=True)
+            listed, entries = pipe.execute()
+        by_beat = dead_workers(entries, liveness.timeout_ms, own=own)
+        by_connection = self._gone(now, {t.decode(): w.decode() for t, w in listed.items()}, own)
+        by_beat = [w for w in by_beat if w not in by_connection]
+        if not by_beat and not by_connection:
             return 0
         started = time.monotonic()
         requeued, found = self.broker.redisson_scripts.reap(
-            self.keys, dead, timeout_ms=liveness.timeout_ms, forget_ms=self.broker.heartbeat_timeout
+            self.keys,
+            by_beat,
+            by_connection,
+            timeout_ms=liveness.timeout_ms,
+            forget_ms=max(self.broker.heartbeat_timeout, 2 * liveness.timeout_ms),
         )
         if requeued:
             self.logger.warning(
-                "Requeued %d messages of %d worker(s) on queue %r that stopped beating (liveness_timeout=%d ms) "
-                "in %.1f ms.",
+                "Requeued %d messages of %d dead worker(s) on queue %r (%s) in %.1f ms.",
                 requeued,
                 found,
                 self.queue_name,
-                liveness.timeout_ms,
+                ", ".join(
+                    [f"{w}: connections closed" for w in by_connection]
+                    + [f"{w}: no beat for liveness_timeout={liveness.timeout_ms} ms" for w in by_beat]
+                ),
                 (time.monotonic() - started) * 1000,
             )
+        self._forget(listed, entries)
         return requeued
+
+    def _gone(self, now: float, listed: dict[str, str], own: str) -> list[str]:
+        """The workers (but ``own``) all of whose listed consumers have had no wake-channel
+        subscription for :data:`CONNECTION_GRACE`."""
+        others = {token: worker for token, worker in listed.items() if worker != own}
+        counts = self._subscriptions([self.keys.wake_channel(token) for token in others])
+        for token in others:
+            if counts.get(self.keys.wake_channel(token), 0):
+                self.unsubscribed_since.pop(token, None)
+            else:
+                self.unsubscribed_since.setdefault(token, now)
+        for token in set(self.unsubscribed_since) - set(others):
+            del self.unsubscribed_since[token]
+        tokens_of: dict[str, list[str]] = {}
+        for token, worker in others.items():
+            tokens_of.setdefault(worker, []).append(token)
+        grace = CONNECTION_GRACE / 1000
+        return [
+            worker
+            for worker, tokens in tokens_of.items()
+            if all(now - self.unsubscribed_since.get(token, now) >= grace for token in tokens)
+        ]
+
+    def _subscriptions(self, channels: list[str]) -> dict[str, int]:
+        """Channel -> subscribers (PUBSUB NUMSUB; on a cluster SHARDNUMSUB on the node of
+        the queue's slot)."""
+        if not channels:
+            return {}
+        if self.broker.cluster:
+            node = self.broker.redisson_scripts.node_client(self.keys.channel)
+            reply = node.execute_command("PUBSUB", "SHARDNUMSUB", *channels)
+        else:
+            reply = self.broker.client.execute_command("PUBSUB", "NUMSUB", *channels)
+        flat = not reply or not isinstance(reply[0], (list, tuple))
+        pairs = list(zip(reply[::2], reply[1::2], strict=True)) if flat else reply
+        return {(c.decode() if isinstance(c, bytes) else str(c)): int(n) for c, n in pairs}
+
+    def _forget(self, listed: dict[bytes, bytes], entries: list[tuple[bytes, float]]) -> None:
+        """Take off the list the consumers of workers the beat set has forgotten (dead for
+        longer than ``heartbeat_timeout``), or that never beat, once their subscription has
+        been gone for the grace."""
+        beating = {w for w, _ in entries}
+        stale = [t for t, w in listed.items() if w not in beating and t.decode() in self.unsubscribed_since]
+        if stale:
+            self.broker.client.hdel(self.keys.subscribers, *stale)

@@ -99,9 +99,12 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
 #: HMGET, ZSCORE, HGET). No MULTI/EXEC: on a full server Redis before 7.4 and Valkey 7.2
 #: refuse every command queued in a transaction, reads included.
 CLIENT_COMMANDS: tuple[str, ...] = (
+    "hdel",
     "hexists",
     "hget",
+    "hgetall",
     "hmget",
+    "hset",
     "lrange",
     "sadd",
     "scan",
@@ -123,7 +126,7 @@ CLIENT_COMMANDS: tuple[str, ...] = (
 SCRIPTING_COMMANDS: tuple[str, ...] = ("eval", "evalsha", "script|exists", "script|load")
 
 #: The consumer's subscription to its queue's channel.
-PUBSUB_COMMANDS: tuple[str, ...] = ("ping", "subscribe", "unsubscribe")
+PUBSUB_COMMANDS: tuple[str, ...] = ("ping", "pubsub|numsub", "subscribe", "unsubscribe")
 
 #: redis-py's connection setup (on Redis >= 7.2 and Valkey: see :func:`connection_commands`).
 CONNECTION_COMMANDS: tuple[str, ...] = ("client|setinfo", "select")
@@ -180,7 +183,12 @@ COMMANDS: tuple[str, ...] = tuple(
 #: On Redis Cluster, pub/sub is sharded (a queue's channels live on the node of its
 #: slot): the scripts publish with SPUBLISH (their source is rewritten when loaded), the
 #: consumer subscribes with SSUBSCRIBE and unsubscribes with SUNSUBSCRIBE.
-SHARDED_PUBSUB: dict[str, str] = {"publish": "spublish", "subscribe": "ssubscribe", "unsubscribe": "sunsubscribe"}
+SHARDED_PUBSUB: dict[str, str] = {
+    "publish": "spublish",
+    "subscribe": "ssubscribe",
+    "unsubscribe": "sunsubscribe",
+    "pubsub|numsub": "pubsub|shardnumsub",
+}
 
 #: Commands of :data:`COMMANDS` a cluster broker never sends: SCAN (the maintenance of
 #: dead workers' ack sets is per queue there, without SCAN), SELECT (a cluster has only
@@ -376,6 +384,7 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("zset", keys.consumers),
         ("zset", keys.idle),
         ("zset", keys.alive),
+        ("hash", keys.subscribers),
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
         ("none", keys.wake_channel(worker_id)),  # matches the key and channel patterns
     )
@@ -434,6 +443,13 @@ def _client_calls(
         *registry,
         ("zscore", keys.xq, ("ZSCORE", keys.xq, token)),
         ("hget", keys.xq_msgs, ("HGET", keys.xq_msgs, token)),
+        ("hgetall", keys.subscribers, ("HGETALL", keys.subscribers)),
+        ("hdel", keys.subscribers, ("HDEL", keys.subscribers, token)),
+        (
+            "pubsub|shardnumsub" if keys.cluster else "pubsub|numsub",
+            keys.channel,
+            ("PUBSUB", "SHARDNUMSUB" if keys.cluster else "NUMSUB", keys.channel),
+        ),
         ("unlink", scratch_key(keys), ("UNLINK", scratch_key(keys))),
     ]
 

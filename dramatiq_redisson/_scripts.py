@@ -460,12 +460,22 @@ class Scripts(ScriptRunner):
         on a full server too); returns the server time written, epoch ms."""
         return int(self._run_idempotent("heartbeat", (keys.alive,), (worker_id,)))
 
-    def reap(self, keys: QueueKeys, dead_workers: Sequence[str], *, timeout_ms: int, forget_ms: int) -> tuple[int, int]:
-        """Put back the messages of ``dead_workers`` (checked again: see reap.lua), waking
-        idle consumers for them; returns (messages put back, workers found dead)."""
+    def reap(
+        self,
+        keys: QueueKeys,
+        by_beat: Sequence[str],
+        by_connection: Sequence[str] = (),
+        *,
+        timeout_ms: int,
+        forget_ms: int,
+    ) -> tuple[int, int]:
+        """Put back the messages of dead workers, waking idle consumers for them: those
+        ``by_connection`` (every subscription gone), and those ``by_beat`` (checked again:
+        see reap.lua). Returns (messages put back, workers found dead)."""
+        workers = [*by_connection, *by_beat]
         requeued, dead = self._run_idempotent(
             "reap",
-            (keys.alive, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *map(keys.acks, dead_workers)),
-            (timeout_ms, forget_ms, *dead_workers),
+            (keys.alive, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *map(keys.acks, workers)),
+            (timeout_ms, forget_ms, len(by_connection), *workers),
         )
         return int(requeued), int(dead)

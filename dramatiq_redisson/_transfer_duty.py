@@ -145,6 +145,8 @@ class TransferDuty:
             return
         self.pubsub = pubsub
         self.announcements = self.timer.owner
+        # Listed while subscribed: a process that dies drops the subscription (see _liveness).
+        self.broker.liveness.subscribed(self.keys, self.token)
         if self.resubscribe_attempts:
             self.logger.info("Subscribed to %r again.", self.keys.channel)
         self.resubscribe_attempts = 0

@@ -559,6 +559,7 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_consumers:{dramatiq:default}",
         "redisson_delay_queue_idle:{dramatiq:default}",
         "redisson_delay_queue_alive:{dramatiq:default}",
+        "redisson_delay_queue_subscribers:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}:wake:{__dramatiq_redisson_permission_probe__}",
     }

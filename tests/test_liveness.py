@@ -1,5 +1,5 @@
-"""Liveness: the messages of a killed worker process run again within seconds, not after
-the heartbeat timeout; a live but quiet fleet is never declared dead."""
+"""Liveness: the messages of a killed (or stopped) worker process run again within seconds,
+not after the heartbeat timeout; a live but quiet fleet is never declared dead."""
 
 from __future__ import annotations
 
@@ -49,22 +49,32 @@ def test_a_consumer_beats_while_it_runs_and_leaves_the_set_when_it_stops(
     try:
         assert wait_for(lambda: redis_client.zscore(alive, broker.broker_id) is not None, timeout=5)
         first = redis_client.zscore(alive, broker.broker_id)
-        # It beats every fifth of liveness_timeout (300 ms by default)
-        assert wait_for(lambda: redis_client.zscore(alive, broker.broker_id) != first, timeout=2)
+        # It beats every third of liveness_timeout (2 s by default), and lists its consumer
+        assert wait_for(lambda: redis_client.zscore(alive, broker.broker_id) != first, timeout=4)
+        listed = redis_client.hgetall(broker.keys("default").subscribers)
+        assert list(listed.values()) == [broker.broker_id.encode()]
     finally:
         worker.stop()
-    # A clean stop is not a death: the process leaves the set
+    # A clean stop is not a death: the process leaves the set and the list
     assert redis_client.zscore(alive, broker.broker_id) is None
+    assert redis_client.hlen(broker.keys("default").subscribers) == 0
 
 
-@pytest.mark.parametrize("liveness_timeout", [1500, 0])
+@pytest.mark.parametrize(
+    ("signum", "liveness_timeout", "within_s"),
+    [(signal.SIGKILL, 6000, 8), (signal.SIGSTOP, 3000, 10), (signal.SIGKILL, 0, 8)],
+    ids=["kill9", "stopped", "kill9-liveness-off"],
+)
 def test_a_killed_workers_messages_run_again_within_seconds(
-    redis_url: str, redis_client: redis.Redis, liveness_timeout: int
+    redis_url: str, redis_client: redis.Redis, signum: int, liveness_timeout: int, within_s: float
 ) -> None:
-    """kill -9 of a process running two messages: with liveness they run again in the
-    surviving process within seconds; without it (liveness_timeout=0) they wait for the
-    heartbeat timeout (60 s), here beyond the 8 s the test waits."""
+    """A process running two messages is killed with kill -9 (its connections close: found
+    dead by its subscriptions, ~2 s) or stopped with SIGSTOP (its connections stay open,
+    as a vanished host's: found dead by its beats, ``liveness_timeout``): the messages run
+    again in the surviving process within seconds. With liveness off
+    (``liveness_timeout=0``) they wait for the heartbeat timeout (60 s), beyond the wait."""
     survivor_broker = RedissonBroker(url=redis_url, liveness_timeout=liveness_timeout, maintenance_interval=1000)
+    victim_options = {"LIVENESS_TIMEOUT": str(liveness_timeout)}
     dramatiq.set_broker(survivor_broker)
 
     @dramatiq.actor(queue_name="held", max_retries=0)
@@ -81,8 +91,7 @@ def test_a_killed_workers_messages_run_again_within_seconds(
         "HOLD_S": "60",
         "PYTHONPATH": str(ROOT),
     }
-    if not liveness_timeout:
-        env["LIVENESS_TIMEOUT"] = "0"
+    env.update(victim_options)
     victim = subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT)
     survivor = Worker(survivor_broker, worker_timeout=100, worker_threads=2)
     try:
@@ -96,23 +105,22 @@ def test_a_killed_workers_messages_run_again_within_seconds(
         alive = survivor_broker.keys("held").alive
         if liveness_timeout:
             assert wait_for(lambda: redis_client.zcard(alive) == 2, timeout=5)
-        # When the victim is killed with kill -9
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait()
+        # When the victim is killed with kill -9, or stopped
+        os.kill(victim.pid, signum)
         killed = time.monotonic()
-        ran = wait_for(lambda: len([r for r in records(redis_client) if not r.get("started")]) == 2, timeout=8)
+        ran = wait_for(lambda: len([r for r in records(redis_client) if not r.get("started")]) == 2, timeout=within_s)
         took = time.monotonic() - killed
     finally:
         survivor.stop()
         survivor_broker.close()
         if victim.poll() is None:
             victim.kill()
-            victim.wait()
+        victim.wait()
         redis_client.delete("test:workers-ready")
     runs = sorted(r["i"] for r in records(redis_client) if not r.get("started"))
     if liveness_timeout:
         # Then both ran again, once each, in the survivor, seconds after the kill
-        print(f"ran again {took:.2f} s after kill -9")
+        print(f"ran again {took:.2f} s after {signal.Signals(signum).name}")
         assert ran and runs == [1, 2]
         assert {r["pid"] for r in records(redis_client) if not r.get("started")} == {os.getpid()}
     else:

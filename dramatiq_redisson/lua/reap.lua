@@ -6,14 +6,17 @@
 -- KEYS[3]  HASH  <ns>:<queue>.msgs
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
--- KEYS[6..] SET  <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[3..]
+-- KEYS[6..] SET  <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[4..]
 --
 -- ARGV[1]  liveness timeout (ms): a worker is dead when its last beat is more than this
 --          older than the newest beat in KEYS[1]
 -- ARGV[2]  forget after (ms): entries whose last beat is more than this older than the
 --          newest are dropped (their process is long gone)
--- ARGV[3..] the worker ids the caller found dead (ZRANGE of KEYS[1]), checked again here:
---          one that beat meanwhile is left alone
+-- ARGV[3]  C: how many of the ids that follow the caller found dead by their connections
+--          (every wake-channel subscription of the worker gone for a while): those are
+--          taken as dead; the others, found dead by their beats (ZRANGE of KEYS[1]), are
+--          checked again here, and one that beat meanwhile is left alone
+-- ARGV[4..] worker ids
 --
 -- Dead is relative to the newest beat, not to the server clock: when no process could beat
 -- (the server was stopped or unreachable for a while, every entry equally old) nobody is
@@ -34,17 +37,15 @@ local alive, ready, ready_msgs, idle, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[
 local timeout, forget = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local newest = redis.call("ZRANGE", alive, -1, -1, "WITHSCORES")
-if #newest == 0 then
-    return {0, 0}
-end
-local newest_ms = tonumber(newest[2])
+local newest_ms = #newest > 0 and tonumber(newest[2]) or 0
 
+local by_connection = tonumber(ARGV[3])
 local requeued, dead = 0, 0
-for i = 3, #ARGV do
+for i = 4, #ARGV do
     local beat = redis.call("ZSCORE", alive, ARGV[i])
-    if beat and newest_ms - tonumber(beat) > timeout then
+    if i - 3 <= by_connection or (beat and newest_ms - tonumber(beat) > timeout) then
         dead = dead + 1
-        local acks = KEYS[i + 3]
+        local acks = KEYS[i + 2]
         local ids = redis.call("SMEMBERS", acks)
         redis.call("DEL", acks)
         for j = 1, #ids do
@@ -58,5 +59,7 @@ end
 if requeued > 0 then
     wake(idle, channel .. ":wake:{", requeued)
 end
-redis.call("ZREMRANGEBYSCORE", alive, "-inf", "(" .. (newest_ms - forget))
+if newest_ms > 0 then
+    redis.call("ZREMRANGEBYSCORE", alive, "-inf", "(" .. (newest_ms - forget))
+end
 return {requeued, dead}
