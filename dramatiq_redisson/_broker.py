@@ -97,7 +97,8 @@ class RedissonBroker(RedisBroker):
       wait_timeout: Longest wait (ms) for those replicas, per write.
       liveness_timeout: Time (ms) after which a worker process whose liveness beats
         stopped (killed, its host gone) is dead and its unacked messages run again
-        elsewhere; each process beats every fifth of it from a thread of its own (see
+        elsewhere; each process beats every third of it from a thread of its own, and a
+        killed one is found sooner, by its closed connections (see
         :mod:`dramatiq_redisson._liveness` for what can make a live process look dead).
         0 turns it off: then only ``heartbeat_timeout`` recovers them, as in Dramatiq.
       cluster: Connect to a Redis/Valkey Cluster: ``url`` (or the ``host``/``port``

@@ -71,8 +71,11 @@ class Stats:
     late_max: float | None = None
     ready_p50: float | None = None
     ready_max: float | None = None
-    #: Scheduled lateness of every message (ms), for criteria on the distribution.
+    #: Scheduled lateness of every message (ms), for criteria on the distribution; a
+    #: message whose run a process kill cut short is not in it, but in ``recovery_samples``.
     late_samples: list[int] = field(default_factory=list, repr=False)
+    #: For each message a killed process was running: ms from the kill to its next run.
+    recovery_samples: list[int] = field(default_factory=list, repr=False)
     runs: int = 0
     unfinished_runs: int = 0
     products: list[str] = field(default_factory=list)
@@ -156,7 +159,17 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
                 stats.early_worst_ms = max(stats.early_worst_ms, run_due - run.start_ms)
         first = successes[0]
         first_due = due(first)
-        if first_due is not None:
+        cut = [
+            e.start_ms
+            for run in seq_runs
+            if run.end is None and run.start_ms < first.start_ms
+            for e in events
+            if e.pid is not None and disrupted(run, e)
+        ]
+        if cut:
+            # Held by a killed process: how soon after the kill it ran again.
+            stats.recovery_samples.append(first.start_ms - max(cut))
+        elif first_due is not None:
             lateness = first.start_ms - first_due
             if first.attempt == 0 and sent[seq][1] == 0:
                 ready_late.append(lateness)

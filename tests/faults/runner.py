@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from .analysis import Stats, analyse
+from .analysis import Stats, analyse, percentile
 from .fault_common import FINISH, PRODUCER_DONE, READY, REFUSED, SENT, Record, records_key
 from .procs import (
     DEFAULT_PRODUCT_ROOT,
@@ -155,6 +155,16 @@ def check(scenario: Scenario, stats: Stats) -> list[str]:
         )
     if c.max_early is not None and stats.early > c.max_early:
         failures.append(f"early {stats.early} > {c.max_early} (worst {stats.early_worst_ms} ms)")
+    if stats.recovery_samples:
+        worst = max(stats.recovery_samples)
+        stats.notes["held by a killed process: run again ms after the kill, p50/max"] = (
+            f"{percentile(stats.recovery_samples, 50):.0f}/{worst}"
+        )
+        if c.max_recovery_ms is not None and worst > c.max_recovery_ms:
+            failures.append(
+                f"{sum(r > c.max_recovery_ms for r in stats.recovery_samples)} messages a killed process held "
+                f"ran again more than {c.max_recovery_ms} ms after the kill (worst {worst} ms)"
+            )
     if c.max_late_ms is not None:
         stranded = [late for late in stats.late_samples if late >= c.stranded_ms]
         too_late = sorted(late for late in stats.late_samples if c.max_late_ms < late < c.stranded_ms)
