@@ -40,10 +40,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 from dramatiq.logging import get_logger
+
+from ._message import epoch_ms
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
@@ -170,7 +172,11 @@ class Liveness:
 
 
 class Reaper:
-    """One consumer's check of its queue's dead workers (run while it holds the lease)."""
+    """One consumer's check of its queue's dead workers (run while it holds the lease).
+
+    A consumer found without its subscription is marked in the subscriber list
+    (``"<worker id> <since, epoch ms>"``, server clock), so that whichever consumer holds
+    the lease next goes on counting the grace from the same moment."""
 
     def __init__(self, broker: RedissonBroker, queue_name: str) -> None:
         self.broker = broker
@@ -178,8 +184,6 @@ class Reaper:
         self.queue_name = queue_name
         self.logger = get_logger(__name__, type(self))
         self.next_check_at = 0.0
-        #: Consumer token -> when (monotonic) this reaper first saw it without a subscription.
-        self.unsubscribed_since: dict[str, float] = {}
 
     def check(self, now: float) -> int:
         """Put back the messages of the queue's dead workers, at most every
@@ -192,12 +196,20 @@ class Reaper:
         with self.broker.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.subscribers)
             pipe.zrange(self.keys.alive, 0, -1, withscores=True)
-            listed, entries = pipe.execute()
+            pipe.time()
+            listed, entries, server_time = pipe.execute()
+        now_ms = epoch_ms(server_time)
+        consumers = {t.decode(): _listing(v.decode()) for t, v in listed.items()}
         by_beat = dead_workers(entries, liveness.timeout_ms, own=own)
-        by_connection = self._gone(now, {t.decode(): w.decode() for t, w in listed.items()}, own)
+        others = {t: c for t, c in consumers.items() if c[0] != own}
+        by_connection = self._gone(now_ms, others)  # updates the marks in others
         by_beat = [w for w in by_beat if w not in by_connection]
-        if not by_beat and not by_connection:
-            return 0
+        requeued = self._reap(by_beat, by_connection) if by_beat or by_connection else 0
+        self._forget(others, now_ms)
+        return requeued
+
+    def _reap(self, by_beat: list[str], by_connection: list[str]) -> int:
+        liveness = self.broker.liveness
         started = time.monotonic()
         requeued, found = self.broker.redisson_scripts.reap(
             self.keys,
@@ -218,29 +230,31 @@ class Reaper:
                 ),
                 (time.monotonic() - started) * 1000,
             )
-        self._forget(listed, entries)
         return requeued
 
-    def _gone(self, now: float, listed: dict[str, str], own: str) -> list[str]:
-        """The workers (but ``own``) all of whose listed consumers have had no wake-channel
-        subscription for :data:`CONNECTION_GRACE`."""
-        others = {token: worker for token, worker in listed.items() if worker != own}
+    def _gone(self, now_ms: int, others: dict[str, tuple[str, int | None]]) -> list[str]:
+        """The workers all of whose listed consumers (``others``: token -> worker id, and
+        since when it is marked without a subscription) have had no wake-channel
+        subscription for :data:`CONNECTION_GRACE`; marks and unmarks them on the way."""
         counts = self._subscriptions([self.keys.wake_channel(token) for token in others])
-        for token in others:
-            if counts.get(self.keys.wake_channel(token), 0):
-                self.unsubscribed_since.pop(token, None)
-            else:
-                self.unsubscribed_since.setdefault(token, now)
-        for token in set(self.unsubscribed_since) - set(others):
-            del self.unsubscribed_since[token]
-        tokens_of: dict[str, list[str]] = {}
-        for token, worker in others.items():
-            tokens_of.setdefault(worker, []).append(token)
-        grace = CONNECTION_GRACE / 1000
+        marks: dict[str, str] = {}
+        for token, (worker, since) in list(others.items()):
+            subscribed = counts.get(self.keys.wake_channel(token), 0) > 0
+            if subscribed and since is not None:
+                marks[token] = worker
+                others[token] = (worker, None)
+            elif not subscribed and since is None:
+                marks[token] = f"{worker} {now_ms}"
+                others[token] = (worker, now_ms)
+        if marks:
+            self.broker.client.hset(self.keys.subscribers, mapping=cast("dict[Any, Any]", marks))
+        tokens_of: dict[str, list[int | None]] = {}
+        for worker, since in others.values():
+            tokens_of.setdefault(worker, []).append(since)
         return [
             worker
-            for worker, tokens in tokens_of.items()
-            if all(now - self.unsubscribed_since.get(token, now) >= grace for token in tokens)
+            for worker, sinces in tokens_of.items()
+            if all(since is not None and now_ms - since >= CONNECTION_GRACE for since in sinces)
         ]
 
     def _subscriptions(self, channels: list[str]) -> dict[str, int]:
@@ -257,11 +271,18 @@ class Reaper:
         pairs = list(zip(reply[::2], reply[1::2], strict=True)) if flat else reply
         return {(c.decode() if isinstance(c, bytes) else str(c)): int(n) for c, n in pairs}
 
-    def _forget(self, listed: dict[bytes, bytes], entries: list[tuple[bytes, float]]) -> None:
-        """Take off the list the consumers of workers the beat set has forgotten (dead for
-        longer than ``heartbeat_timeout``), or that never beat, once their subscription has
-        been gone for the grace."""
-        beating = {w for w, _ in entries}
-        stale = [t for t, w in listed.items() if w not in beating and t.decode() in self.unsubscribed_since]
+    def _forget(self, others: dict[str, tuple[str, int | None]], now_ms: int) -> None:
+        """Take off the list the consumers marked without a subscription for longer than
+        the broker's ``heartbeat_timeout`` (until then, a message that lands in their
+        worker's ack set is put back at each check)."""
+        forget_ms = max(self.broker.heartbeat_timeout, 2 * self.broker.liveness.timeout_ms)
+        stale = [t for t, (_, since) in others.items() if since is not None and now_ms - since > forget_ms]
         if stale:
             self.broker.client.hdel(self.keys.subscribers, *stale)
+
+
+def _listing(value: str) -> tuple[str, int | None]:
+    """A subscriber list entry: the worker id, and since when (epoch ms) the consumer is
+    marked without a subscription (None: not marked)."""
+    worker, _, since = value.partition(" ")
+    return worker, int(since) if since else None

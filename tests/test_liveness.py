@@ -16,7 +16,7 @@ import redis
 from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._liveness import dead_workers
+from dramatiq_redisson._liveness import Reaper, dead_workers
 
 from .helpers import records, wait_for
 
@@ -125,3 +125,36 @@ def test_a_killed_workers_messages_run_again_within_seconds(
         assert {r["pid"] for r in records(redis_client) if not r.get("started")} == {os.getpid()}
     else:
         assert not ran and runs == []
+
+
+def test_the_grace_of_a_lost_subscription_outlives_the_lease_holder(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    """The mark of a consumer found without its subscription is kept on the server, so the
+    next lease holder (a fresh Reaper) counts the grace from the same moment."""
+    keys = broker.keys("default")
+    now = int(redis_client.time()[0]) * 1000
+    # Given a dead worker's consumer, marked unsubscribed 3 s ago, holding one message
+    redis_client.hset(keys.ready_msgs, "m1", b"{}")
+    redis_client.sadd(keys.acks("dead-worker"), "m1")
+    redis_client.hset(keys.subscribers, "host:1:dead:1", f"dead-worker {now - 3000}")
+    # And a live one, just marked (within the grace), holding another
+    redis_client.hset(keys.ready_msgs, "m2", b"{}")
+    redis_client.sadd(keys.acks("slow-worker"), "m2")
+    redis_client.hset(keys.subscribers, "host:2:slow:1", f"slow-worker {now - 500}")
+    # When a fresh reaper checks once
+    requeued = Reaper(broker, "default").check(time.monotonic())
+    # Then only the first is put back
+    assert requeued == 1
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"m1"]
+    assert redis_client.smembers(keys.acks("slow-worker")) == {b"m2"}
+    # And a consumer that subscribes again loses its mark
+    channel = keys.wake_channel("host:2:slow:1")
+    pubsub = redis_client.pubsub()
+    pubsub.subscribe(channel)
+    try:
+        assert wait_for(lambda: redis_client.pubsub_numsub(channel)[0][1] == 1)
+        Reaper(broker, "default").check(time.monotonic())
+        assert redis_client.hget(keys.subscribers, "host:2:slow:1") == b"slow-worker"
+    finally:
+        pubsub.close()
