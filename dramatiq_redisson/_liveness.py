@@ -193,7 +193,11 @@ class Reaper:
             return 0
         self.next_check_at = now + CHECK_INTERVAL / 1000
         own = self.broker.broker_id
-        with self.broker.client.pipeline(transaction=False) as pipe:
+        # On a cluster, through the node of the queue's slot (TIME has no key to route by).
+        client = (
+            self.broker.redisson_scripts.node_client(self.keys.channel) if self.broker.cluster else self.broker.client
+        )
+        with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.subscribers)
             pipe.zrange(self.keys.alive, 0, -1, withscores=True)
             pipe.time()

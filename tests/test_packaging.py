@@ -47,6 +47,13 @@ def test_the_wheel_installs_only_the_package_and_the_sdist_ships_the_demo(tmp_pa
     assert {t for t in top if not t.endswith((".dist-info", ".data"))} == {"dramatiq_redisson"}
     assert "dramatiq_redisson/lua/transfer.lua" in names
     assert "dramatiq_redisson/py.typed" in names
+    # Every module and script of the source tree, sub-packages included (cli/, dashboard/)
+    tree = {
+        path.relative_to(src).as_posix()
+        for path in (src / "dramatiq_redisson").rglob("*")
+        if path.suffix in (".py", ".lua") and "__pycache__" not in path.parts
+    }
+    assert tree <= names, sorted(tree - names)
     # The dashboard's templates and static files, without which its pages cannot render
     assert {
         "dramatiq_redisson/dashboard/templates/queue.html",
