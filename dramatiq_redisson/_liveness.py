@@ -36,6 +36,7 @@ join them: their messages are recovered by the heartbeat, as before.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import Counter
@@ -156,15 +157,28 @@ class Liveness:
             with self._lock:
                 queues = list(self._queues)
             for queue_name in queues:
+                if self._stop.is_set() or sys.is_finalizing():
+                    return
                 self._beat(queue_name)
 
     def _beat(self, queue_name: str) -> None:
+        """Beat for ``queue_name``. Never raises: the thread outlives any failure (a beat
+        missed is a beat late, and the next one comes ``interval`` later)."""
         try:
             self.broker.redisson_scripts.beat(self.broker.keys(queue_name), self.broker.broker_id)
         except _BEAT_ERRORS as e:
             if not self._failing:
                 self._failing = True
                 self.logger.warning("Liveness beat on queue %r failed (%s); retrying.", queue_name, e)
+            return
+        except Exception:
+            # Not a server error: the broker closing under the thread, or a bug. Logged with
+            # its traceback, once per failing spell, unless the process is going away.
+            if self._stop.is_set() or sys.is_finalizing():
+                return
+            if not self._failing:
+                self._failing = True
+                self.logger.exception("Liveness beat on queue %r failed; retrying.", queue_name)
             return
         if self._failing:
             self._failing = False

@@ -23,9 +23,8 @@ from dramatiq import Actor
 from dramatiq.message import Message
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._format import parse_duration, span
 from dramatiq_redisson._keys import registry_key
-from dramatiq_redisson.cli import COMMANDS
+from dramatiq_redisson.cli import COMMANDS, parse_duration, span
 
 from .helpers import server_ms
 

@@ -60,6 +60,35 @@ def test_a_consumer_beats_while_it_runs_and_leaves_the_set_when_it_stops(
     assert redis_client.hlen(broker.keys("default").subscribers) == 0
 
 
+def test_the_beat_thread_outlives_an_error_that_is_not_the_servers(
+    redis_url: str, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A beat that raises something other than a server error (the broker closing under the
+    # thread, a bug) is logged with its traceback; the thread goes on beating.
+    broker = RedissonBroker(url=redis_url, liveness_timeout=300)
+    alive = broker.keys("default").alive
+    real_beat = broker.redisson_scripts.beat
+    failures = []
+
+    def failing_beat(*args: object) -> object:
+        if len(failures) < 3:
+            failures.append(1)
+            raise RuntimeError("not a server error")
+        return real_beat(*args)
+
+    broker.redisson_scripts.beat = failing_beat  # type: ignore[method-assign]
+    try:
+        broker.liveness.join("default")
+        assert wait_for(lambda: redis_client.zscore(alive, broker.broker_id) is not None, timeout=5)
+        assert len(failures) == 3
+        assert broker.liveness._thread is not None and broker.liveness._thread.is_alive()
+        logged = [r for r in caplog.records if "Liveness beat" in r.getMessage()]
+        assert len(logged) == 1 and logged[0].exc_info is not None
+    finally:
+        broker.liveness.leave("default")
+        broker.close()
+
+
 @pytest.mark.parametrize(
     ("signum", "liveness_timeout", "within_s"),
     [(signal.SIGKILL, 6000, 8), (signal.SIGSTOP, 3000, 10), (signal.SIGKILL, 0, 8)],

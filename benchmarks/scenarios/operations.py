@@ -279,7 +279,7 @@ class _Operations:
 
         (replies, lat), m = self.measure("stats()", stats_calls, slower_than_us=0)
         got = {(r["queues"][QUEUE]["scheduled"], r["queues"][QUEUE]["dead"]) for r in replies}
-        ok = self.check("stats()", "(scheduled, self.dead)", got, {(self.n, self.n)})
+        ok = self.check("stats()", "(scheduled, dead)", got, {(self.n, self.n)})
         self.row("stats()", len(replies), m, ok, lat)
 
         mid = filled[self.n // 2 - self.k // 2 : self.n // 2 - self.k // 2 + self.k]

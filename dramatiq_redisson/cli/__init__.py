@@ -31,7 +31,7 @@ from typing import NoReturn
 import redis
 
 from .. import __version__
-from .._format import one_line
+from .._format import one_line, parse_duration, span
 from . import _acl, _dead, _scheduled, _serve, _stats
 from ._base import DEBUG_ENV, EXIT_NOT_FOUND, EXIT_USAGE, PLAIN_ENV, PROG, Command, Context, UsageError
 from ._connect import connect, server_address, split_broker_path
@@ -56,7 +56,8 @@ REGISTRY: tuple[Command, ...] = (
 #: The command names.
 COMMANDS = tuple(command.name for command in REGISTRY)
 
-__all__ = ["COMMANDS", "REGISTRY", "build_parser", "main", "run"]
+#: ``parse_duration`` and ``span`` stay importable from here (they live in :mod:`.._format`).
+__all__ = ["COMMANDS", "REGISTRY", "build_parser", "main", "parse_duration", "run", "span"]
 
 
 class Parser(argparse.ArgumentParser):
