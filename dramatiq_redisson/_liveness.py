@@ -198,6 +198,18 @@ class Reaper:
         self.queue_name = queue_name
         self.logger = get_logger(__name__, type(self))
         self.next_check_at = 0.0
+        #: The consumer whose transfer lease lapsed as this one took it over, and when it
+        #: last renewed it (server epoch ms); for the next check only.
+        self._lapsed: tuple[str, int] | None = None
+
+    def lapsed(self, token: str, *, renewed_ms: int) -> None:
+        """This consumer took over the transfer lease of consumer ``token``, which stopped
+        renewing it at ``renewed_ms``: check now. If its subscription is gone too, its
+        grace counts from ``renewed_ms`` (a holder renews every third of a lease: one that
+        neither renews nor listens is dead), so a killed lease holder's messages run again
+        about one lease after the kill rather than a lease plus the grace."""
+        self._lapsed = (token, renewed_ms)
+        self.next_check_at = 0.0
 
     def check(self, now: float) -> int:
         """Put back the messages of the queue's dead workers, at most every
@@ -220,7 +232,8 @@ class Reaper:
         consumers = {t.decode(): _listing(v.decode()) for t, v in listed.items()}
         by_beat = dead_workers(entries, liveness.timeout_ms, own=own)
         others = {t: c for t, c in consumers.items() if c[0] != own}
-        by_connection = self._gone(now_ms, others)  # updates the marks in others
+        lapsed, self._lapsed = self._lapsed, None
+        by_connection = self._gone(now_ms, others, lapsed)  # updates the marks in others
         by_beat = [w for w in by_beat if w not in by_connection]
         requeued = self._reap(by_beat, by_connection) if by_beat or by_connection else 0
         self._forget(others, now_ms)
@@ -250,10 +263,13 @@ class Reaper:
             )
         return requeued
 
-    def _gone(self, now_ms: int, others: dict[str, tuple[str, int | None]]) -> list[str]:
+    def _gone(
+        self, now_ms: int, others: dict[str, tuple[str, int | None]], lapsed: tuple[str, int] | None = None
+    ) -> list[str]:
         """The workers all of whose listed consumers (``others``: token -> worker id, and
         since when it is marked without a subscription) have had no wake-channel
-        subscription for :data:`CONNECTION_GRACE`; marks and unmarks them on the way."""
+        subscription for :data:`CONNECTION_GRACE`; marks and unmarks them on the way (the
+        consumer whose lease ``lapsed`` is marked from its last renewal)."""
         counts = self._subscriptions([self.keys.wake_channel(token) for token in others])
         marks: dict[str, str] = {}
         for token, (worker, since) in list(others.items()):
@@ -262,8 +278,9 @@ class Reaper:
                 marks[token] = worker
                 others[token] = (worker, None)
             elif not subscribed and since is None:
-                marks[token] = f"{worker} {now_ms}"
-                others[token] = (worker, now_ms)
+                since = min(now_ms, lapsed[1]) if lapsed is not None and lapsed[0] == token else now_ms
+                marks[token] = f"{worker} {since}"
+                others[token] = (worker, since)
         if marks:
             self.broker.client.hset(self.keys.subscribers, mapping=cast("dict[Any, Any]", marks))
         tokens_of: dict[str, list[int | None]] = {}

@@ -91,6 +91,7 @@ class TransferResult:
         "fetched",
         "registered",
         "lateness_ms",
+        "holder",
         "replicas",
         "replicated",
     )
@@ -105,6 +106,7 @@ class TransferResult:
         fetched: list[tuple[str, bytes | None]] | None = None,
         registered: bool = False,
         lateness_ms: list[int] | None = None,
+        holder: str | None = None,
     ) -> None:
         self.moved = moved
         self.next_due_ms = next_due_ms
@@ -119,6 +121,8 @@ class TransferResult:
         self.registered = registered
         #: For each moved message, how late it moved (ms after its due time, server clock).
         self.lateness_ms = lateness_ms or []
+        #: The token of the consumer holding the lease, when it is another one.
+        self.holder = holder
         #: With ``wait_for_replicas``: how many replicas acknowledged the call's writes
         #: (``None``: unknown, or no WAIT), and whether that is enough.
         self.replicas: int | None = None
@@ -264,7 +268,7 @@ class Scripts(ScriptRunner):
         else:
             run = self._run if own_slots else self._run_idempotent
             reply = run("transfer", transfer_keys, args)
-        moved, next_due, now_us, dead, lease_until, handed, registered, lateness = reply
+        moved, next_due, now_us, dead, lease_until, handed, registered, lateness, holder = reply
         result = TransferResult(
             int(moved),
             None if int(next_due) < 0 else int(next_due),
@@ -274,6 +278,7 @@ class Scripts(ScriptRunner):
             [(handed[i].decode(), handed[i + 1]) for i in range(0, len(handed), 2)],
             bool(registered),
             [int(late) for late in lateness],
+            (holder.decode() if isinstance(holder, bytes) else str(holder)) or None,
         )
         if self.wait_for_replicas:
             result.replicas = replicas

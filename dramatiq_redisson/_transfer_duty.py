@@ -55,6 +55,16 @@ ERROR_BACKOFF_FACTOR = 100
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
 
 
+def lapsed_renewal(lease_until_ms: int, taken_at_ms: int, lease_ms: int) -> int | None:
+    """When the holder of a lease that ended at ``lease_until_ms`` last renewed it, if a
+    consumer that took it over at ``taken_at_ms`` (server epoch ms) found it lapsed: taken
+    at or after its end, within half a lease. ``None`` for a lease released early (a clean
+    stop) or taken over long after its end (the server was away)."""
+    if 0 <= taken_at_ms - lease_until_ms <= lease_ms // 2:
+        return lease_until_ms - lease_ms
+    return None
+
+
 class TransferDuty:
     """The transfers, lease and subscriptions of one consumer (see the module)."""
 
@@ -78,6 +88,10 @@ class TransferDuty:
         self.next_poll_transfer_at = 0.0
         self.failures = 0
         self.pause = threading.Event()  # never set: an interruptible sleep
+        #: While standing by: the holder's token and when its lease ends (server epoch
+        #: ms), as the last transfer call saw them over a connection that has not failed
+        #: since (see :meth:`_took_over`).
+        self.standing_by: tuple[str, int] | None = None
 
     def listen(self, now: float) -> None:
         """(Re)subscribe when due, poll while unsubscribed, and act on what was announced."""
@@ -177,6 +191,7 @@ class TransferDuty:
             self.pubsub = None
         # Wake-ups no longer reach us: fetch (and back off) as without a subscription.
         self.wake_ready = self.announcements = False
+        self.standing_by = None  # the server may have restarted: a lapse says nothing
         self.consumer.registered = False
         if self.broker.cluster:
             # The slot may have moved (failover, migration): subscribe where it is now.
@@ -191,6 +206,25 @@ class TransferDuty:
         self.resubscribe_at = time.monotonic() + (backoff_ms / 1000 if self.resubscribe_attempts else 0)
         self.resubscribe_attempts = attempts
         self.timer.force()
+
+    def _took_over(self, result: TransferResult) -> None:
+        """Remember the holder while standing by; on taking over a lease that lapsed (its
+        holder stopped renewing it), tell the reaper: a lapsed holder whose subscriptions
+        are gone too is dead now, not after the connection grace (see ``Reaper.lapsed``).
+
+        Only a lapse seen over connections that never failed meanwhile, taken over within
+        half a lease of its end, counts: after a server restart every consumer is
+        resubscribing, and a lease released by a clean stop ends early."""
+        if result.lease_until_ms is not None:
+            self.standing_by = (result.holder, result.lease_until_ms) if result.holder else None
+            return
+        if self.standing_by is None:
+            return
+        holder, lease_until = self.standing_by
+        self.standing_by = None
+        renewed_ms = lapsed_renewal(lease_until, result.server_now_us // 1000, self.broker.transfer_lease)
+        if holder != self.token and renewed_ms is not None:
+            self.consumer.reaper.lapsed(holder, renewed_ms=renewed_ms)
 
     def _follow_lease(self) -> None:
         """Subscribe to the queue's announcements on taking the lease, unsubscribe on
@@ -308,9 +342,11 @@ class TransferDuty:
                 except CONNECTION_ERRORS:
                     # It may have run and handed messages off into our ack set.
                     self.consumer.reconcile_due = True
+                    self.standing_by = None
                     raise
                 self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
             self.timer.record(result)
+            self._took_over(result)
             if not result.replicated:
                 unreplicated = result
             if result.fetched:

@@ -364,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
     for row in bad:
         failures = sorted({f for t in row.cells.values() for f in t.failures})
         log(f"compat: {row.server} did not pass (exits {row.exits}): {', '.join(failures[:20]) or 'see the logs'}")
+        # pytest's short summary (test and first line of the error), so that a CI log says why
+        for step_log in sorted(work.glob(f"{row.server}.*.log")):
+            for line in step_log.read_text(errors="replace").splitlines():
+                if line.startswith(("FAILED ", "ERROR ")):
+                    log(f"compat: {row.server}: {line[:300]}")
     return 1 if bad else 0
 
 

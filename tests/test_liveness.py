@@ -16,7 +16,8 @@ import redis
 from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._liveness import Reaper, dead_workers
+from dramatiq_redisson._liveness import CONNECTION_GRACE, Reaper, dead_workers
+from dramatiq_redisson._transfer_duty import lapsed_renewal
 
 from .helpers import records, wait_for
 
@@ -187,3 +188,37 @@ def test_the_grace_of_a_lost_subscription_outlives_the_lease_holder(
         assert redis_client.hget(keys.subscribers, "host:2:slow:1") == b"slow-worker"
     finally:
         pubsub.close()
+
+
+def test_a_lease_counts_as_lapsed_only_when_taken_over_at_its_end() -> None:
+    # Taken over at its end, or a little after: its holder last renewed a lease before
+    assert lapsed_renewal(10_000, 10_000, 2_000) == 8_000
+    assert lapsed_renewal(10_000, 10_900, 2_000) == 8_000
+    # Released early (a clean stop hands it over at once), or taken long after its end
+    # (the server was away: every consumer is only now coming back)
+    assert lapsed_renewal(10_000, 9_000, 2_000) is None
+    assert lapsed_renewal(10_000, 11_001, 2_000) is None
+
+
+def test_a_lapsed_lease_holder_without_its_subscription_is_dead_at_once(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    """The consumer whose lease lapsed, and whose subscription is gone too, is not given
+    the connection grace again: it has been silent since its last renewal."""
+    keys = broker.keys("default")
+    now = int(redis_client.time()[0]) * 1000
+    for token, worker, message in (("host:1:holder:1", "holder", "m1"), ("host:2:other:1", "other", "m2")):
+        redis_client.hset(keys.ready_msgs, message, b"{}")
+        redis_client.sadd(keys.acks(worker), message)
+        redis_client.hset(keys.subscribers, token, worker)
+    # When a reaper that took over the lapsed lease of the first checks
+    reaper = Reaper(broker, "default")
+    reaper.lapsed("host:1:holder:1", renewed_ms=now - CONNECTION_GRACE - 100)
+    requeued = reaper.check(time.monotonic() + 10)
+    # Then the lapsed holder's message is back at once; the other is only marked
+    assert requeued == 1
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"m1"]
+    assert redis_client.smembers(keys.acks("other")) == {b"m2"}
+    assert redis_client.hget(keys.subscribers, "host:2:other:1").startswith(b"other ")
+    # And the hint is for one check only: a later lapse of the same token is not assumed
+    assert reaper._lapsed is None

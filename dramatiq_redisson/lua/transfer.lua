@@ -81,7 +81,8 @@
 --           else when the other holder's lease ends (epoch ms), handed-off messages as a
 --           flat list id1, data1, ..., 1 if the caller is now registered as idle else 0,
 --           for each moved message how late it moved: now minus its due time, in ms
---           (server clock), in due order}
+--           (server clock), in due order, the other holder's token or "" if the caller
+--           holds the lease}
 
 -- include: _wake.lua
 -- include: _chunked.lua
@@ -112,7 +113,7 @@ local holder = token ~= "" and redis.call("GET", lease)
 local lease_end = holder and tonumber(string.match(holder, " (%d+)$"))
 if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
     seen()
-    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0, {}}
+    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0, {}, string.match(holder, "^(.*) %d+$") or holder}
 end
 
 local moved, dead = 0, 0
@@ -312,4 +313,4 @@ local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
 if first[1] then
     next_due = tonumber(first[2])
 end
-return {moved, next_due, now_us, dead, 0, handed, registered, lateness}
+return {moved, next_due, now_us, dead, 0, handed, registered, lateness, ""}
