@@ -1,4 +1,5 @@
-"""``python -m tests.faults [SCENARIO ...|all] [--size small|full] [--json] [--product DIR]``
+"""``python -m tests.faults [SCENARIO ...|all] [--size small|full] [--broker redisson,builtin] [--json]
+[--product DIR]``
 
 Prints a Markdown table (or JSON) with one row per scenario; exits 1 when any scenario
 fails its criteria (see ``scenarios.Criteria``), 2 on bad arguments.
@@ -13,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from .procs import DEFAULT_PRODUCT_ROOT
-from .runner import SCENARIOS, SIZES, as_json, from_json, markdown, run
+from .runner import BROKERS, SCENARIOS, SIZES, as_json, from_json, markdown, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_PRODUCT_ROOT,
         help="tree whose dramatiq_redisson the workers and producer import (default: this repository)",
     )
+    parser.add_argument(
+        "--broker",
+        default="redisson",
+        help="comma-separated: redisson, builtin (Dramatiq's RedisBroker, where the scenario applies); "
+        "default redisson",
+    )
     parser.add_argument("--json-out", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--keep", action="store_true", help="keep every scenario's temp dir (logs, AOF)")
     parser.add_argument("--render", type=Path, help="run nothing: print the table of a saved --json-out file")
@@ -39,10 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
+    brokers = tuple(b.strip() for b in args.broker.split(",") if b.strip())
+    if not brokers or set(brokers) - set(BROKERS):
+        parser.error(f"--broker: any of {', '.join(BROKERS)}, got {args.broker!r}")
     if not (args.product / "dramatiq_redisson" / "__init__.py").exists():
         parser.error(f"{args.product} has no dramatiq_redisson package")
     signal.signal(signal.SIGTERM, _interrupt)  # stop every server and worker on SIGTERM too
-    results = run(names, SIZES[args.size], args.product.resolve(), keep=args.keep)
+    results = run(names, SIZES[args.size], args.product.resolve(), keep=args.keep, brokers=brokers)
     if args.json_out:
         args.json_out.write_text(as_json(results))
     print(as_json(results) if args.json else markdown(results))

@@ -23,6 +23,12 @@ Definitions (all times on the record server's clock, epoch ms):
   from its start to its end + :data:`ACK_SLACK_MS` (or forever, if it never ended), overlaps
   ``[event.start - event.loss_ms, event.end]`` and, for a process kill, ran in that
   process. Everything else is unexplained.
+* **late after the fault cleared** (:func:`after_clear`): start of a message's first
+  successful run - the later of its reference time (its due time; for a message a killed
+  process was running, the kill) and the end of every fault window (a server stop,
+  sleep, restart, full memory) that began before that run and ended after the reference.
+* **resume**: for each event that ends with the server accepting connections again (a
+  restart, a SIGCONT): the first run started after it - its end.
 """
 
 from __future__ import annotations
@@ -76,6 +82,13 @@ class Stats:
     late_samples: list[int] = field(default_factory=list, repr=False)
     #: For each message a killed process was running: ms from the kill to its next run.
     recovery_samples: list[int] = field(default_factory=list, repr=False)
+    #: Every message's lateness after the fault it waited through cleared (ms).
+    after_clear_samples: list[int] = field(default_factory=list, repr=False)
+    after_clear_p99: float | None = None
+    after_clear_max: float | None = None
+    #: For each server restart or SIGCONT: ms from the server accepting again to the
+    #: first run started.
+    resume_samples: list[int] = field(default_factory=list)
     runs: int = 0
     unfinished_runs: int = 0
     products: list[str] = field(default_factory=list)
@@ -95,6 +108,17 @@ def disrupted(run: Run, event: Event) -> bool:
         return False
     run_end = math.inf if run.end_ms is None else run.end_ms + ACK_SLACK_MS
     return run.start_ms <= event.end_ms and run_end >= event.start_ms - event.loss_ms
+
+
+def after_clear(start_ms: int, reference_ms: int, events: list[Event]) -> int:
+    """How late a run that started at ``start_ms`` was, measured from ``reference_ms``
+    (its due time, or the kill of the process that held it) or from the end of each fault
+    window it waited through, whichever is latest (see the module); never below 0."""
+    cleared = max(
+        [reference_ms]
+        + [e.end_ms for e in events if e.end_ms > e.start_ms and e.start_ms <= start_ms and e.end_ms >= reference_ms]
+    )
+    return max(0, start_ms - cleared)
 
 
 def analyse(records: list[Record], events: list[Event]) -> Stats:
@@ -169,7 +193,9 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
         if cut:
             # Held by a killed process: how soon after the kill it ran again.
             stats.recovery_samples.append(first.start_ms - max(cut))
+            stats.after_clear_samples.append(after_clear(first.start_ms, max(cut), events))
         elif first_due is not None:
+            stats.after_clear_samples.append(after_clear(first.start_ms, first_due, events))
             lateness = first.start_ms - first_due
             if first.attempt == 0 and sent[seq][1] == 0:
                 ready_late.append(lateness)
@@ -191,6 +217,14 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
     stats.late_max = percentile(scheduled_late, 100)
     stats.ready_p50 = percentile(ready_late, 50)
     stats.ready_max = percentile(ready_late, 100)
+    stats.after_clear_p99 = percentile(stats.after_clear_samples, 99)
+    stats.after_clear_max = percentile(stats.after_clear_samples, 100)
+    starts = sorted(run.start_ms for run in runs.values())
+    for e in events:
+        if e.resumed:
+            later = [t for t in starts if t >= e.end_ms]
+            if later:
+                stats.resume_samples.append(later[0] - e.end_ms)
 
     if refused_errors:
         stats.notes["refused by"] = ", ".join(f"{name} {n}" for name, n in sorted(refused_errors.items()))

@@ -5,6 +5,7 @@ Configured by environment variables (set by ``procs.subprocess_env``):
 * ``FAULTS_BROKER_URL``: the faulted server (the one the suite breaks);
 * ``FAULTS_RECORD_URL``, ``FAULTS_PREFIX``: where and under which prefix runs are recorded;
 * ``FAULTS_QUEUE``: the queue name;
+* ``FAULTS_BROKER``: ``redisson`` (default) or ``builtin`` (Dramatiq's RedisBroker);
 * ``FAULTS_WORK_MS``: how long each run works (so that a killed worker has messages in
   flight);
 * ``FAULTS_HEARTBEAT_TIMEOUT``, ``FAULTS_MAINTENANCE_INTERVAL``: broker options (ms). A
@@ -24,6 +25,7 @@ import time
 from typing import Any
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage, Middleware
 from fault_common import FAIL, FINISH, READY, START, Stamper
 
@@ -36,11 +38,21 @@ WORK_S = int(os.environ.get("FAULTS_WORK_MS", "10")) / 1000
 #: Dramatiq jitters down to half.
 RETRY_DELAY_MS = 1000
 
-broker = RedissonBroker(
-    url=os.environ["FAULTS_BROKER_URL"],
-    heartbeat_timeout=int(os.environ.get("FAULTS_HEARTBEAT_TIMEOUT", "15000")),
-    maintenance_interval=int(os.environ.get("FAULTS_MAINTENANCE_INTERVAL", "5000")),
-)
+BUILTIN = os.environ.get("FAULTS_BROKER", "redisson") == "builtin"
+broker: dramatiq.Broker
+if BUILTIN:
+    # Dramatiq's RedisBroker side by side, with the same heartbeat timeout (its
+    # maintenance runs by chance on fetches: no interval to set).
+    broker = RedisBroker(
+        url=os.environ["FAULTS_BROKER_URL"],
+        heartbeat_timeout=int(os.environ.get("FAULTS_HEARTBEAT_TIMEOUT", "15000")),
+    )
+else:
+    broker = RedissonBroker(
+        url=os.environ["FAULTS_BROKER_URL"],
+        heartbeat_timeout=int(os.environ.get("FAULTS_HEARTBEAT_TIMEOUT", "15000")),
+        maintenance_interval=int(os.environ.get("FAULTS_MAINTENANCE_INTERVAL", "5000")),
+    )
 broker.add_middleware(CurrentMessage())
 dramatiq.set_broker(broker)
 
@@ -62,6 +74,8 @@ class ReadySignal(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         where = os.path.dirname(os.path.abspath(dramatiq_redisson.__file__))
+        if BUILTIN:
+            where = f"built-in RedisBroker (dramatiq {dramatiq.__version__})"
         stamp()(READY, pid=os.getpid(), extra=where)
 
 

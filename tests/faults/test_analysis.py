@@ -76,3 +76,30 @@ def test_duplicate_explained_by_an_aof_loss_window_only_within_it() -> None:
     assert analyse(records, [crash]).dup_explained == 1
     clean = Event("SIGTERM", T + 2_500, T + 3_500)
     assert analyse(records, [clean]).dup_unexplained == 1
+
+
+def test_lateness_after_the_fault_cleared() -> None:
+    stop = Event("sigstop", T + 1_000, T + 5_000, resumed=True)
+    records = [
+        sent(0, 0, delay=2_000),  # due in the stop, ran 300 ms after it ended
+        *run(0, 0, 5_300, 5_310),
+        sent(1, 0, delay=800),  # due before the stop, ran after it: waited through it too
+        *run(1, 0, 5_100, 5_110),
+        sent(2, 0, delay=6_000),  # due after the stop: plain lateness
+        *run(2, 0, 6_050, 6_060),
+    ]
+    stats = analyse(records, [stop])
+    assert sorted(stats.after_clear_samples) == [50, 100, 300]
+    assert stats.after_clear_max == 300
+    assert stats.late_max == 4_300  # the plain figure still counts the stop
+    # Delivery resumed 100 ms after the server accepted again
+    assert stats.resume_samples == [100]
+
+
+def test_a_kill_in_a_stop_is_measured_from_the_stops_end() -> None:
+    stop = Event("sigstop", T + 1_000, T + 5_000, resumed=True)
+    kill = Event("kill9", T + 2_000, T + 2_000, pid=7)
+    records = [sent(0, 0), *run(0, 0, 500, None, pid=7), *run(0, 0, 7_000, 7_010, pid=8)]
+    stats = analyse(records, [stop, kill])
+    assert stats.recovery_samples == [5_000]  # from the kill
+    assert stats.after_clear_samples == [2_000]  # from the server's return

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from .procs import DEFAULT_PRODUCT_ROOT, ValkeyProcess
-from .runner import SCENARIOS, SIZES, markdown, record_server, run_scenario
+from .runner import SCENARIOS, SIZES, Result, markdown, record_server, run_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -38,3 +38,26 @@ def test_fault_scenario(name: str, records: ValkeyProcess) -> None:
     if result.passed:
         shutil.rmtree(result.workdir, ignore_errors=True)
     assert result.passed, f"{name}: {'; '.join(result.failures)}\n{markdown([result])}\nlogs: {result.workdir}"
+
+
+#: The scenarios whose figure issue 24 compares with Dramatiq's built-in broker: a kill -9
+#: (recovery), a kill during a server stop (recovery), a server restart (resume).
+SIDE_BY_SIDE = ("worker-kill9", "server-stop-kill", "server-sigterm")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", SIDE_BY_SIDE)
+def test_builtin_side_by_side(name: str, records: ValkeyProcess) -> None:
+    """The same scenario with Dramatiq's RedisBroker, for its figures beside ours (its
+    criteria are reported, not enforced: it is not the product under test). It must run
+    and deliver, so that the comparison is real."""
+    result: Result = run_scenario(SCENARIOS[name], SIZES["small"], records, broker="builtin")
+    print("\n" + markdown([result]))
+    assert result.stats.sent == SIZES["small"].messages
+    assert result.stats.products and all("built-in" in p for p in result.stats.products)
+    assert result.stats.runs > 0
+    if name == "server-sigterm":
+        assert result.stats.resume_samples, "no restart measured"
+    else:
+        assert result.stats.notes.get("kills"), "no kill injected"
+    shutil.rmtree(result.workdir, ignore_errors=True)
