@@ -350,7 +350,11 @@ class RedissonConsumer(Consumer):
         self.error_attempts, backoff_ms = compute_backoff(
             self.error_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
         )
-        if isinstance(error, CONNECTION_ERRORS):
+        if isinstance(error, redis.BusyLoadingError):
+            # Back, and loading its data: it answers LOADING at once (nothing to run), and
+            # serves as soon as the load ends. Ask again soon rather than back off.
+            self.wakeup.wait(min(backoff_ms, PROBE_INTERVAL) / 1000)
+        elif isinstance(error, CONNECTION_ERRORS):
             self._wait_for_server(backoff_ms / 1000)
         else:
             self.wakeup.wait(backoff_ms / 1000)

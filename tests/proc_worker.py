@@ -4,8 +4,11 @@ Environment: REDIS_URL (records, and the broker unless CLUSTER_URL names a Redis
 Cluster node to run the broker on); LIVENESS_TIMEOUT the broker's liveness_timeout;
 CLOCK_SHIFT_S shifts this process's wall clock (time.time and time.time_ns) to simulate
 a skewed host; THREADS; QUEUE; HOLD_S makes each message
-record a "start" at once and its run only after that many seconds. It runs until the key
-``test:stop`` exists, then exits 0.
+record a "start" at once and its run only after that many seconds; BUSY spends those
+seconds busy instead of asleep: ``python`` in a pure-Python loop (the interpreter hands
+the GIL to other threads every few ms), ``c`` in one C call that holds the GIL throughout
+(``sum(range(n))``, sized to take HOLD_S). It runs until the key ``test:stop`` exists,
+then exits 0.
 """
 
 from __future__ import annotations
@@ -42,8 +45,23 @@ def stamp(i: int) -> None:
     hold = float(os.environ.get("HOLD_S", "0"))
     if hold:
         record(client, i=i, started=True)
-        time.sleep(hold)
+        busy = os.environ.get("BUSY")
+        if busy == "python":
+            until = time.monotonic() + hold
+            while time.monotonic() < until:
+                pass
+        elif busy == "c":
+            sum(range(int(hold * _sums_per_s())))
+        else:
+            time.sleep(hold)
     record(client, i=i)
+
+
+def _sums_per_s() -> float:
+    """How many integers ``sum(range(n))`` adds per second here."""
+    began = time.perf_counter()
+    sum(range(2_000_000))
+    return 2_000_000 / (time.perf_counter() - began)
 
 
 def main() -> None:

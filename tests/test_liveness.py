@@ -222,3 +222,59 @@ def test_a_lapsed_lease_holder_without_its_subscription_is_dead_at_once(
     assert redis_client.hget(keys.subscribers, "host:2:other:1").startswith(b"other ")
     # And the hint is for one check only: a later lapse of the same token is not assumed
     assert reaper._lapsed is None
+
+
+@pytest.mark.parametrize(("busy", "requeued"), [("python", False), ("c", True)], ids=["python-loop", "gil-held-c-call"])
+def test_a_busy_actor_is_not_dead_but_a_gil_held_longer_than_the_timeout_is(
+    redis_url: str, redis_client: redis.Redis, busy: str, requeued: bool
+) -> None:
+    """A process whose actor computes for 4 s, with ``liveness_timeout=1000``: a pure-Python
+    loop lets the beat thread run (the interpreter switches threads every 5 ms), so its
+    message is not run again; one C call that holds the GIL for those 4 s starves the
+    beat thread, and its message (only the one in flight) runs again in the survivor: the
+    documented false requeue (at-least-once)."""
+    survivor_broker = RedissonBroker(url=redis_url, liveness_timeout=1000)
+    dramatiq.set_broker(survivor_broker)
+
+    @dramatiq.actor(queue_name="busy", max_retries=0)
+    def stamp(i: int) -> None:
+        from .helpers import record
+
+        record(redis_client, i=i)
+
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "QUEUE": "busy",
+        "THREADS": "1",
+        "HOLD_S": "4",
+        "BUSY": busy,
+        "LIVENESS_TIMEOUT": "1000",
+        "PYTHONPATH": str(ROOT),
+    }
+    victim = subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT)
+    survivor = Worker(survivor_broker, worker_timeout=100, worker_threads=1)
+    try:
+        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+        stamp.send(1)
+        assert wait_for(lambda: any(r.get("started") for r in records(redis_client)), timeout=10)
+        survivor.start()
+        # The victim finishes its 4 s and records its run
+        assert wait_for(lambda: _victim_ran(redis_client, victim.pid), timeout=30)
+        time.sleep(1.5)  # a requeue found late would show by now
+    finally:
+        redis_client.set("test:stop", 1)
+        survivor.stop()
+        survivor_broker.close()
+        try:
+            victim.wait(timeout=20)
+        finally:
+            if victim.poll() is None:
+                victim.kill()
+            redis_client.delete("test:workers-ready", "test:stop")
+    survivor_runs = [r for r in records(redis_client) if not r.get("started") and r["pid"] == os.getpid()]
+    assert len(survivor_runs) == (1 if requeued else 0)
+
+
+def _victim_ran(client: redis.Redis, pid: int) -> bool:
+    return any(not r.get("started") and r["pid"] == pid for r in records(client))

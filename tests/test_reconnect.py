@@ -20,10 +20,16 @@ from dramatiq_redisson._client import Probe
 from .faults.procs import ValkeyProcess
 from .helpers import records, wait_for
 
+#: Loading slowed to 100 µs per key (a server-side test setting): with the ballast of
+#: :func:`test_delivery_resumes_soon_after_a_server_restart`'s ``loading`` case, the
+#: restarted server answers LOADING for about a second before it serves.
+SLOW_LOAD = {"key-load-delay": "100"}
+
 
 @pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[ValkeyProcess]:
-    server = ValkeyProcess("restarted", tmp_path / "server", {"appendonly": "yes", "appendfsync": "always"})
+def restartable(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ValkeyProcess]:
+    extra = SLOW_LOAD if "loading" in request.node.name else {}
+    server = ValkeyProcess("restarted", tmp_path / "server", {"appendonly": "yes", "appendfsync": "always", **extra})
     server.start()
     try:
         yield server
@@ -33,14 +39,26 @@ def restartable(tmp_path: Path) -> Iterator[ValkeyProcess]:
             server.wait_exit()
 
 
-@pytest.mark.parametrize("made_by", ["url", "client"])
+@pytest.mark.parametrize("made_by", ["url", "client", "url-loading"])
 def test_delivery_resumes_soon_after_a_server_restart(
     restartable: ValkeyProcess, redis_client: redis.Redis, made_by: str
 ) -> None:
     """``url``: the broker's own client (redis-py does not retry a URL client's calls);
     ``client``: ``redis.Redis(host=…, port=…)`` passed in, whose calls redis-py retries
-    with pauses of up to 1 s (its default ``Retry``), which the consumer cannot shorten."""
-    if made_by == "url":
+    with pauses of up to 1 s (its default ``Retry``), which the consumer cannot shorten;
+    ``url-loading``: the restarted server loads its data for about a second first,
+    answering LOADING meanwhile (the consumers ask again every 50 ms, not after a
+    back-off)."""
+    if made_by == "url-loading":
+        admin = redis.Redis(host="127.0.0.1", port=restartable.port)
+        with admin.pipeline(transaction=False) as pipe:
+            for i in range(10_000):
+                pipe.set(f"ballast:{i}", "x")
+            pipe.execute()
+        admin.bgrewriteaof()  # the keys go to the AOF's base file, loaded key by key
+        assert wait_for(lambda: admin.info("persistence")["aof_rewrite_in_progress"] == 0, timeout=20)
+        admin.close()
+    if made_by.startswith("url"):
         broker = RedissonBroker(url=restartable.url)
     else:
         broker = RedissonBroker(client=redis.Redis(host="127.0.0.1", port=restartable.port))
@@ -77,6 +95,9 @@ def test_delivery_resumes_soon_after_a_server_restart(
     print(f"\n{made_by}: after the restart: immediate ran {immediate:.0f} ms after accepting, ", end="")
     print(f"delayed {delayed:.0f} ms late")
     assert immediate < 15_000 and delayed < 15_000
+    if made_by == "url-loading":
+        # (a back-off, as before, took 1-2 s here: far above this bound)
+        assert immediate < 700, f"delivery resumed {immediate:.0f} ms after the load ended"
 
 
 def test_the_probe_tells_a_refusing_server_from_an_accepting_one(restartable: ValkeyProcess) -> None:
@@ -97,3 +118,21 @@ def test_the_probe_tells_a_refusing_server_from_an_accepting_one(restartable: Va
 
 class _Custom(redis.Connection):
     pass
+
+
+def test_a_loading_server_is_asked_again_soon_not_after_a_back_off(broker: RedissonBroker) -> None:
+    """A server that answers LOADING is back: the consumer asks again within the probe
+    interval, whatever its back-off has grown to; a lost connection to a server that
+    still accepts connections waits the back-off."""
+    consumer = broker.consume("default")
+    try:
+        consumer.error_attempts = 6  # a back-off of seconds by now
+        began = time.monotonic()
+        consumer._failed(redis.BusyLoadingError("Valkey is loading the dataset in memory"))
+        assert time.monotonic() - began < 0.3
+        consumer.error_attempts = 6
+        began = time.monotonic()
+        consumer._failed(redis.ConnectionError("Connection reset by peer"))
+        assert time.monotonic() - began >= 0.5
+    finally:
+        consumer.close()

@@ -117,6 +117,34 @@ def _fleet_window(
     return res
 
 
+def _idle_cpu_ms_per_s(ctx: Ctx, procs: int, seconds: float, broker_options: dict[str, Any]) -> float:
+    """Server CPU (ms/s) of ``procs`` idle RedissonBroker worker processes over ``seconds``,
+    after one message has run (scripts loaded, consumers subscribed, beats going)."""
+    ctx.server.flush()
+    broker, actor = ctx.producer("redisson")
+    with Workers("redisson", ctx.server.url, procs, 1, options={"broker": broker_options}) as w:
+        actor.send(-1)
+        wait_records(ctx.r, [-1], time.monotonic() + 60, grace_s=0, check=w.check)
+        time.sleep(2.0)  # every process has beaten, and the lease holder checked
+        cpu0, t0 = ctx.server.cpu_seconds(), time.monotonic()
+        time.sleep(seconds)
+        cpu_ms_per_s = (ctx.server.cpu_seconds() - cpu0) * 1000 / (time.monotonic() - t0)
+        w.check()
+    broker.close()
+    return cpu_ms_per_s
+
+
+def _liveness_cost(ctx: Ctx, procs: int) -> dict[str, Any]:
+    """The server CPU of liveness (beats, the lease holder's checks) at ``procs`` idle
+    processes: idle server CPU with liveness on (the default) minus with it off
+    (``liveness_timeout=0``), measured back to back, off first, over ``liveness_idle`` s."""
+    seconds = ctx.p["fleet"].get("liveness_idle", 5.0)
+    ctx.log(f"fleet/liveness: {procs} idle worker processes, liveness off then on, {seconds} s each")
+    off = _idle_cpu_ms_per_s(ctx, procs, seconds, {"liveness_timeout": 0})
+    on = _idle_cpu_ms_per_s(ctx, procs, seconds, {})
+    return {"procs": procs, "idle_cpu_ms_per_s_off": round(off, 3), "idle_cpu_ms_per_s_on": round(on, 3)}
+
+
 def fleet(ctx: Ctx) -> dict[str, Any]:
     """Server cost per message as the number of worker processes (one thread each) grows,
     for plain sends and for delayed ones, at a fixed message rate."""
@@ -139,6 +167,8 @@ def fleet(ctx: Ctx) -> dict[str, Any]:
             ctx.check_crash("fleet", kind, w)
             broker.close()
     lo, hi = min(p["procs"]), max(p["procs"])
+    if "redisson" in kinds:
+        data["liveness"] = _liveness_cost(ctx, hi)
 
     def cpu(kind: str, mode: str, procs: int) -> float | None:
         res = data.get(kind, {}).get(mode, {}).get(str(procs))
@@ -195,6 +225,23 @@ def fleet(ctx: Ctx) -> dict[str, Any]:
                     "target": f"fleet {mode}: server CPU per message at {hi} procs <= 1.3 x at {lo} procs",
                     "value": f"{_r(ratio, 2)}x ({_r(ours_hi)} vs {_r(ours_lo)} us)",
                     "met": ratio is not None and ratio <= 1.3,
+                }
+            )
+        live = data.get("liveness")
+        busy = data["redisson"]["delayed"].get(str(hi))
+        if live and busy:
+            # The fleet's server CPU per second at its rate, against liveness's cost per second.
+            fleet_ms_per_s = busy["server_cpu_us_per_msg"] * p["rate"] / 1000
+            cost = live["idle_cpu_ms_per_s_on"] - live["idle_cpu_ms_per_s_off"]
+            share = cost / fleet_ms_per_s if fleet_ms_per_s else None
+            percent = _r(100 * share, 2) if share is not None else None
+            targets.append(
+                {
+                    "target": f"liveness at {hi} procs: server CPU <= 2 % of the fleet's (delayed, {p['rate']}/s)",
+                    "value": f"{_r(cost, 2)} ms/s (idle {_r(live['idle_cpu_ms_per_s_on'], 2)} on vs "
+                    f"{_r(live['idle_cpu_ms_per_s_off'], 2)} off) = {percent} % "
+                    f"of {_r(fleet_ms_per_s, 1)} ms/s",
+                    "met": share is not None and share <= 0.02,
                 }
             )
         for mode in FLEET_MODES:
