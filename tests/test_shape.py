@@ -1,0 +1,151 @@
+"""The architecture stays easy to see (issue 20): no import cycle inside the package at run
+time (imports inside functions and ``importlib.import_module("...")`` count,
+``TYPE_CHECKING`` imports do not), the dashboard never
+imports the CLI, and no module, class or function grows past the sizes a reader can hold.
+
+Read from the source with ``ast``: nothing is imported, so a cycle that Python would
+tolerate (a late import inside a function) is still found.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "dramatiq_redisson"
+
+MAX_MODULE_LINES = 800
+MAX_CLASS_LINES = 600
+MAX_FUNCTION_LINES = 120
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def type_checking_nodes(tree: ast.Module) -> set[int]:
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden.update(id(child) for child in ast.walk(node))
+    return hidden
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports at run time."""
+    tree = ast.parse(path.read_text())
+    hidden = type_checking_nodes(tree)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                found.add(submodule if submodule in known else source)
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            found.add(str(node.args[0].value))
+    return {module for module in found if module in known and module != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_reader_sees_imports_inside_functions() -> None:
+    # The reader itself must be able to fail: the CLI loads the dashboard only inside a
+    # command's handler, and the package imports the broker at its top.
+    graph = import_graph()
+    assert any(dep.startswith("dramatiq_redisson.dashboard") for dep in graph["dramatiq_redisson.cli._serve"])
+    assert "dramatiq_redisson._broker" in graph["dramatiq_redisson"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_inside_the_package() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_dashboard_never_imports_the_cli() -> None:
+    graph = import_graph()
+    offenders = {
+        name: sorted(dep for dep in deps if dep.startswith("dramatiq_redisson.cli"))
+        for name, deps in graph.items()
+        if name.startswith("dramatiq_redisson.dashboard")
+    }
+    assert {name: deps for name, deps in offenders.items() if deps} == {}
+
+
+@pytest.mark.parametrize("root", ["dramatiq_redisson", "benchmarks"])
+def test_no_module_class_or_function_too_long_to_read(root: str) -> None:
+    too_long = []
+    for path in sorted((ROOT / root).rglob("*.py")):
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{where}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1 if hasattr(node, "lineno") else 0
+            if isinstance(node, ast.ClassDef) and size > MAX_CLASS_LINES:
+                too_long.append(f"{where}: class {node.name} {size} lines")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and size > MAX_FUNCTION_LINES:
+                too_long.append(f"{where}: {node.name}() {size} lines")
+    assert too_long == []
