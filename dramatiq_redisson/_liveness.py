@@ -65,8 +65,36 @@ CHECK_INTERVAL = 500
 #: before it is dead.
 CONNECTION_GRACE = 2000
 
+#: Seconds between tries while beats fail (at most the beat interval): once the server is
+#: back, every live process beats again within this.
+BEAT_RETRY = 0.5
+
 #: Errors of a beat that the thread logs and outlives (the server away, full, refusing).
 _BEAT_ERRORS = (redis.RedisError, OSError)
+
+
+def confirm_behind(
+    behind: list[str],
+    entries: Iterable[tuple[bytes | str, float]],
+    suspects: dict[str, tuple[float, int]],
+    now_ms: int,
+    confirm_ms: float,
+) -> tuple[list[str], dict[str, tuple[float, int]]]:
+    """Which of the workers found ``behind`` (see :func:`dead_workers`) are dead: those that
+    were already behind, with the same last beat, ``confirm_ms`` (server ms) before
+    ``now_ms``. ``suspects`` (worker -> its last beat, first seen behind) is the previous
+    check's; returns the dead and the suspects for the next check.
+
+    One look is not enough after the server stalled (SIGSTOP, ``DEBUG SLEEP``, a long
+    fork): the first beat that runs when it is back is seconds ahead of every other,
+    although each live process beats again within a fraction of an interval (its beat was
+    waiting on its socket, or is retried every :data:`BEAT_RETRY` s)."""
+    last = {(w.decode() if isinstance(w, bytes) else w): float(ms) for w, ms in entries}
+    kept: dict[str, tuple[float, int]] = {}
+    for worker in behind:
+        beat_ms, since = suspects.get(worker, (None, now_ms))
+        kept[worker] = (last[worker], since if beat_ms == last[worker] else now_ms)
+    return [w for w, (_, since) in kept.items() if now_ms - since >= confirm_ms], kept
 
 
 def dead_workers(entries: Iterable[tuple[bytes | str, float]], timeout_ms: int, *, own: str) -> list[str]:
@@ -153,36 +181,38 @@ class Liveness:
                 self.logger.debug("Could not take consumer %r off %r: %s", token, keys.subscribers, e)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.wait(min(self.interval, BEAT_RETRY) if self._failing else self.interval):
             with self._lock:
                 queues = list(self._queues)
+            ok = True
             for queue_name in queues:
                 if self._stop.is_set() or sys.is_finalizing():
                     return
-                self._beat(queue_name)
+                ok = self._beat(queue_name) and ok
+            if ok and self._failing:
+                self._failing = False
+                self.logger.info("Liveness beats work again.")
 
-    def _beat(self, queue_name: str) -> None:
-        """Beat for ``queue_name``. Never raises: the thread outlives any failure (a beat
-        missed is a beat late, and the next one comes ``interval`` later)."""
+    def _beat(self, queue_name: str) -> bool:
+        """Beat for ``queue_name``; whether it worked. Never raises: the thread outlives any
+        failure (while beats fail, it tries again every :data:`BEAT_RETRY` s)."""
         try:
             self.broker.redisson_scripts.beat(self.broker.keys(queue_name), self.broker.broker_id)
         except _BEAT_ERRORS as e:
             if not self._failing:
                 self._failing = True
                 self.logger.warning("Liveness beat on queue %r failed (%s); retrying.", queue_name, e)
-            return
+            return False
         except Exception:
             # Not a server error: the broker closing under the thread, or a bug. Logged with
             # its traceback, once per failing spell, unless the process is going away.
             if self._stop.is_set() or sys.is_finalizing():
-                return
+                return False
             if not self._failing:
                 self._failing = True
                 self.logger.exception("Liveness beat on queue %r failed; retrying.", queue_name)
-            return
-        if self._failing:
-            self._failing = False
-            self.logger.info("Liveness beats work again.")
+            return False
+        return True
 
 
 class Reaper:
@@ -201,6 +231,8 @@ class Reaper:
         #: The consumer whose transfer lease lapsed as this one took it over, and when it
         #: last renewed it (server epoch ms); for the next check only.
         self._lapsed: tuple[str, int] | None = None
+        #: Workers found behind by their beats at the last check (see :func:`confirm_behind`).
+        self._suspects: dict[str, tuple[float, int]] = {}
 
     def lapsed(self, token: str, *, renewed_ms: int) -> None:
         """This consumer took over the transfer lease of consumer ``token``, which stopped
@@ -230,7 +262,13 @@ class Reaper:
             listed, entries, server_time = pipe.execute()
         now_ms = epoch_ms(server_time)
         consumers = {t.decode(): _listing(v.decode()) for t, v in listed.items()}
-        by_beat = dead_workers(entries, liveness.timeout_ms, own=own)
+        by_beat, self._suspects = confirm_behind(
+            dead_workers(entries, liveness.timeout_ms, own=own),
+            entries,
+            self._suspects,
+            now_ms,
+            confirm_ms=liveness.timeout_ms / BEATS_PER_TIMEOUT,
+        )
         others = {t: c for t, c in consumers.items() if c[0] != own}
         lapsed, self._lapsed = self._lapsed, None
         by_connection = self._gone(now_ms, others, lapsed)  # updates the marks in others

@@ -16,7 +16,7 @@ import redis
 from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._liveness import CONNECTION_GRACE, Reaper, dead_workers
+from dramatiq_redisson._liveness import CONNECTION_GRACE, Reaper, confirm_behind, dead_workers
 from dramatiq_redisson._transfer_duty import lapsed_renewal
 
 from .helpers import records, wait_for
@@ -155,6 +155,47 @@ def test_a_killed_workers_messages_run_again_within_seconds(
         assert {r["pid"] for r in records(redis_client) if not r.get("started")} == {os.getpid()}
     else:
         assert not ran and runs == []
+
+
+def test_behind_once_is_not_dead_behind_a_beat_interval_later_with_the_same_beat_is() -> None:
+    entries = [(b"a", 20_000.0), (b"b", 13_000.0)]
+    # First look: b is behind (7 s with a 6 s timeout), a suspect only
+    dead, suspects = confirm_behind(["b"], entries, {}, now_ms=20_010, confirm_ms=2_000)
+    assert dead == [] and suspects == {"b": (13_000.0, 20_010)}
+    # Still behind with the same last beat a beat interval later: dead
+    dead, _ = confirm_behind(["b"], entries, suspects, now_ms=22_010, confirm_ms=2_000)
+    assert dead == ["b"]
+    # Behind again but it beat in between (a server stall, then a slow beat): counted anew
+    moved = [(b"a", 30_000.0), (b"b", 21_000.0)]
+    dead, again = confirm_behind(["b"], moved, suspects, now_ms=30_010, confirm_ms=2_000)
+    assert dead == [] and again == {"b": (21_000.0, 30_010)}
+    # Not behind any more: forgotten
+    assert confirm_behind([], entries, suspects, now_ms=22_010, confirm_ms=2_000) == ([], {})
+
+
+def test_a_beat_left_behind_by_a_server_stall_is_not_a_death(broker: RedissonBroker, redis_client: redis.Redis) -> None:
+    """After the server stalled (SIGSTOP, DEBUG SLEEP) the first beat to run is seconds
+    ahead of the others: a live worker looks dead at that one look. It beats again at
+    once, so it is left alone; one that does not beat is put back a beat interval later."""
+    keys = broker.keys("default")
+    timeout = broker.liveness.timeout_ms
+    now = int(redis_client.time()[0]) * 1000
+    for worker, message in (("live", "m1"), ("gone", "m2")):
+        redis_client.hset(keys.ready_msgs, message, b"{}")
+        redis_client.sadd(keys.acks(worker), message)
+        redis_client.zadd(keys.alive, {worker: now - timeout - 1000})
+    redis_client.zadd(keys.alive, {"first-back": now})
+    reaper = Reaper(broker, "default")
+    # When the lease holder checks right after the stall: both are only suspects
+    assert reaper.check(time.monotonic()) == 0
+    # And the live worker's beat (queued during the stall) runs
+    redis_client.zadd(keys.alive, {"live": now + 10, "first-back": now + 10})
+    assert reaper.check(time.monotonic() + 1) == 0
+    # Then a beat interval later only the silent one is dead
+    time.sleep(timeout / 3 / 1000 + 0.05)
+    assert reaper.check(time.monotonic() + 2) == 1
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"m2"]
+    assert redis_client.smembers(keys.acks("live")) == {b"m1"}
 
 
 def test_the_grace_of_a_lost_subscription_outlives_the_lease_holder(

@@ -45,6 +45,8 @@ EARLY_TOLERANCE_MS = 2
 #: After a run ends its ack still has to reach the server.
 ACK_SLACK_MS = 1000
 RETRY_DELAY_MS = 1000
+#: Messages later than this after their fault cleared are counted by kind in the notes.
+SLOW_AFTER_CLEAR_MS = 1000
 
 
 @dataclass
@@ -166,6 +168,15 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
 
     scheduled_late: list[int] = []
     ready_late: list[int] = []
+    # What the messages more than a second late after their fault cleared were, to tell
+    # a slow redelivery path from a slow resume: kind -> count.
+    slow_after_clear: dict[str, int] = defaultdict(int)
+
+    def note_after_clear(kind: str, late_ms: int) -> None:
+        stats.after_clear_samples.append(late_ms)
+        if late_ms > SLOW_AFTER_CLEAR_MS:
+            slow_after_clear[kind] += 1
+
     for seq in sorted(sent):
         seq_runs = by_seq.get(seq, [])
         successes = [run for run in seq_runs if run.end == FINISH]
@@ -191,12 +202,27 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
             if e.pid is not None and disrupted(run, e)
         ]
         if cut:
-            # Held by a killed process: how soon after the kill it ran again.
-            stats.recovery_samples.append(first.start_ms - max(cut))
-            stats.after_clear_samples.append(after_clear(first.start_ms, max(cut), events))
+            # Held by a killed process: how soon after the kill it ran again. The next run
+            # counts whatever its outcome: a fail-once message that fails there is retried
+            # Retry(delay=1000) later by design, and that retry is measured from its own due.
+            kill_ms = max(cut)
+            again = next((run for run in seq_runs if run.start_ms >= kill_ms), first)
+            stats.recovery_samples.append(again.start_ms - kill_ms)
+            note_after_clear("held by a killed process", after_clear(again.start_ms, kill_ms, events))
+            first_due = due(first)
+            if first is not again and first_due is not None:
+                note_after_clear("retry", after_clear(first.start_ms, first_due, events))
         elif first_due is not None:
-            stats.after_clear_samples.append(after_clear(first.start_ms, first_due, events))
             lateness = first.start_ms - first_due
+            if first.attempt > 0:
+                kind = "retry"
+            elif sent[seq][1] == 0:
+                kind = "immediate"
+            else:
+                kind = "delayed"
+            if any(run.end is None for run in seq_runs if run.start_ms < first.start_ms):
+                kind += " after a run that never ended"
+            note_after_clear(kind, after_clear(first.start_ms, first_due, events))
             if first.attempt == 0 and sent[seq][1] == 0:
                 ready_late.append(lateness)
             else:
@@ -226,6 +252,10 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
             if later:
                 stats.resume_samples.append(later[0] - e.end_ms)
 
+    if slow_after_clear:
+        stats.notes[f"> {SLOW_AFTER_CLEAR_MS} ms after the fault cleared"] = ", ".join(
+            f"{kind} {n}" for kind, n in sorted(slow_after_clear.items())
+        )
     if refused_errors:
         stats.notes["refused by"] = ", ".join(f"{name} {n}" for name, n in sorted(refused_errors.items()))
     windows = [e for e in events if e.end_ms - e.start_ms >= 1000]

@@ -319,6 +319,10 @@ def run_scenario(
         if exits:
             notes["worker command restarts"] = len(exits)
         reader.poll()
+        # For a later look at a failed (or --keep) scenario: every record and injection.
+        with open(workdir / "records.txt", "w") as out:
+            out.writelines(f"{r.kind}|{r.seq}|{r.attempt}|{r.pid}|{r.extra}|{r.ms}\n" for r in reader.records)
+            out.writelines(f"event|{e!r}\n" for e in ctx.events)
         stats = analyse(reader.records, ctx.events)
         stats.notes = {**notes, **stats.notes}
         levels, samples = _scan_logs([command.log_path for command in fleet.commands])

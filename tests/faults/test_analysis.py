@@ -103,3 +103,18 @@ def test_a_kill_in_a_stop_is_measured_from_the_stops_end() -> None:
     stats = analyse(records, [stop, kill])
     assert stats.recovery_samples == [5_000]  # from the kill
     assert stats.after_clear_samples == [2_000]  # from the server's return
+
+
+def test_a_held_message_that_fails_on_its_next_run_is_back_at_that_run() -> None:
+    # Killed while running a fail-once message; it runs again 1.9 s after the kill and
+    # fails there (by design), and its retry runs on time 1 s after that failure.
+    kill = Event("kill9", T + 1_000, T + 1_000, pid=7)
+    records = [
+        sent(0, 0, fail_once=True),
+        *run(0, 0, 990, None, pid=7),
+        *run(0, 0, 2_900, 2_910, pid=8, kind=FAIL),
+        *run(0, 1, 3_912, 3_920, pid=8),
+    ]
+    stats = analyse(records, [kill])
+    assert stats.recovery_samples == [1_900]  # the next run, not the retry
+    assert sorted(stats.after_clear_samples) == [2, 1_900]  # the retry: 2 ms after its due
