@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 #: Legacy ``.DQ`` entries migrated per batch.
 MIGRATION_BATCH_SIZE = 100
 
+#: An ack or nack that fails is tried again every FINISH_RETRY_PAUSE s, for up to
+#: FINISH_RETRY_FOR s, before it is left to Dramatiq's own retry (every 5 s): see _finish.
+FINISH_RETRY_PAUSE = 0.1
+FINISH_RETRY_FOR = 30.0
+
 #: Most dead letters expired per maintenance run.
 EXPIRE_LIMIT = 1000
 
@@ -97,6 +102,8 @@ class RedissonConsumer(Consumer):
 
         self.message_cache: deque[tuple[str, bytes]] = deque()
         self.in_flight: set[str] = set()
+        #: Set by close(): a failing ack or nack is no longer retried here (see _finish).
+        self.closing = False
         self.misses = 0
         self.capacity_freed = threading.Event()
         #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
@@ -216,6 +223,7 @@ class RedissonConsumer(Consumer):
                 self.broker.held.discard(self.queue_name, ids)
 
     def close(self) -> None:
+        self.closing = True
         try:
             # Leave the idle registry and hand the transfer lease to another consumer now,
             # not when it would lapse.
@@ -440,16 +448,30 @@ class RedissonConsumer(Consumer):
         return message
 
     def _finish(self, message: MessageProxy, operation: Callable[[str, str], int]) -> None:
+        """Ack or nack, retried every :data:`FINISH_RETRY_PAUSE` s for up to
+        :data:`FINISH_RETRY_FOR` s while the server is away or refuses.
+
+        Dramatiq retries a ConnectionClosed ack/nack until it goes through, but sleeps 5 s
+        between tries in the worker thread itself: after a server restart that thread, and
+        the messages waiting for it, would sit idle for up to 5 s. Both operations are
+        idempotent (a repeat of one whose reply was lost changes nothing). A server error
+        (a full server, a missing permission, a failover) is as transient as a lost
+        connection, and giving up would strand the message."""
         redis_message_id = message.options["redis_message_id"]
+        deadline = time.monotonic() + FINISH_RETRY_FOR
+        refused = False
         try:
-            operation(self.queue_name, redis_message_id)
-        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
-            # Dramatiq retries a ConnectionClosed ack/nack until it goes through; a
-            # server error (a full server, a missing permission, a failover) is as
-            # transient as a lost connection, and giving up would strand the message.
-            if isinstance(e, redis.ResponseError):
-                self.logger.error("Redis refused to finish message %r: %s", message.message_id, e)
-            raise ConnectionClosed(e) from None
+            while True:
+                try:
+                    operation(self.queue_name, redis_message_id)
+                    return
+                except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+                    if isinstance(e, redis.ResponseError) and not refused:
+                        refused = True
+                        self.logger.error("Redis refused to finish message %r: %s", message.message_id, e)
+                    if self.closing or time.monotonic() + FINISH_RETRY_PAUSE >= deadline:
+                        raise ConnectionClosed(e) from None
+                    time.sleep(FINISH_RETRY_PAUSE)
         finally:
             self.in_flight.discard(redis_message_id)
             self.capacity_freed.set()

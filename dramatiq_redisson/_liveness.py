@@ -13,7 +13,8 @@ s. Here two signals tell sooner that a process consuming a queue is gone:
 - **Its beats stop.** A host that vanishes (power, network) closes nothing. Each process
   beats on the queue's ``redisson_delay_queue_alive:{N}`` (worker id -> last beat, server
   clock) from a thread of its own, every third of ``liveness_timeout`` (6 s by default:
-  every 2 s); a worker more than ``liveness_timeout`` behind the newest beat is dead.
+  every 2 s); a worker more than ``liveness_timeout`` behind the newest beat, and still
+  so with the same beat a beat interval later (:func:`confirm_behind`), is dead.
 
 The consumer holding the queue's transfer lease checks both every :data:`CHECK_INTERVAL`
 ms and puts back the ack sets of dead workers (reap.lua), waking idle consumers for them.
