@@ -27,6 +27,8 @@ Definitions (all times on the record server's clock, epoch ms):
   successful run - the later of its reference time (its due time; for a message a killed
   process was running, the kill) and the end of every fault window (a server stop,
   sleep, restart, full memory) that began before that run and ended after the reference.
+  A send made during a stall (a stop, a sleep) is held in its socket until the stall
+  ends, when the server runs the offer: its delay counts from there.
 * **resume**: for each event that ends with the server accepting connections again (a
   restart, a SIGCONT): the first run started after it - its end.
 """
@@ -222,7 +224,14 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
                 kind = "delayed"
             if any(run.end is None for run in seq_runs if run.start_ms < first.start_ms):
                 kind += " after a run that never ended"
-            note_after_clear(kind, after_clear(first.start_ms, first_due, events))
+            clear_due = first_due
+            if first.attempt == 0:
+                # A send made while the server stalled (a stop, a sleep) waits in its socket;
+                # the server runs the offer, and starts the delay, when the stall ends.
+                sent_ms, delay, _ = sent[seq]
+                held = [e.end_ms for e in events if e.end_ms > e.start_ms and e.start_ms <= sent_ms <= e.end_ms]
+                clear_due = max([sent_ms, *held]) + delay
+            note_after_clear(kind, after_clear(first.start_ms, clear_due, events))
             if first.attempt == 0 and sent[seq][1] == 0:
                 ready_late.append(lateness)
             else:

@@ -118,3 +118,13 @@ def test_a_held_message_that_fails_on_its_next_run_is_back_at_that_run() -> None
     stats = analyse(records, [kill])
     assert stats.recovery_samples == [1_900]  # the next run, not the retry
     assert sorted(stats.after_clear_samples) == [2, 1_900]  # the retry: 2 ms after its due
+
+
+def test_a_send_held_by_a_stall_counts_its_delay_from_the_stalls_end() -> None:
+    sleep = Event("debug-sleep", T + 1_000, T + 6_000)
+    # Sent 2 ms into the stall with a 3 s delay: the server runs the offer at its end and
+    # moves the message 3 s later; it ran 7 ms after that
+    records = [sent(0, 1_002, delay=3_000), *run(0, 0, 9_007, 9_017)]
+    stats = analyse(records, [sleep])
+    assert stats.after_clear_samples == [7]
+    assert stats.late_max == 5_005  # the plain figure counts from the send
