@@ -269,9 +269,9 @@ def test_a_lapsed_lease_holder_without_its_subscription_is_dead_at_once(
 def test_a_busy_actor_is_not_dead_but_a_gil_held_longer_than_the_timeout_is(
     redis_url: str, redis_client: redis.Redis, busy: str, requeued: bool
 ) -> None:
-    """A process whose actor computes for 4 s, with ``liveness_timeout=1000``: a pure-Python
+    """A process whose actor computes for 6 s, with ``liveness_timeout=1000``: a pure-Python
     loop lets the beat thread run (the interpreter switches threads every 5 ms), so its
-    message is not run again; one C call that holds the GIL for those 4 s starves the
+    message is not run again; one C call that holds the GIL for those 6 s starves the
     beat thread, and its message (only the one in flight) runs again in the survivor: the
     documented false requeue (at-least-once)."""
     survivor_broker = RedissonBroker(url=redis_url, liveness_timeout=1000)
@@ -288,7 +288,9 @@ def test_a_busy_actor_is_not_dead_but_a_gil_held_longer_than_the_timeout_is(
         "REDIS_URL": redis_url,
         "QUEUE": "busy",
         "THREADS": "1",
-        "HOLD_S": "4",
+        # Found dead after the timeout, a second look a beat interval later, and (when the
+        # victim held the transfer lease) the lease's lapse: 6 s leaves room for a slow start.
+        "HOLD_S": "6",
         "BUSY": busy,
         "LIVENESS_TIMEOUT": "1000",
         "PYTHONPATH": str(ROOT),
@@ -300,7 +302,7 @@ def test_a_busy_actor_is_not_dead_but_a_gil_held_longer_than_the_timeout_is(
         stamp.send(1)
         assert wait_for(lambda: any(r.get("started") for r in records(redis_client)), timeout=10)
         survivor.start()
-        # The victim finishes its 4 s and records its run
+        # The victim finishes its 6 s and records its run
         assert wait_for(lambda: _victim_ran(redis_client, victim.pid), timeout=30)
         time.sleep(1.5)  # a requeue found late would show by now
     finally:
