@@ -22,7 +22,7 @@ from dramatiq.middleware import Retries
 from dramatiq_redisson import RedissonBroker, _producer
 from dramatiq_redisson.embedded import redis_url as embedded_redis_url
 
-from .helpers import records, server_ms, wait_for
+from .helpers import fill_to_maxmemory, records, server_ms, wait_for
 
 
 def _no_restart(worker: Worker, queue_name: str = "default") -> object:
@@ -185,7 +185,7 @@ def test_a_failing_transfer_backs_off_while_ready_messages_keep_running(
 
 def test_heartbeat_runs_on_a_full_server(broker: RedissonBroker, redis_client: redis.Redis, full_server: None) -> None:
     # Given a full server
-    _fill(redis_client)
+    fill_to_maxmemory(redis_client)
     keys = broker.keys("default")
     # When a busy worker (nothing to fetch or ack) beats its heartbeat
     written = broker.redisson_scripts.heartbeat(keys, broker.broker_id)
@@ -205,19 +205,6 @@ def full_server(redis_client: redis.Redis) -> Iterator[None]:
         redis_client.delete(*[f"ballast:{i}" for i in range(4096)])
 
 
-def _fill(client: redis.Redis) -> None:
-    """Set maxmemory just above what is used, then add ballast until writes are refused."""
-    client.config_set("maxmemory-policy", "noeviction")
-    used = int(client.info("memory")["used_memory"])
-    client.config_set("maxmemory", used + 256 * 1024)
-    for i in range(4096):
-        try:
-            client.set(f"ballast:{i}", b"x" * 4096)
-        except redis.exceptions.OutOfMemoryError:
-            return
-    raise AssertionError("the server never became full")
-
-
 def test_a_full_server_keeps_draining_due_and_ready_messages(
     broker: RedissonBroker, redis_client: redis.Redis, make_worker: object, full_server: None
 ) -> None:
@@ -230,7 +217,7 @@ def test_a_full_server_keeps_draining_due_and_ready_messages(
     # Given ready and soon-due messages, then a server filled to its maxmemory limit
     for i in range(20):
         remember.send_with_options(args=(i,), delay=0 if i < 10 else 500)
-    _fill(redis_client)
+    fill_to_maxmemory(redis_client)
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         redis_client.set("one-more", b"x" * 65536)
     # When a worker starts on the full server

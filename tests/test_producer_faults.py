@@ -5,10 +5,8 @@ and an error must say exactly which messages are in Redis."""
 
 from __future__ import annotations
 
-import gc
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +20,7 @@ from dramatiq.message import Message
 from dramatiq_redisson import EnqueueError, RedissonBroker, ServerMemoryFull
 from dramatiq_redisson._producer import BULK_CHUNK_SIZE
 
-from .helpers import wait_for
+from .helpers import fill_to_maxmemory, wait_for
 
 # -- helpers -------------------------------------------------------------------------
 
@@ -136,32 +134,6 @@ def memory_limit(redis_client: redis.Redis) -> Iterator[redis.Redis]:
         redis_client.config_set("maxmemory", 0)
         redis_client.config_set("maxmemory-policy", policy)
         redis_client.delete(*[f"ballast:{i}" for i in range(4096)])
-
-
-def _fill(client: redis.Redis) -> None:
-    """Set maxmemory just above what is used, then add ballast until writes are refused,
-    in smaller and smaller pieces (a refused write's own query buffer counts: after
-    it, a few KB may be free again), once the memory of earlier flushes is back."""
-    # Clients of earlier tests left to the garbage collector close their connections when
-    # it runs, and each closed connection gives the server back its buffers (tens of KB):
-    # collect first, then fill twice, a moment apart, so memory freed by a late close is
-    # taken up again (a CI run saw a 100-message chunk fit after a single fill).
-    gc.collect()
-    assert wait_for(lambda: int(client.info("memory").get("lazyfree_pending_objects", 0)) == 0)
-    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 256 * 1024)
-    n = 0
-    for round_ in range(2):
-        if round_:
-            time.sleep(0.3)
-        for size in (4096, 512, 64, 8):
-            while n < 4096:
-                try:
-                    client.set(f"ballast:{n}", b"x" * size)
-                    n += 1
-                except redis.exceptions.OutOfMemoryError:
-                    break
-            else:
-                raise AssertionError("the server never became full")
 
 
 def _keys_snapshot(client: redis.Redis) -> dict[bytes, Any]:
@@ -537,7 +509,7 @@ def test_a_full_server_refuses_sends_whole_with_a_clear_error(
 
     # Given messages already there (a re-offer takes the reschedule path), then a full server
     earlier = broker.enqueue_many([noop.message(i) for i in range(3)], delay=delay)
-    _fill(memory_limit)
+    fill_to_maxmemory(memory_limit)
     before = _keys_snapshot(memory_limit)
     # When a new message, a message already scheduled (with another delay) and a batch are sent
     attempts = [
@@ -573,7 +545,7 @@ def test_on_a_full_server_a_retry_takes_the_place_of_its_copy_in_flight(
     [(redis_id, data)] = broker.redisson_scripts.fetch(keys, broker.broker_id, 1)
     assert data is not None
     proxy = MessageProxy(Message.decode(data))
-    _fill(memory_limit)
+    fill_to_maxmemory(memory_limit)
     # When the Retries middleware re-enqueues it (a plain new message is still refused)
     with pytest.raises(ServerMemoryFull):
         broker.enqueue(noop.message(2), delay=delay)

@@ -211,7 +211,6 @@ def analyse(records: list[Record], events: list[Event]) -> Stats:
             again = next((run for run in seq_runs if run.start_ms >= kill_ms), first)
             stats.recovery_samples.append(again.start_ms - kill_ms)
             note_after_clear("held by a killed process", after_clear(again.start_ms, kill_ms, events))
-            first_due = due(first)
             if first is not again and first_due is not None:
                 note_after_clear("retry", after_clear(first.start_ms, first_due, events))
         elif first_due is not None:
