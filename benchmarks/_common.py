@@ -386,7 +386,9 @@ def script_names(broker: Any) -> dict[str, str]:
 
 
 def reference_lua() -> bytes:
-    return (HERE / "redisson_original_transfer.lua").read_bytes()
+    from dramatiq_redisson._script_runner import expand_includes
+
+    return expand_includes((HERE / "redisson_original_transfer.lua").read_bytes())
 
 
 def due_of(broker: Any, kind: str, message: Any) -> float:

@@ -18,6 +18,8 @@
 --   the payload moved along so that a real Dramatiq worker can run the message):
 --     KEYS[4]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. data
 --     KEYS[5]  HASH  <ns>:<queue>.msgs                  ready-queue payloads
+--     ARGV[2]  the queue's name as a JSON string (a compact payload is written back
+--              as the JSON message, as transfer.lua does: the broker's _body.lua)
 --
 -- ARGV[1]  most entries to move (Redisson uses 100)
 --
@@ -25,6 +27,8 @@
 -- two are the same clock).
 --
 -- Returns: {moved, next due ms or -1, server now ms, 0}  (the shape of transfer.lua's reply)
+
+-- include: _body.lua
 
 local target, zset, backup = KEYS[1], KEYS[2], KEYS[3]
 local payloads, ready_msgs = KEYS[4], KEYS[5]
@@ -40,7 +44,7 @@ for i = 1, #due do
         local message_id = string.sub(member, 17)
         local stored = redis.call("HGET", payloads, message_id)
         if stored then
-            redis.call("HSET", ready_msgs, member, string.sub(stored, 17))
+            redis.call("HSET", ready_msgs, member, ready_body(member, string.sub(stored, 17), ARGV[2]))
             redis.call("HDEL", payloads, message_id)
         end
     end

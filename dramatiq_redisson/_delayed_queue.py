@@ -13,7 +13,7 @@ from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
 from ._keys import QueueKeys
-from ._message import validate_delay
+from ._message import decode_scheduled, validate_delay
 from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
 from ._stats import OVERDUE_GRACE
 
@@ -369,16 +369,14 @@ class DelayedQueue:
         return result
 
     def _decode(self, member: bytes, stored: bytes) -> Message[Any] | None:
-        """The message of a stored payload (sort key + encoded message); ``None``, with a
-        logged error, if it cannot be decoded."""
+        """The message of a stored payload (sort key + payload: see
+        :func:`~dramatiq_redisson._message.encode_scheduled`); ``None``, with a logged
+        error, if it cannot be decoded."""
         try:
-            message = Message.decode(stored[16:])
+            return decode_scheduled(member, stored, self.queue_name)
         except Exception:
             self.logger.error("Could not decode scheduled entry %r of queue %r.", member, self.queue_name)
             return None
-        # A compact payload leaves redis_message_id out (see encode_scheduled).
-        message.options["redis_message_id"] = member.decode()
-        return message
 
     def __len__(self) -> int:
         return self.size()

@@ -68,13 +68,14 @@ class Packed:
       scheduled: offer.lua calls, ``(keys, args)``.
       ready: enqueue.lua calls, ``(keys, [(redis id, data), ...])``.
       chunks: Per call (in the order sent), the indexes of its messages.
-      keyed: The calls in offer.lua's "rel" mode, which reply per entry.
+      keyed: The calls in offer.lua's "rel" mode, which reply per entry, by index
+        into ``chunks``, with their queue's name.
     """
 
     scheduled: list[tuple[QueueKeys, list[Any]]] = field(default_factory=list)
     ready: list[tuple[QueueKeys, list[tuple[str, bytes]]]] = field(default_factory=list)
     chunks: list[list[int]] = field(default_factory=list)
-    keyed: set[int] = field(default_factory=set)
+    keyed: dict[int, str] = field(default_factory=dict)
 
 
 def pack(
@@ -101,7 +102,7 @@ def pack(
             if delay_ms and any(dedupes[i] for i in chunk):
                 # Messages with dedupe keys: one entry each, in order (a later entry
                 # with the same key finds the earlier one scheduled).
-                packed.keyed.add(len(packed.chunks) - 1)
+                packed.keyed[len(packed.chunks) - 1] = queue_name
                 args: list[Any] = ["rel"]
                 for i in chunk:
                     data = encode_scheduled(prepared[i], sort_keys[i])
@@ -157,7 +158,7 @@ def sort_outcomes(packed: Packed, outcomes: list[Any], delay_ms: int | None) -> 
         elif n in packed.keyed:
             for i, reply in zip(chunk, outcome, strict=True):
                 if isinstance(reply, list):
-                    result.kept[i] = kept_message(reply)
+                    result.kept[i] = kept_message(reply, packed.keyed[n])
                 else:
                     result.enqueued.append(i)
                     if int(reply) >= 0:
@@ -384,7 +385,7 @@ class Producer:
             entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
             (due,) = scripts.offer(keys, [entry], replacing=replacing)
             if isinstance(due, list):
-                return kept_message(due)
+                return kept_message(due, keys.queue_name)
             return int(due) if int(due) >= 0 else None
         redis_id = message.options["redis_message_id"]
         _, pushed = scripts.enqueue(

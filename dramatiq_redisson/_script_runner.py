@@ -34,9 +34,14 @@ def _read(file_name: str) -> bytes:
 
 
 def load_source(name: str) -> bytes:
-    """The text of ``lua/<name>.lua`` with its includes written in: each include once,
-    where it first appears (an include may include another; ``_dedupe.lua`` needs
-    ``_chunked.lua``, which a script that includes both gets once)."""
+    """The text of ``lua/<name>.lua`` with its includes written in (see :func:`expand_includes`)."""
+    return expand_includes(_read(f"{name}.lua"))
+
+
+def expand_includes(text: bytes) -> bytes:
+    """A script's text with its includes written in: each include once, where it first
+    appears (an include may include another; ``_dedupe.lua`` needs ``_chunked.lua``,
+    which a script that includes both gets once)."""
     seen: set[bytes] = set()
 
     def expand(text: bytes) -> bytes:
@@ -49,7 +54,7 @@ def load_source(name: str) -> bytes:
 
         return _INCLUDE.sub(include, text)
 
-    return expand(_read(f"{name}.lua"))
+    return expand(text)
 
 
 #: Replies of a cluster node that mean the call did not run there: the slot moved or is

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from ._keys import QueueKeys
+from ._message import queue_json
 from ._script_runner import ScriptRunner, load_source
 
 _NAMES = (
@@ -256,6 +257,7 @@ class Scripts(ScriptRunner):
             own_slots,
             "1" if listening else "",
             window_ms,
+            queue_json(keys.queue_name),
         )
         replicas: int | None = None
         if self.wait_for_replicas:

@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 -- KEYS[2]  LIST  redisson_delay_queue:{N}           backup list, offer order
--- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
---                                                    (JSON: may leave redis_message_id out)
+-- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. payload (compact
+--                                                    or encoded message: see _body.lua)
 -- KEYS[4]  LIST  redisson_delay_queue_compact:{N}   backup list being rebuilt by a compaction pass
 -- KEYS[5]  STRING redisson_delay_queue_cursor:{N}   read position of the compaction pass
 -- KEYS[6]  LIST  <ns>:<queue>           ready queue (redis message ids)
@@ -33,6 +33,8 @@
 -- ARGV[7]  slots the caller fills itself: its free prefetch slots
 -- ARGV[8]  "1" if the caller listens on its wake channel (it may be registered as idle)
 -- ARGV[9]  dedupe window in ms (0 or absent: moved members are not remembered)
+-- ARGV[10] the queue's name as a JSON string (written back into compact payloads: see
+--          _body.lua)
 --
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
@@ -84,6 +86,7 @@
 --           (server clock), in due order, the other holder's token or "" if the caller
 --           holds the lease}
 
+-- include: _body.lua
 -- include: _wake.lua
 -- include: _chunked.lua
 -- include: _dedupe.lua
@@ -98,6 +101,7 @@ local slack = tonumber(ARGV[4])
 local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local acks, listening = KEYS[14], ARGV[8] == "1"
 local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
+local queue_json = ARGV[10]
 local dedupe, keyed, holds, held = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 
 local t = redis.call("TIME")
@@ -136,19 +140,7 @@ if #due > 0 then
     for i = 1, #due do
         local member, data = due[i], stored[i]
         if #member > 16 and data and string.sub(data, 1, 16) == string.sub(member, 1, 16) then
-            local body = string.sub(data, 17)
-            if not string.find(body, '"redis_message_id":"', 1, true) then
-                -- A compact payload (see encode_scheduled) left redis_message_id out:
-                -- the ready copy names its member, first among the options.
-                local _, open = string.find(body, '"options":{', 1, true)
-                if open then
-                    local rmid = '"redis_message_id":"' .. member .. '"'
-                    if string.sub(body, open + 1, open + 1) ~= "}" then
-                        rmid = rmid .. ","
-                    end
-                    body = string.sub(body, 1, open) .. rmid .. string.sub(body, open + 1)
-                end
-            end
+            local body = ready_body(member, string.sub(data, 17), queue_json)
             ready_pairs[#ready_pairs + 1] = member
             ready_pairs[#ready_pairs + 1] = body
             members[#members + 1] = member
