@@ -27,7 +27,8 @@ class LremTransferDuty(TransferDuty):
         for _ in range(20):
             k = self.keys
             moved, next_due, now_ms, _ = broker.reference_transfer(
-                keys=[k.ready, k.timeout_zset, k.backup_list, k.payloads, k.ready_msgs], args=[REDISSON_BATCH, queue_json(k.queue_name)]
+                keys=[k.ready, k.timeout_zset, k.backup_list, k.payloads, k.ready_msgs],
+                args=[REDISSON_BATCH, queue_json(k.queue_name)],
             )
             next_due_ms = None if int(next_due) < 0 else int(next_due)
             self.timer.record(TransferResult(int(moved), next_due_ms, int(now_ms) * 1000, 0))

@@ -20,6 +20,7 @@ from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
 from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
+from ._limits import HEARTBEAT_INTERVAL_MS
 from ._liveness import DEFAULT_LIVENESS_TIMEOUT, Liveness
 from ._message import epoch_ms, prepare_scheduled
 from ._permissions import acl_rule
@@ -198,6 +199,7 @@ class RedissonBroker(RedisBroker):
         self.redisson_scripts = Scripts(
             self.client, wait_for_replicas=wait_for_replicas, wait_timeout=wait_timeout, cluster=cluster
         )
+        self.redisson_scripts.beat_interval = min(HEARTBEAT_INTERVAL_MS, self.heartbeat_timeout / 10) / 1000
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
         #: redis message id -> the message as it failed (encoded), set by the consumer's

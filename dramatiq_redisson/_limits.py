@@ -1,10 +1,21 @@
 """Bounds on the backup-list upkeep each transfer call does; none grows with the backlog."""
 
-#: Dead entries popped from the head of the backup list per transfer call.
-TRIM_BUDGET = 200
+#: How often (ms) a consumer's transfers tidy the backup list and the dedupe window's moved
+#: members (an upkeep tick), instead of on every call: a transfer that moves one message
+#: then runs 6 commands fewer. The tick's trim budget keeps up with 10 000 moves/s; past
+#: that, compaction bounds the list.
+UPKEEP_INTERVAL_MS = 100
+
+#: Dead entries popped from the head of the backup list per upkeep tick.
+TRIM_BUDGET = 1000
 
 #: Backup-list entries a compaction pass examines per transfer call.
 COMPACT_STEP = 400
 
 #: A compaction pass starts when the backup list exceeds 2 × scheduled + this many entries.
 COMPACT_SLACK = 1024
+
+#: How often (ms) a process writes its heartbeat (Dramatiq's ``__heartbeats__``) from its
+#: fetches and acks, at most: not on every call (three commands fewer per fetch, two per
+#: ack). A shorter ``heartbeat_timeout`` shortens it to a tenth of that.
+HEARTBEAT_INTERVAL_MS = 1000

@@ -9,12 +9,15 @@ NOSCRIPT as EVAL with the source, which cannot miss (see
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 
 from ._keys import QueueKeys
+from ._limits import HEARTBEAT_INTERVAL_MS
 from ._message import queue_json
 from ._script_runner import ScriptRunner, load_source
 
@@ -155,6 +158,20 @@ class Scripts(ScriptRunner):
             wait_timeout=wait_timeout,
             cluster=cluster,
         )
+        #: Seconds between this process's heartbeat writes to one heartbeat set: fetch
+        #: and ack write it only when the last write is older (the broker sets it from
+        #: ``heartbeat_timeout``).
+        self.beat_interval = HEARTBEAT_INTERVAL_MS / 1000
+        self._beats: dict[str, float] = {}
+
+    def _beat(self, heartbeats: str) -> str:
+        """``"1"`` when this process's heartbeat in ``heartbeats`` is due (then counted as
+        written), else ``"0"``."""
+        now = time.monotonic()
+        if now - self._beats.get(heartbeats, -math.inf) < self.beat_interval:
+            return "0"
+        self._beats[heartbeats] = now
+        return "1"
 
     def offer(
         self,
@@ -219,13 +236,15 @@ class Scripts(ScriptRunner):
         worker_id: str = "",
         listening: bool = False,
         window_ms: int = 0,
+        upkeep_ms: int = 0,
     ) -> TransferResult:
         """Move due entries if consumer ``token`` holds (or can take) the transfer lease
         for ``lease_ms``; without a token, move them regardless of the lease (see
         transfer.lua). ``own_slots``: how many moved messages the caller (of worker
         ``worker_id``) takes itself, handed off in the reply when the ready queue was
         empty (the rest wake idle consumers); ``listening``: it may be registered as idle;
-        ``window_ms``: how long moved members stay remembered (not offered again).
+        ``window_ms``: how long moved members stay remembered (not offered again);
+        ``upkeep_ms``: how often the backup list and those members are tidied (0: every call).
 
         A call that may hand messages off is not retried after a lost reply (they would
         sit in the ack set, unheld): the caller reconciles instead."""
@@ -258,6 +277,7 @@ class Scripts(ScriptRunner):
             "1" if listening else "",
             window_ms,
             queue_json(keys.queue_name),
+            upkeep_ms,
         )
         replicas: int | None = None
         if self.wait_for_replicas:
@@ -326,14 +346,16 @@ class Scripts(ScriptRunner):
         flat = self._run(
             "fetch",
             (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats, keys.idle),
-            (count, worker_id, token),
+            (count, worker_id, token, self._beat(keys.heartbeats)),
         )
         return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def ack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
         return int(
             self._run_idempotent(
-                "ack", (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats), (redis_message_id, worker_id)
+                "ack",
+                (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats),
+                (redis_message_id, worker_id, self._beat(keys.heartbeats)),
             )
         )
 

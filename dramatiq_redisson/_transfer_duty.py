@@ -24,7 +24,7 @@ import redis
 from dramatiq.common import compute_backoff
 
 from ._errors import MissingPermission, NotReplicated
-from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
 from ._permissions import check_permissions
 from ._timer import TransferTimer
 
@@ -338,6 +338,7 @@ class TransferDuty:
                         worker_id=self.consumer.worker_id,
                         listening=self.wake_ready,
                         window_ms=self.broker.dedupe_window,
+                        upkeep_ms=UPKEEP_INTERVAL_MS,
                     )
                 except CONNECTION_ERRORS:
                     # It may have run and handed messages off into our ack set.

@@ -12,8 +12,11 @@
 --          gives its token, and if fewer than ARGV[1] messages came it is registered as
 --          idle with the slots left (enqueue and transfer wake it, see _wake.lua); any
 --          fetch takes it out of the registry first.
+-- ARGV[4]  "0": leave the heartbeat alone (this process beat less than a heartbeat
+--          interval ago); else write it (ZREM + ZADD, server clock)
 --
--- Memory: the first write (ZREM of the heartbeat) never grows memory, so this runs on
+-- Memory: the first write (ZREM of the heartbeat, or of the idle token, or the LPOP)
+-- never grows memory, so this runs on
 -- a server at its maxmemory limit: a full server keeps handing out work, and the
 -- acks that follow free the messages' memory. (Redis checks maxmemory only before a
 -- script's first write.)
@@ -25,9 +28,11 @@ local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local idle = KEYS[5]
 local count, worker_id, token = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
-local t = redis.call("TIME")
-redis.call("ZREM", heartbeats, worker_id)
-redis.call("ZADD", heartbeats, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), worker_id)
+if ARGV[4] ~= "0" then
+    local t = redis.call("TIME")
+    redis.call("ZREM", heartbeats, worker_id)
+    redis.call("ZADD", heartbeats, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), worker_id)
+end
 if token ~= "" then
     redis.call("ZREM", idle, token)
 end

@@ -6,7 +6,8 @@
 -- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. payload (compact
 --                                                    or encoded message: see _body.lua)
 -- KEYS[4]  LIST  redisson_delay_queue_compact:{N}   backup list being rebuilt by a compaction pass
--- KEYS[5]  STRING redisson_delay_queue_cursor:{N}   read position of the compaction pass
+-- KEYS[5]  STRING redisson_delay_queue_cursor:{N}   read position of the compaction pass,
+--                                                    or "-" (PX) until the next upkeep tick
 -- KEYS[6]  LIST  <ns>:<queue>           ready queue (redis message ids)
 -- KEYS[7]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
 -- KEYS[8]  ZSET  <ns>:<queue>.XQ        dead letters, scored by time of death (epoch ms)
@@ -24,7 +25,7 @@
 -- KEYS[19] HASH  redisson_delay_queue_held:{N}      dedupe key -> encoded message that moved
 --
 -- ARGV[1]  most entries to move in this call
--- ARGV[2]  most dead entries to pop from the head of the backup list
+-- ARGV[2]  most dead entries to pop from the head of the backup list (per upkeep tick)
 -- ARGV[3]  backup-list entries a compaction pass examines in this call
 -- ARGV[4]  slack: a pass starts when LLEN(backup) > 2 * ZCARD + slack
 -- ARGV[5]  the calling consumer's token, or "": transfer without looking at or taking
@@ -35,6 +36,9 @@
 -- ARGV[9]  dedupe window in ms (0 or absent: moved members are not remembered)
 -- ARGV[10] the queue's name as a JSON string (written back into compact payloads: see
 --          _body.lua)
+-- ARGV[11] upkeep interval in ms: the backup list's head trim, the compaction check and
+--          the trim of the dedupe window's moved members run at most this often (a
+--          tick; KEYS[5] holds "-" until the next one), not on every call; 0: every call
 --
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
@@ -102,6 +106,7 @@ local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local acks, listening = KEYS[14], ARGV[8] == "1"
 local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
 local queue_json = ARGV[10]
+local upkeep_ms = tonumber(ARGV[11] or "0")
 local dedupe, keyed, holds, held = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 
 local t = redis.call("TIME")
@@ -181,9 +186,11 @@ if #due > 0 then
                 stamped[#stamped + 1] = now_ms
                 stamped[#stamped + 1] = members[i]
             end
-            redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
             variadic("ZADD", sent, stamped)
-            redis.call("PEXPIRE", sent, window)
+            if upkeep_ms == 0 then
+                redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+                redis.call("PEXPIRE", sent, window)
+            end
         end
     end
     if dead > 0 then
@@ -221,7 +228,9 @@ if #due > 0 then
 end
 
 local cursor = redis.call("GET", cursor_key)
-if cursor then
+if cursor == "-" then
+    -- Between upkeep ticks: nothing to look at.
+elseif cursor then
     -- A compaction pass is running: copy live entries, in order, to the new list.
     cursor = tonumber(cursor)
     local entries = redis.call("LRANGE", backup, cursor, cursor + compact_step - 1)
@@ -261,7 +270,8 @@ if cursor then
         redis.call("SET", cursor_key, cursor + #entries)
     end
 else
-    -- Entries leave the backup list from its head once they are no longer scheduled.
+    -- An upkeep tick. Entries leave the backup list from its head once they are no
+    -- longer scheduled.
     local head = redis.call("LINDEX", backup, 0)
     if head and not redis.call("ZSCORE", zset, head) then
         local heads = redis.call("LRANGE", backup, 0, trim_budget - 1)
@@ -272,9 +282,19 @@ else
         end
         redis.call("LTRIM", backup, dead_prefix, -1)
     end
+    if upkeep_ms > 0 and sent and window > 0 then
+        -- Moved members older than the dedupe window leave; the key outlives the newest
+        -- by the window (and a tick).
+        redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+        redis.call("PEXPIRE", sent, window + upkeep_ms)
+    end
     if redis.call("LLEN", backup) > 2 * redis.call("ZCARD", zset) + slack then
         redis.call("DEL", compact)
         redis.call("SET", cursor_key, 0)
+    elseif upkeep_ms > 0 then
+        -- The next tick in upkeep_ms: until then the key says "-". On a full server this
+        -- write may be refused: the next call ticks again.
+        redis.pcall("SET", cursor_key, "-", "PX", upkeep_ms)
     end
 end
 
