@@ -289,3 +289,25 @@ def median_merge(runs: list[Any]) -> Any:
     if isinstance(first, dict):
         return {k: median_merge([r.get(k) for r in runs if isinstance(r, dict) and k in r]) for k in first}
     return first
+
+
+#: Commands the harness itself runs during a measurement: the recorder's EVAL (one TIME
+#: and one RPUSH inside each), INFO and CONFIG RESETSTAT; script calls (EVAL, EVALSHA)
+#: are wrappers, the commands they run are counted by name.
+_HARNESS = ("eval", "evalsha", "info", "config", "client", "hello", "script", "ping", "command")
+
+
+def server_work(stats: dict[str, tuple[int, int]], n: int) -> dict[str, Any]:
+    """Server commands per message from ``Server.commandstats()`` over a run of ``n``
+    messages: every command run, inside scripts or not, but the harness's (the recorder's
+    TIME and RPUSH per message are taken off). Also the busiest commands per message."""
+    recorder = stats.get("eval", (0, 0))[0]
+    counts = {name: calls for name, (calls, _) in stats.items() if name not in _HARNESS}
+    counts["time"] = counts.get("time", 0) - recorder
+    counts["rpush"] = counts.get("rpush", 0) - recorder
+    total = sum(max(0, c) for c in counts.values())
+    top = sorted(((c, name) for name, c in counts.items() if c > 0), reverse=True)[:8]
+    return {
+        "commands_per_msg": round(total / n, 1) if n else None,
+        "top_commands_per_msg": {name: round(c / n, 2) for c, name in top},
+    }

@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 from .._common import due_of
-from .._measure import analyze, read_records, wait_records
-from ._shared import Ctx, _add_ratio_rows, _lat_row
+from .._measure import analyze, read_records, server_work, wait_records
+from ._shared import Ctx, _add_ratio_rows, _lat_row, _ratio
 
 
 def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
+    """How late delayed messages run; with each broker's server CPU and server commands per
+    message over the run (workers idle-polling included, the recorder's commands not)."""
     p = ctx.p[which]
     pace = p.get("rate")  # offers per second, or None: as fast as one producer goes
     data: dict[str, Any] = {"params": p}
@@ -26,6 +28,8 @@ def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
             + (f", offered at {pace}/s" if pace else "")
         )
         with ctx.workers(kind) as w:
+            ctx.server.reset_stats()
+            cpu0 = ctx.server.cpu_seconds()
             t0 = time.monotonic()
             for seq in range(p["n"]):
                 if pace:
@@ -35,14 +39,34 @@ def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
             offer_s = time.monotonic() - t0
             deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["timeout"]
             complete = wait_records(ctx.r, dues, deadline, check=w.check)
+            cpu_s = ctx.server.cpu_seconds() - cpu0
+            per_message = server_work(ctx.server.commandstats(), p["n"])
         ctx.check_crash(which, kind, w)
         res = analyze(dues, read_records(ctx.r))
         res.update({"offer_seconds": round(offer_s, 3), "offer_rate": round(p["n"] / offer_s), "complete": complete})
+        res.update(per_message, server_cpu_us_per_msg=round(cpu_s * 1e6 / p["n"], 1))
         ctx.check_delivery(which, kind, res)
         data[kind] = res
-        rows.append(_lat_row(kind, res, early=res["early"], **{"offered/s": res["offer_rate"]}))
+        rows.append(
+            _lat_row(
+                kind,
+                res,
+                early=res["early"],
+                **{
+                    "offered/s": res["offer_rate"],
+                    "server CPU us/msg": res["server_cpu_us_per_msg"],
+                    "commands/msg": res["commands_per_msg"],
+                },
+            )
+        )
         broker.close()
     _add_ratio_rows(rows, data)
+    if "redisson" in data and "builtin" in data:
+        for row in rows:
+            if row["broker"] == "redisson":
+                ours, theirs = data["redisson"], data["builtin"]
+                row["CPU vs builtin"] = _ratio(ours["server_cpu_us_per_msg"], theirs["server_cpu_us_per_msg"])
+                row["commands vs builtin"] = _ratio(ours["commands_per_msg"], theirs["commands_per_msg"])
     targets = []
     if "redisson" in data:
         lat = data["redisson"]["lateness_ms"]
