@@ -8,8 +8,9 @@ with plain commands (no broker code changes) to price each idea:
 
 - full: the stored message carries options.redis_message_id (the layout before cfa1900,
   and still the one for encoders other than JSON);
-- installed: what the broker stores (``encode_scheduled``: with JSON, redis_message_id is
-  left out and transfer.lua writes it back);
+- installed: what the broker stores (``encode_scheduled``: with Dramatiq's JSON encoder a
+  compact payload, the JSON text of each field without names, queue or ids, which
+  transfer.lua writes back as the JSON message);
 - installed + list-of-keys: the backup list would hold only the 16-char sort key (its
   entries are then useless for compaction, which checks them against the ZSET).
 """

@@ -21,9 +21,11 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_timeout:{N}``       ZSET     member -> due time (epoch ms)
 ``redisson_delay_queue:{N}``               LIST     members in offer order (backup list)
 ``redisson_delay_queue_channel:{N}``       channel  due time (decimal ms) of a new head; "0": ready
-``redisson_delay_queue_msgs:{N}``          HASH     message id -> sort key + encoded message
+``redisson_delay_queue_msgs:{N}``          HASH     message id -> sort key + payload (compact
+                                                    with JSON: see ``lua/_body.lua``)
 ``redisson_delay_queue_compact:{N}``       LIST     backup list being rebuilt (compaction)
-``redisson_delay_queue_cursor:{N}``        STRING   read position of a compaction pass
+``redisson_delay_queue_cursor:{N}``        STRING   read position of a compaction pass, or
+                                                    "-" (PX) until the next upkeep tick
 ``redisson_delay_queue_sent:{N}``          ZSET     redis message id -> enqueue time (epoch
                                                     ms) of recent immediate sends (dedupe)
 ``redisson_delay_queue_dedupe:{N}``        HASH     dedupe key -> id of the scheduled message
