@@ -560,3 +560,44 @@ def test_on_a_full_server_a_retry_takes_the_place_of_its_copy_in_flight(
     # And the worker's ack that follows completes the move
     assert broker.do_ack("default", redis_id) == 1
     assert memory_limit.scard(keys.acks(broker.broker_id)) == 0
+
+
+OFFER_STRUCTURES = ("timeout_zset", "backup_list", "payloads", "dedupe", "keyed", "holds", "held")
+
+
+@pytest.mark.parametrize("structure", OFFER_STRUCTURES)
+@pytest.mark.parametrize("send", ["plain", "keyed", "reschedule", "bulk"])
+def test_a_delayed_structure_of_the_wrong_type_fails_the_send_and_writes_nothing(
+    broker: RedissonBroker, structure: str, send: str
+) -> None:
+    @dramatiq.actor
+    def noop(i: int) -> None: ...
+
+    keys = broker.keys("default")
+    client = broker.client
+    earlier = None
+    if send == "reschedule":
+        earlier = broker.enqueue(noop.message(1), delay=60_000)
+    # Given one of the delayed queue's keys holding a string
+    client.delete(getattr(keys, structure))
+    client.set(getattr(keys, structure), "not mine")
+    before = {name: client.dump(getattr(keys, name)) for name in OFFER_STRUCTURES}
+    # When a delayed send touches the queue
+    options: dict[str, Any] = {"dedupe_key": "k"} if send == "keyed" else {}
+    try:
+        if send == "bulk":
+            broker.enqueue_many([noop.message(i) for i in range(3)], delay=60_000)
+        elif send == "reschedule":
+            assert earlier is not None
+            broker.enqueue(earlier.copy(options={}), delay=120_000)
+        else:
+            broker.enqueue(noop.message_with_options(args=(1,), **options), delay=60_000)
+    except (redis.ResponseError, EnqueueError) as error:
+        assert "WRONGTYPE" in str(error)
+    # Then (if it failed) nothing was written; only paths that never touch the key succeed
+    after = {name: client.dump(getattr(keys, name)) for name in OFFER_STRUCTURES}
+    if after != before:
+        touched = {"timeout_zset", "backup_list", "payloads"}
+        if send == "keyed" or send == "reschedule":
+            touched |= {"dedupe", "keyed"}
+        assert structure not in touched, (structure, send)

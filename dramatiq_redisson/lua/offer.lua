@@ -83,12 +83,31 @@ local legacy_list, legacy_msgs, ready_msgs, sent = KEYS[5], KEYS[6], KEYS[7], KE
 local dedupe, keyed, holds, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 
 -- Reads first: a key of the wrong type fails the call before anything is written.
+-- KEYS[3] is read (HGET/HMGET) before the first write of a plain offer, and KEYS[11] and
+-- KEYS[12] before an entry's first write on every path that writes them. The dedupe
+-- indexes (KEYS[9], KEYS[10]) are checked here when the entry has a dedupe key or the
+-- call has several entries (and KEYS[3] too for a "move:" or a legacy claim, which
+-- write before reading it); a single entry without a key writes them only when it
+-- reschedules its message id, and that path checks them before its first write (see
+-- check_indexes). Plain sends, the common case, skip three reads.
 redis.call("LLEN", backup)
-redis.call("HLEN", payloads)
-redis.call("HLEN", dedupe)
-redis.call("HLEN", keyed)
--- (KEYS[11] and KEYS[12] are read below, before an entry's first write, on every path
--- that writes them.)
+local indexes_checked = false
+local function check_indexes()
+    if not indexes_checked then
+        redis.call("HLEN", dedupe)
+        redis.call("HLEN", keyed)
+        indexes_checked = true
+    end
+end
+if ARGV[1] == "bulk" or #ARGV > 9 then
+    check_indexes()
+elseif string.sub(ARGV[1], 1, 5) == "move:" or (ARGV[6] and ARGV[6] ~= "") then
+    -- A retry's "move:" and a legacy claim write before the entry's HGET: check it all.
+    redis.call("HLEN", payloads)
+    check_indexes()
+elseif ARGV[7] and ARGV[7] ~= "" then
+    check_indexes()
+end
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -227,6 +246,9 @@ else
                 due_ms = now_ms + time_ms
             end
             local previous = redis.call("HGET", payloads, message_id)
+            if previous then
+                check_indexes() -- a reschedule may release a key this id held
+            end
             local member = sort_key .. message_id
             if
                 not previous

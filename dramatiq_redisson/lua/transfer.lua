@@ -300,11 +300,12 @@ end
 
 local registered = 0
 if moved > 0 and own_slots > 0 then
-    redis.call("ZREM", idle, token) -- the caller takes or fetches these: not idle
     local left = own_slots - #handed / 2
     if #handed > 0 and left > 0 and listening then
         redis.call("ZADD", idle, left, token) -- took all there was: idle with what is left
         registered = 1
+    else
+        redis.call("ZREM", idle, token) -- the caller takes or fetches these: not idle
     end
 end
 if moved > own_slots then
