@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
+from ._ids import message_id_of, same_sort_key, sort_key_length
 from ._keys import QueueKeys
 from ._message import decode_scheduled, validate_delay
 from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
@@ -63,7 +64,7 @@ def decode_cursor(text: str | None) -> tuple[bytes, bytes] | None:
         int(due)
     except (ValueError, TypeError):
         raise ValueError(f"malformed page cursor {text!r}") from None
-    if len(member) <= 16:
+    if len(member) <= sort_key_length(member):
         raise ValueError(f"malformed page cursor {text!r}")
     return due, member
 
@@ -151,7 +152,7 @@ class DelayedQueue:
         if found is None:
             return None
         due, stored, message_id = found
-        message = self._decode(stored[:16] + message_id.encode(), stored)
+        message = self._decode(stored[: sort_key_length(stored)] + message_id.encode(), stored)
         return None if message is None else (due, message)
 
     def reschedule(self, message_id: str, *, delay: Any = None, at: int | datetime.datetime | None = None) -> bool:
@@ -254,7 +255,7 @@ class DelayedQueue:
             for i, (member, due, data) in enumerate(rows):
                 examined += 1
                 cursor = (str(due).encode(), member)
-                if data is None or data[:16] != member[:16] or not wanted(data):
+                if data is None or not same_sort_key(data, member) or not wanted(data):
                     continue  # moved or cancelled between the reads, or filtered out
                 message = self._decode(member, data)
                 if message is None or (actor_name is not None and message.actor_name != actor_name):
@@ -279,7 +280,7 @@ class DelayedQueue:
         while True:
             page, cursor = self.broker.redisson_scripts.scan(self.keys, batch, cursor)
             for member, due, data in page:
-                if data is None or data[:16] != member[:16]:
+                if data is None or not same_sort_key(data, member):
                     continue  # moved or cancelled between the reads
                 if wanted(data):
                     yield member, due, data
@@ -356,12 +357,10 @@ class DelayedQueue:
           ValueError: A negative ``limit``.
         """
         result: list[tuple[int, Message[Any]]] = []
-        heads = read_head(
-            self.broker.client, self.keys.timeout_zset, self.keys.payloads, limit, lambda member: member[16:].decode()
-        )
+        heads = read_head(self.broker.client, self.keys.timeout_zset, self.keys.payloads, limit, message_id_of)
         for member, due, data in heads:
             # An entry may have moved or been cancelled between the two reads.
-            if data is None or data[:16] != member[:16]:
+            if data is None or not same_sort_key(data, member):
                 continue
             message = self._decode(member, data)
             if message is not None:

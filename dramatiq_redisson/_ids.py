@@ -1,4 +1,11 @@
-"""Sort keys: 16 hex characters that order a process's offers by time of offer."""
+"""Sort keys: 14 characters that order a process's offers by time of offer.
+
+A member of the delayed queue is a sort key followed by the message id, and a payload
+starts with its member's sort key. Earlier releases wrote 16 hex characters; a key of
+this release starts with one of ``g``..``v`` (the top hex digit moved up by 16 places),
+so the two are told apart by their first character (:func:`sort_key_length`), and keys of
+this release sort after every earlier one. Lua does the same (``lua/_member.lua``).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,20 @@ import time
 _lock = threading.Lock()
 _last = 0
 
-#: Bits of the sort key below the millisecond timestamp (a per-process counter).
-COUNTER_BITS = 20
+#: Bits of the sort key below the millisecond timestamp (a per-process counter). 42 bits of
+#: milliseconds above them last until the year 2109.
+COUNTER_BITS = 14
+
+#: Characters in a sort key of this release (16 in earlier releases).
+SORT_KEY_LENGTH = 14
+
+#: The first character of a key of this release, by the key's top hex digit.
+_FIRST = "ghijklmnopqrstuv"
+
+
+def _text(key: int) -> str:
+    digits = f"{key:014x}"
+    return _FIRST[int(digits[0], 16)] + digits[1:]
 
 
 def next_sort_keys(count: int) -> list[str]:
@@ -18,7 +37,7 @@ def next_sort_keys(count: int) -> list[str]:
     with _lock:
         first = max(time.time_ns() // 1_000_000 << COUNTER_BITS, _last + 1)
         _last = first + count - 1
-    return [f"{key:016x}" for key in range(first, first + count)]
+    return [_text(key) for key in range(first, first + count)]
 
 
 def next_sort_key() -> str:
@@ -30,3 +49,23 @@ def next_sort_key() -> str:
     equal due times depends on it, never when a message runs.
     """
     return next_sort_keys(1)[0]
+
+
+def sort_key_length(text: str | bytes) -> int:
+    """The length of the sort key that ``text`` (a member or a stored payload) starts with:
+    14 for this release's, 16 for an earlier release's (hex)."""
+    first = text[:1]
+    code = first[0] if isinstance(first, bytes) and first else ord(first) if first else 0
+    return SORT_KEY_LENGTH if code >= ord("g") else 16
+
+
+def message_id_of(member: str | bytes) -> str:
+    """The message id of a member (its text after the sort key)."""
+    rest = member[sort_key_length(member) :]
+    return rest.decode() if isinstance(rest, bytes) else rest
+
+
+def same_sort_key(stored: bytes, member: bytes) -> bool:
+    """Whether a stored payload starts with its member's sort key (it was not rescheduled)."""
+    n = sort_key_length(member)
+    return stored[:n] == member[:n]

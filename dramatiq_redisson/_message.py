@@ -20,7 +20,7 @@ from dramatiq.common import q_name
 from dramatiq.encoder import JSONEncoder
 from dramatiq.message import Message
 
-from ._ids import next_sort_key
+from ._ids import next_sort_key, sort_key_length
 
 #: Longest delay (ms) accepted: ten years. Anything longer is taken for a unit mistake.
 MAX_DELAY = 10 * 366 * 86_400_000
@@ -59,7 +59,7 @@ def _compact(message: Message[Any], sort_key: str) -> bytes | None:
     if (
         not isinstance(message_id, str)
         or member != sort_key + message_id
-        or len(sort_key) != 16
+        or sort_key_length(sort_key) != len(sort_key)
         or not _plain(member)
         or not isinstance(actor, str)
         or not actor
@@ -148,7 +148,7 @@ def ready_body(member: bytes, body: bytes, queue_name: str) -> bytes:
                 b',"options":',
                 options,
                 b',"message_id":"',
-                member[16:],
+                member[sort_key_length(member) :],
                 b'","message_timestamp":',
                 timestamp,
                 b"}",
@@ -172,7 +172,7 @@ def decode_scheduled(member: bytes, stored: bytes, queue_name: str) -> Message[A
     Raises:
       dramatiq.errors.DecodeError (or any error of the encoder): it cannot be decoded.
     """
-    message = Message.decode(ready_body(member, stored[16:], queue_name))
+    message = Message.decode(ready_body(member, stored[sort_key_length(stored) :], queue_name))
     message.options["redis_message_id"] = member.decode()
     return message
 

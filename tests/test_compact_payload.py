@@ -16,6 +16,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.encoder import JSONEncoder, PickleEncoder
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._ids import sort_key_length
 from dramatiq_redisson._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 from dramatiq_redisson._message import RS, decode_scheduled, encode_scheduled, ready_body
 
@@ -122,7 +123,10 @@ def test_a_non_json_encoder_stores_the_full_member_and_still_delivers(
     member = message.options["redis_message_id"]
     # Then the stored copy carries the whole member
     stored = redis_client.hget(broker.keys("default").payloads, message.message_id)
-    assert stored is not None and dramatiq.Message.decode(stored[16:]).options["redis_message_id"] == member
+    assert (
+        stored is not None
+        and dramatiq.Message.decode(stored[sort_key_length(stored) :]).options["redis_message_id"] == member
+    )
     # And the transfer moves it unchanged
     time.sleep(0.03)
     assert _transfer(broker) == 1
@@ -196,7 +200,7 @@ def test_the_compact_payload_becomes_what_dramatiqs_encoder_writes(
     member = sent.options["redis_message_id"]
     keys = broker.keys(queue_name)
     stored = redis_client.hget(keys.payloads, message.message_id)
-    assert stored is not None and stored[16:17] == RS, stored
+    assert stored is not None and stored[sort_key_length(stored) :][:1] == RS, stored
     time.sleep(0.02)
     # When the transfer moves it
     assert _transfer(broker, queue_name) == 1
@@ -204,7 +208,7 @@ def test_the_compact_payload_becomes_what_dramatiqs_encoder_writes(
     assert ready is not None
     # Then the ready copy is, byte for byte, the mirror's (ready_body) and Dramatiq's
     # encoding of the message with redis_message_id first among its options
-    assert ready == ready_body(member.encode(), stored[16:], queue_name)
+    assert ready == ready_body(member.encode(), stored[sort_key_length(stored) :], queue_name)
     options = {k: v for k, v in sent.options.items() if k not in ("eta", "redis_message_id")}
     expected = dataclasses.replace(sent, options={"redis_message_id": member, **options})
     assert ready == expected.encode()
@@ -218,7 +222,7 @@ def test_the_compact_payload_is_a_fifth_of_the_json(broker: RedissonBroker, redi
     stored = redis_client.hget(broker.keys("default").payloads, message.message_id)
     assert stored is not None
     whole = message.copy(options={}).encode()
-    assert len(stored) - 16 <= len(whole) // 4, (stored, whole)
+    assert len(stored) - sort_key_length(stored) <= len(whole) // 4, (stored, whole)
 
 
 class RecordSeparatorEncoder(JSONEncoder):
@@ -243,7 +247,7 @@ def test_another_encoders_bytes_that_begin_with_the_marker_are_stored_escaped(
 
         message = noop.send_with_options(args=(5,), delay=10)
         stored = redis_client.hget(broker.keys("default").payloads, message.message_id)
-        assert stored is not None and stored[16:18] == RS + RS
+        assert stored is not None and stored[sort_key_length(stored) :][:2] == RS + RS
         time.sleep(0.02)
         assert _transfer(broker) == 1
         ready = redis_client.hget(broker.keys("default").ready_msgs, message.options["redis_message_id"])
@@ -262,12 +266,16 @@ def test_messages_scheduled_by_earlier_releases_run_on_time_exactly_once(
     keys = broker.keys("default")
     due_at: dict[int, int] = {}
     now = server_ms(redis_client)
-    # Given messages scheduled with plain commands in the layouts of earlier releases: the
-    # JSON message without redis_message_id (the release before compact payloads) and
-    # with it (the one before that), beside compact ones offered by this release
+    # Given messages scheduled with plain commands in the layouts of earlier releases (16-char
+    # sort keys; the JSON message without redis_message_id, the release before compact
+    # payloads, and with it, the one before that), beside compact ones offered by this
+    # release (14-char sort keys)
     for i in range(30):
-        prepared, sort_key = broker.prepare_scheduled(remember.message(i))
+        # (earlier releases' sort keys: 16 hex characters, milliseconds above a 20-bit counter)
+        sort_key = f"{(int(time.time() * 1000) << 20) + i:016x}"
+        prepared, _ = broker.prepare_scheduled(remember.message(i), sort_key)
         member = prepared.options["redis_message_id"]
+        assert sort_key_length(member) == 16
         due_at[i] = now + 300 + 10 * i
         if i % 3 == 2:
             broker.enqueue(remember.message(i), delay=due_at[i] - server_ms(redis_client))

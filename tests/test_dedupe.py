@@ -25,6 +25,7 @@ from dramatiq import Worker
 from dramatiq.message import Message
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson._ids import sort_key_length
 from dramatiq_redisson._keys import QueueKeys
 
 from .helpers import record, records, server_ms, wait_for
@@ -44,7 +45,7 @@ def assert_index_exact(client: redis.Redis, keys: QueueKeys) -> dict[str, str]:
     for key, message_id in index.items():
         stored = client.hget(keys.payloads, message_id)
         assert stored is not None, f"index names {message_id!r} for {key!r}, which is not scheduled"
-        assert client.zscore(keys.timeout_zset, stored[:16] + message_id.encode()) is not None
+        assert client.zscore(keys.timeout_zset, stored[: sort_key_length(stored)] + message_id.encode()) is not None
         ttl, _, named = reverse[message_id].partition(":")
         assert named == key and int(ttl) >= 0
     windows = {k.decode() for k in client.zrange(keys.holds, 0, -1)}

@@ -18,6 +18,7 @@ from dramatiq.broker import MessageProxy
 from dramatiq.message import Message
 
 from dramatiq_redisson import EnqueueError, RedissonBroker, ServerMemoryFull
+from dramatiq_redisson._ids import message_id_of
 from dramatiq_redisson._producer import BULK_CHUNK_SIZE
 
 from .helpers import fill_to_maxmemory, wait_for
@@ -157,7 +158,7 @@ def _keys_snapshot(client: redis.Redis) -> dict[bytes, Any]:
 def _scheduled_ids(broker: RedissonBroker, queue: str = "default") -> list[str]:
     """Message ids in the ZSET, one per member (so a duplicate shows twice)."""
     members = broker.client.zrange(broker.keys(queue).timeout_zset, 0, -1)
-    return [m[16:].decode() for m in members]
+    return [message_id_of(m) for m in members]
 
 
 def _ready_ids(broker: RedissonBroker, queue: str = "default") -> list[str]:

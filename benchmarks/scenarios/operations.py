@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dramatiq_redisson._ids import message_id_of
+
 from .._common import HOUR_MS, QUEUE, SLOWLOG_THRESHOLD_US, script_names
 from .._measure import CommandCounter, classify_slowlog, counter_slots, longest_call, pct
 from ._shared import Ctx, _r, _top_level_usec
@@ -77,7 +79,7 @@ def _op_actor_counts(ctx: Ctx, keys: Any, members: list[bytes]) -> dict[str, int
     counts = dict.fromkeys((*OP_ACTORS, "?"), 0)
     for start in range(0, len(members), 5000):
         part = members[start : start + 5000]
-        for data in ctx.r.hmget(keys.payloads, [m[16:] for m in part]):
+        for data in ctx.r.hmget(keys.payloads, [message_id_of(m) for m in part]):
             name = next((a for a in OP_ACTORS if data and f'"actor_name":"{a}"'.encode() in data), "?")
             counts[name] += 1
     return counts

@@ -16,6 +16,8 @@
 --   anything else
 --          as stored (a payload of an earlier release, or another encoder); a JSON one
 --          without redis_message_id gets it right after "options":{
+-- include: _member.lua
+
 local RS = "\30"
 
 local function ready_body(member, body, queue_json)
@@ -40,7 +42,7 @@ local function ready_body(member, body, queue_json)
                 .. '","args":' .. string.sub(body, a + 1, b - 1)
                 .. ',"kwargs":' .. string.sub(body, b + 1, c - 1)
                 .. ',"options":' .. options
-                .. ',"message_id":"' .. string.sub(member, 17)
+                .. ',"message_id":"' .. message_id_of(member)
                 .. '","message_timestamp":' .. string.sub(body, d + 1)
                 .. "}"
         end

@@ -26,6 +26,7 @@
 --
 -- Returns: the number of messages promoted or removed.
 
+-- include: _member.lua
 -- include: _dedupe.lua
 
 local zset, payloads, channel = KEYS[1], KEYS[2], KEYS[3]
@@ -62,7 +63,7 @@ redis.call("ZREM", zset, unpack(members))
 if action == "remove" then
     local message_ids = {}
     for i = 1, #members do
-        message_ids[i] = string.sub(members[i], 17)
+        message_ids[i] = message_id_of(members[i])
     end
     redis.call("HDEL", payloads, unpack(message_ids))
     unkey(keyed, dedupe, message_ids)

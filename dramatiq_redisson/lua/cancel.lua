@@ -14,6 +14,7 @@
 --
 -- Returns: the number of scheduled messages removed.
 
+-- include: _member.lua
 -- include: _dedupe.lua
 
 local zset, payloads, dedupe, keyed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -29,7 +30,7 @@ for i = 2, #ARGV do
     end
     local stored = message_id and redis.call("HGET", payloads, message_id)
     if stored then
-        redis.call("ZREM", zset, string.sub(stored, 1, 16) .. message_id)
+        redis.call("ZREM", zset, stored_key(stored) .. message_id)
         redis.call("HDEL", payloads, message_id)
         removed[#removed + 1] = message_id
     end

@@ -75,6 +75,7 @@
 --          message)}, or {-3, "", encoded message} when a throttle window holds the key;
 --          bulk: {entries, their due time in epoch ms}.
 
+-- include: _member.lua
 -- include: _chunked.lua
 -- include: _dedupe.lua
 
@@ -150,11 +151,11 @@ if mode == "bulk" then
         -- The last offer of a message id wins; an earlier schedule of it leaves the ZSET
         -- (unless it is the same member: the ZADD below then only moves its due time).
         if last[message_id] == i then
-            local member = string.sub(value, 1, 16) .. message_id
+            local member = stored_key(value) .. message_id
             local same = false
             if previous[n] then
                 rescheduled[#rescheduled + 1] = message_id
-                local old = string.sub(previous[n], 1, 16) .. message_id
+                local old = stored_key(previous[n]) .. message_id
                 same = old == member
                 if not same then
                     stale[#stale + 1] = old
@@ -237,7 +238,7 @@ else
         elseif window_body and key_mode ~= "retry" then
             result[#result + 1] = { -3, "", window_body }
         elseif holder and (key_mode == "keep" or (key_mode == "retry" and holder ~= message_id)) then
-            local holder_member = string.sub(holder_stored, 1, 16) .. holder
+            local holder_member = stored_key(holder_stored) .. holder
             local holder_due = redis.call("ZSCORE", zset, holder_member)
             result[#result + 1] = { tonumber(holder_due or "-1"), holder_member, holder_stored }
         else
@@ -260,7 +261,7 @@ else
                 -- ZADD first: on a fresh offer it is the call's first write (see the header).
                 local new = redis.call("ZADD", zset, string.format("%d", due_ms), member)
                 if previous then
-                    local old = string.sub(previous, 1, 16) .. message_id
+                    local old = stored_key(previous) .. message_id
                     if old ~= member then
                         redis.call("ZREM", zset, old)
                     end
@@ -282,7 +283,7 @@ else
                 if key ~= "" then
                     if holder and holder ~= message_id then
                         -- "replace": the new message takes the place of the holder.
-                        redis.call("ZREM", zset, string.sub(holder_stored, 1, 16) .. holder)
+                        redis.call("ZREM", zset, stored_key(holder_stored) .. holder)
                         redis.call("HDEL", payloads, holder)
                         redis.call("HDEL", keyed, holder)
                     end

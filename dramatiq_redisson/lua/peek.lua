@@ -12,6 +12,8 @@
 --          id}, or {-1, false, false} when the message is not scheduled (moved,
 --          cancelled, unknown; no message holds the key).
 
+-- include: _member.lua
+
 local message_id = ARGV[1]
 if ARGV[2] == "key" then
     message_id = redis.call("HGET", KEYS[3], ARGV[1])
@@ -23,7 +25,7 @@ local stored = redis.call("HGET", KEYS[2], message_id)
 if not stored then
     return {-1, false, false}
 end
-local due = redis.call("ZSCORE", KEYS[1], string.sub(stored, 1, 16) .. message_id)
+local due = redis.call("ZSCORE", KEYS[1], stored_key(stored) .. message_id)
 if not due then
     return {-1, false, false}
 end

@@ -18,6 +18,8 @@
 --
 -- Returns: the new due time (epoch ms), or -1 when the message is not scheduled.
 
+-- include: _member.lua
+
 local zset, payloads, channel = KEYS[1], KEYS[2], KEYS[3]
 local message_id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
@@ -25,7 +27,7 @@ local stored = redis.call("HGET", payloads, message_id)
 if not stored then
     return -1
 end
-local member = string.sub(stored, 1, 16) .. message_id
+local member = stored_key(stored) .. message_id
 if not redis.call("ZSCORE", zset, member) then
     return -1
 end

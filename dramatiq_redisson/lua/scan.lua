@@ -20,6 +20,8 @@
 --           gone), cursor due time, cursor member} — the cursor is the page's last
 --           entry ("" when the end was reached).
 
+-- include: _member.lua
+
 local zset, payloads = KEYS[1], KEYS[2]
 local size, after_due, after_member = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
@@ -52,7 +54,7 @@ if #entries == 0 then
 end
 local message_ids = {}
 for i = 1, #entries, 2 do
-    message_ids[#message_ids + 1] = string.sub(entries[i], 17)
+    message_ids[#message_ids + 1] = message_id_of(entries[i])
 end
 local stored = redis.call("HMGET", payloads, unpack(message_ids))
 local page = {}

@@ -90,6 +90,7 @@
 --           (server clock), in due order, the other holder's token or "" if the caller
 --           holds the lease}
 
+-- include: _member.lua
 -- include: _body.lua
 -- include: _wake.lua
 -- include: _chunked.lua
@@ -138,14 +139,15 @@ end
 if #due > 0 then
     local message_ids = {}
     for i = 1, #due do
-        message_ids[i] = string.sub(due[i], 17)
+        message_ids[i] = message_id_of(due[i])
     end
     local stored = gather("HMGET", payloads, message_ids)
     local ready_pairs, members, delivered, xq_pairs, xq_msg_pairs, buried = {}, {}, {}, {}, {}, {}
     for i = 1, #due do
         local member, data = due[i], stored[i]
-        if #member > 16 and data and string.sub(data, 1, 16) == string.sub(member, 1, 16) then
-            local body = ready_body(member, string.sub(data, 17), queue_json)
+        local n = key_len(member)
+        if #member > n and data and string.sub(data, 1, n) == string.sub(member, 1, n) then
+            local body = ready_body(member, string.sub(data, n + 1), queue_json)
             ready_pairs[#ready_pairs + 1] = member
             ready_pairs[#ready_pairs + 1] = body
             members[#members + 1] = member

@@ -1,0 +1,20 @@
+-- _member: a member is a sort key followed by the message id; a stored payload starts
+-- with its member's sort key. A key of this release has 14 characters and starts with one
+-- of g..v; earlier releases wrote 16 hex characters (see _ids.py, which this mirrors).
+local function key_len(text)
+    local first = string.byte(text, 1)
+    if first and first >= 103 then
+        return 14
+    end
+    return 16
+end
+
+-- The message id of a member.
+local function message_id_of(member)
+    return string.sub(member, key_len(member) + 1)
+end
+
+-- The sort key a stored payload starts with.
+local function stored_key(stored)
+    return string.sub(stored, 1, key_len(stored))
+end
