@@ -43,6 +43,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 300, "bulk": 2_000, "repeat": 1},
         "idle": {"n": 20, "gap_lo": 20, "gap_hi": 80, "settle": 0.5},
         "burst": {"n": 2_000, "delay": 1500, "timeout": 30},
+        "saturation": {"rates": [100, 400], "stage_s": 2, "delay": 500, "tick_ms": 20, "timeout": 10, "p99_ms": 50},
         "fleet": {
             "procs": [2, 4],
             "rate": 150,
@@ -93,6 +94,14 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 5_000, "bulk": 20_000, "repeat": 3},
         "idle": {"n": 100, "gap_lo": 50, "gap_hi": 150},
         "burst": {"n": 20_000, "delay": 2500, "timeout": 60},
+        "saturation": {
+            "rates": [250, 500, 1000, 2000, 3000],
+            "stage_s": 4,
+            "delay": 1000,
+            "tick_ms": 20,
+            "timeout": 15,
+            "p99_ms": 50,
+        },
         "fleet": {
             "procs": [2, 8],
             "rate": 150,
@@ -143,6 +152,14 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 20_000, "bulk": 100_000, "repeat": 3},
         "idle": {"n": 300, "gap_lo": 50, "gap_hi": 150},
         "burst": {"n": 100_000, "delay": 6000, "timeout": 60},
+        "saturation": {
+            "rates": [500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000],
+            "stage_s": 10,
+            "delay": 1000,
+            "tick_ms": 20,
+            "timeout": 30,
+            "p99_ms": 50,
+        },
         "fleet": {
             "procs": [2, 8, 24],
             "rate": 150,

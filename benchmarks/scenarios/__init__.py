@@ -19,6 +19,7 @@ from .lateness import lateness, lateness_paced
 from .memory import memory
 from .offer import offer_throughput
 from .operations import operations
+from .saturation import saturation
 
 #: Every scenario, by the name ``python -m benchmarks`` takes, in the order ``all`` runs them.
 SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
@@ -30,6 +31,7 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "offer": offer_throughput,
     "idle": idle_pickup,
     "burst": burst,
+    "saturation": saturation,
     "fleet": fleet,
     "operations": operations,
     "cluster": cluster,
