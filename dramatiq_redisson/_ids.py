@@ -69,3 +69,8 @@ def same_sort_key(stored: bytes, member: bytes) -> bool:
     """Whether a stored payload starts with its member's sort key (it was not rescheduled)."""
     n = sort_key_length(member)
     return stored[:n] == member[:n]
+
+
+def sort_key_ms(sort_key: str) -> int:
+    """The millisecond a sort key of this release was taken at (its bits above the counter)."""
+    return int(f"{_FIRST.index(sort_key[0]):x}{sort_key[1:]}", 16) >> COUNTER_BITS

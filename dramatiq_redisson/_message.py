@@ -20,7 +20,7 @@ from dramatiq.common import q_name
 from dramatiq.encoder import JSONEncoder
 from dramatiq.message import Message
 
-from ._ids import next_sort_key, sort_key_length
+from ._ids import SORT_KEY_LENGTH, next_sort_key, sort_key_length, sort_key_ms
 
 #: Longest delay (ms) accepted: ten years. Anything longer is taken for a unit mistake.
 MAX_DELAY = 10 * 366 * 86_400_000
@@ -68,12 +68,18 @@ def _compact(message: Message[Any], sort_key: str) -> bytes | None:
         return None
     rest = {name: value for name, value in options.items() if name != "redis_message_id"}
     timestamp = message.message_timestamp
+    if type(timestamp) is int and 0 <= timestamp < 2**53 and len(sort_key) == SORT_KEY_LENGTH:
+        # Relative to the sort key's millisecond: a few digits instead of 13 (within 2**53,
+        # where Lua's numbers are exact).
+        stamp = f"@{timestamp - sort_key_ms(sort_key)}"
+    else:
+        stamp = _json_text(timestamp)
     fields = (
         _json_text(actor)[1:-1],
         _json_text(message.args),
-        _json_text(message.kwargs),
-        _json_text(rest),
-        str(timestamp) if type(timestamp) is int else _json_text(timestamp),
+        "" if not message.kwargs and type(message.kwargs) is dict else _json_text(message.kwargs),
+        "" if not rest else _json_text(rest),
+        stamp,
     )
     return ("\x1e" + "\x1e".join(fields)).encode()
 
@@ -90,7 +96,8 @@ def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
 
     With Dramatiq's JSON encoder the payload is compact: the JSON text of the actor's name
     (without quotes), args, kwargs, options (without ``redis_message_id``) and timestamp,
-    each after a byte 0x1e. Field names, the queue's name and both ids are left out:
+    each after a byte 0x1e; empty kwargs and options as nothing, an int timestamp as ``@``
+    and its difference to the sort key's millisecond. Field names, the queue's name and both ids are left out:
     the queue is the payload hash's, the member (sort key + message id) names both ids.
     transfer.lua writes the JSON message back when it moves the entry (``_body.lua``;
     :func:`ready_body` here), so the ready queue holds what Dramatiq's encoder writes for
@@ -134,7 +141,9 @@ def ready_body(member: bytes, body: bytes, queue_name: str) -> bytes:
             return body
         actor, args, kwargs, options, timestamp = fields
         rmid = b'{"redis_message_id":"' + member + b'"'
-        options = rmid + b"}" if options == b"{}" else rmid + b"," + options[1:]
+        options = rmid + b"}" if options in (b"", b"{}") else rmid + b"," + options[1:]
+        if timestamp[:1] == b"@":
+            timestamp = str(sort_key_ms(member[: sort_key_length(member)].decode()) + int(timestamp[1:])).encode()
         return b"".join(
             (
                 b'{"queue_name":',
@@ -144,7 +153,7 @@ def ready_body(member: bytes, body: bytes, queue_name: str) -> bytes:
                 b'","args":',
                 args,
                 b',"kwargs":',
-                kwargs,
+                kwargs or b"{}",
                 b',"options":',
                 options,
                 b',"message_id":"',

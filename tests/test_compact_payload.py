@@ -303,3 +303,28 @@ def test_messages_scheduled_by_earlier_releases_run_on_time_exactly_once(
         late = r["at_ms"] - due_at[r["i"]]
         assert 0 <= late < 250, (r, late)
     assert redis_client.zcard(keys.timeout_zset) == 0 and redis_client.hlen(keys.payloads) == 0
+
+
+@pytest.mark.parametrize("timestamp", [0, 1, -5, 10**15, 2**63, 1.5, "text", None, "now - 1 h", "now + 1 s"])
+def test_any_timestamp_comes_back_as_it_was(
+    broker: RedissonBroker, redis_client: redis.Redis, timestamp: object
+) -> None:
+    @dramatiq.actor
+    def noop(i: int) -> None: ...
+
+    now = int(time.time() * 1000)
+    if timestamp == "now - 1 h":
+        timestamp = now - 3_600_000  # a retry keeps its first send's timestamp
+    elif timestamp == "now + 1 s":
+        timestamp = now + 1000  # a producer whose clock runs ahead
+    message = dataclasses.replace(noop.message(1), message_timestamp=timestamp)
+    # Given a message with that timestamp, scheduled and moved
+    sent = broker.enqueue(message, delay=10)
+    member = sent.options["redis_message_id"]
+    time.sleep(0.02)
+    assert _transfer(broker) == 1
+    # Then the ready copy carries the timestamp unchanged
+    ready = redis_client.hget(broker.keys("default").ready_msgs, member)
+    assert ready is not None
+    assert json.loads(ready)["message_timestamp"] == timestamp
+    assert dramatiq.Message.decode(ready).message_timestamp == timestamp

@@ -6,7 +6,8 @@
 --   "\30" actor "\30" args "\30" kwargs "\30" options "\30" timestamp
 --          a compact payload (encode_scheduled, Dramatiq's JSON encoder): the JSON text
 --          of each field, the actor's name without its quotes, options without
---          redis_message_id. The JSON message is written back with queue_name
+--          redis_message_id; empty kwargs and options as nothing ("{}"), an int
+--          timestamp as "@" and its difference to the member's sort key millisecond. The JSON message is written back with queue_name
 --          (queue_json: the queue's name as a JSON string), message_id (the member after
 --          its sort key) and redis_message_id (the member, first among the options),
 --          in Message.asdict's field order. JSON text never holds a raw "\30" (byte
@@ -32,18 +33,26 @@ local function ready_body(member, body, queue_json)
         if d then
             local options = string.sub(body, c + 1, d - 1)
             local rmid = '{"redis_message_id":"' .. member .. '"'
-            if options == "{}" then
+            if options == "" or options == "{}" then
                 options = rmid .. "}"
             else
                 options = rmid .. "," .. string.sub(options, 2)
             end
+            local kwargs = string.sub(body, b + 1, c - 1)
+            if kwargs == "" then
+                kwargs = "{}"
+            end
+            local stamp = string.sub(body, d + 1)
+            if string.sub(stamp, 1, 1) == "@" then
+                stamp = string.format("%d", key_ms(member) + tonumber(string.sub(stamp, 2)))
+            end
             return '{"queue_name":' .. queue_json
                 .. ',"actor_name":"' .. string.sub(body, 2, a - 1)
                 .. '","args":' .. string.sub(body, a + 1, b - 1)
-                .. ',"kwargs":' .. string.sub(body, b + 1, c - 1)
+                .. ',"kwargs":' .. kwargs
                 .. ',"options":' .. options
                 .. ',"message_id":"' .. message_id_of(member)
-                .. '","message_timestamp":' .. string.sub(body, d + 1)
+                .. '","message_timestamp":' .. stamp
                 .. "}"
         end
         return body -- not a compact payload after all: delivered as stored (it fails to decode there, logged)
