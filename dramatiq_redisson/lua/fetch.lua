@@ -10,13 +10,13 @@
 -- ARGV[2]  worker id
 -- ARGV[3]  the consumer's token, or "": a consumer that listens on its wake channel
 --          gives its token, and if fewer than ARGV[1] messages came it is registered as
---          idle with the slots left (enqueue and transfer wake it, see _wake.lua); any
---          fetch takes it out of the registry first.
+--          idle with the slots left (enqueue and transfer wake it, see _wake.lua); a
+--          fetch that fills every slot takes it out of the registry.
 -- ARGV[4]  "0": leave the heartbeat alone (this process beat less than a heartbeat
 --          interval ago); else write it (ZREM + ZADD, server clock)
 --
--- Memory: the first write (ZREM of the heartbeat, or of the idle token, or the LPOP)
--- never grows memory, so this runs on
+-- Memory: the first write (ZREM of the heartbeat, or the LPOP) never grows memory, so
+-- this runs on
 -- a server at its maxmemory limit: a full server keeps handing out work, and the
 -- acks that follow free the messages' memory. (Redis checks maxmemory only before a
 -- script's first write.)
@@ -33,13 +33,13 @@ if ARGV[4] ~= "0" then
     redis.call("ZREM", heartbeats, worker_id)
     redis.call("ZADD", heartbeats, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), worker_id)
 end
-if token ~= "" then
-    redis.call("ZREM", idle, token)
-end
-
 local ids = redis.call("LPOP", ready, count)
-if token ~= "" and (not ids or #ids < count) then
-    redis.call("ZADD", idle, count - (ids and #ids or 0), token)
+if token ~= "" then
+    if not ids or #ids < count then
+        redis.call("ZADD", idle, count - (ids and #ids or 0), token) -- idle with the slots left
+    else
+        redis.call("ZREM", idle, token)
+    end
 end
 if not ids then
     return {}
