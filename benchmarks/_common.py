@@ -415,6 +415,13 @@ def due_of(broker: Any, kind: str, message: Any) -> float:
     return float(broker.bench_last_dues[0])  # computed by offer.lua from the server's TIME
 
 
+def member_message_id(member: bytes) -> bytes:
+    """The message id of a delayed-queue member (after its sort key: 14 characters whose
+    first is g..v, or an earlier release's 16 hex ones), without importing the product's
+    helper, so that ``--product`` may name an earlier tree."""
+    return member[14:] if member[:1] >= b"g" else member[16:]
+
+
 def queue_keys(kind: str) -> Any:
     from dramatiq_redisson import QueueKeys
 

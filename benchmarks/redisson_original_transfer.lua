@@ -41,10 +41,10 @@ local due = redis.call("ZRANGEBYSCORE", zset, 0, now_ms, "LIMIT", 0, limit)
 for i = 1, #due do
     local member = due[i]
     if payloads then
-        local message_id = string.sub(member, 17)
+        local message_id = message_id_of(member)
         local stored = redis.call("HGET", payloads, message_id)
         if stored then
-            redis.call("HSET", ready_msgs, member, ready_body(member, string.sub(stored, 17), ARGV[2]))
+            redis.call("HSET", ready_msgs, member, ready_body(member, string.sub(stored, key_len(stored) + 1), ARGV[2]))
             redis.call("HDEL", payloads, message_id)
         end
     end

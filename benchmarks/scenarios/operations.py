@@ -6,9 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dramatiq_redisson._ids import message_id_of
-
-from .._common import HOUR_MS, QUEUE, SLOWLOG_THRESHOLD_US, script_names
+from .._common import HOUR_MS, QUEUE, SLOWLOG_THRESHOLD_US, member_message_id, script_names
 from .._measure import CommandCounter, classify_slowlog, counter_slots, longest_call, pct
 from ._shared import Ctx, _r, _top_level_usec
 
@@ -73,14 +71,20 @@ def _op_fill_dead(ctx: Ctx, keys: Any, actor: Any, n: int, chunk: int = 5000) ->
             pipe.execute()
 
 
+def _names_actor(data: bytes, actor: str) -> bool:
+    """Whether a stored payload (JSON, or compact: the actor's name between two 0x1e) is
+    one of ``actor``'s messages."""
+    return f'"actor_name":"{actor}"'.encode() in data or b"\x1e" + actor.encode() + b"\x1e" in data
+
+
 def _op_actor_counts(ctx: Ctx, keys: Any, members: list[bytes]) -> dict[str, int]:
     """How many of ``members`` (scheduled entries) belong to each bench actor, from their
     stored payloads (a missing payload counts as "?")."""
     counts = dict.fromkeys((*OP_ACTORS, "?"), 0)
     for start in range(0, len(members), 5000):
         part = members[start : start + 5000]
-        for data in ctx.r.hmget(keys.payloads, [message_id_of(m) for m in part]):
-            name = next((a for a in OP_ACTORS if data and f'"actor_name":"{a}"'.encode() in data), "?")
+        for data in ctx.r.hmget(keys.payloads, [member_message_id(m) for m in part]):
+            name = next((a for a in OP_ACTORS if data and _names_actor(data, a)), "?")
             counts[name] += 1
     return counts
 
