@@ -103,9 +103,9 @@ def memory(ctx: Ctx) -> dict[str, Any]:
             ok = ratio is not None and mine > 0 and theirs > 0
             targets.append(
                 {
-                    "target": "server bytes per scheduled message <= 1.3 x built-in",
+                    "target": "server bytes per scheduled message <= 300 B and <= 0.7 x built-in (issue 21)",
                     "value": f"{mine} vs {theirs} = {ratio}x",
-                    "met": (ratio is not None and ratio <= 1.3) if ok else None,
+                    "met": (ratio is not None and mine <= 300 and ratio <= 0.7) if ok else None,
                 }
             )
     return {"data": data, "rows": rows, "targets": targets}
