@@ -78,9 +78,10 @@ by one script, dramatiq#754). The delayed-queue keys above already carry the tag
 Channels are published with SPUBLISH and subscribed with SSUBSCRIBE (sharded pub/sub),
 so a queue's channels live on the node that owns its slot.
 
-A member is a 16-character sort key (offer time and a per-process counter, so that
-equal due times keep offer order) followed by the message id. It doubles as the
-``redis_message_id`` of the message once it moves to the ready queue.
+A member is a 14-character sort key (offer time and a per-process counter, so that
+equal due times keep offer order; earlier releases wrote 16: see ``_ids.py``) followed by
+the message id. It doubles as the ``redis_message_id`` of the message once it moves to the
+ready queue.
 """
 
 from __future__ import annotations

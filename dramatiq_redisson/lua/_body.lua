@@ -1,5 +1,5 @@
 -- _body: the ready copy of a scheduled payload (the payload hash's value after its
--- 16-char sort key). Mirrored by ready_body() in _message.py; tests/test_compact_payload.py
+-- sort key: see _member.lua). Mirrored by ready_body() in _message.py; tests/test_compact_payload.py
 -- checks that the two agree byte for byte.
 --
 -- ready_body(member, body, queue_json) -> the encoded message the ready queue stores:

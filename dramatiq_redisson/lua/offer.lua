@@ -23,11 +23,11 @@
 --          "abs": each time is an absolute due time in epoch ms (legacy migration);
 --          "bulk": one delay in ms for every entry (enqueue_many)
 -- rel/abs: ARGV[2..] repeated groups of 8:
---          time_ms, sort_key (16 chars), message_id, encoded message,
+--          time_ms, sort_key (see _member.lua), message_id, payload (see _body.lua),
 --          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed),
 --          dedupe key ("": none), dedupe mode ("keep", "replace" or "retry"), ttl in ms
 -- bulk:    ARGV[2] delay in ms; ARGV[3..] repeated pairs:
---          message_id, sort_key (16 chars) .. encoded message
+--          message_id, sort_key .. payload
 --
 -- A member is sort_key .. message_id: equal due times order by sort key (offer order).
 -- Offering a message id that is already scheduled on this queue reschedules it (within

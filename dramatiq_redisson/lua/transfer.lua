@@ -66,7 +66,7 @@
 -- Wake-ups: moved messages the caller does not take wake as many idle consumers (see
 -- _wake.lua).
 --
--- The member of an entry is its 16-char sort key followed by the message id; the
+-- The member of an entry is its sort key (_member.lua) followed by the message id; the
 -- member is also the redis message id the entry gets in the ready queue.
 --
 -- Every step is a handful of variadic commands per call, not commands per entry:
