@@ -14,7 +14,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.errors import QueueJoinTimeout
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._limits import COMPACT_SLACK
+from dramatiq_redisson._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
 
 from .helpers import record, records, server_ms, wait_for
 
@@ -134,6 +134,33 @@ def test_backup_list_is_trimmed_from_its_head_as_entries_move(
     # Then the next upkeep tick (at most UPKEEP_INTERVAL_MS later) trims what is left
     assert wait_for(lambda: (next(consumer), redis_client.llen(BACKUP))[1] == 0, timeout=2)
     consumer.close()
+
+
+@pytest.mark.parametrize("pass_running", [False, True])
+def test_the_moved_members_record_is_trimmed_and_kept_alive_by_upkeep_ticks(
+    broker: RedissonBroker, redis_client: redis.Redis, pass_running: bool
+) -> None:
+    keys = broker.keys("default")
+    now = server_ms(redis_client)
+    # Given moved members recorded long ago and just now, a record about to expire, and
+    # (or not) a backup-list compaction pass under way
+    redis_client.zadd(keys.sent, {"old": now - 10 * broker.dedupe_window, "new": now})
+    redis_client.pexpire(keys.sent, 50)
+    if pass_running:
+        redis_client.set(keys.compact_cursor, 0)
+    # When a consumer's transfer runs (with its upkeep interval)
+    broker.redisson_scripts.transfer(
+        keys,
+        limit=100,
+        trim_budget=TRIM_BUDGET,
+        compact_step=COMPACT_STEP,
+        compact_slack=COMPACT_SLACK,
+        window_ms=broker.dedupe_window,
+        upkeep_ms=UPKEEP_INTERVAL_MS,
+    )
+    # Then old members left the record and it lives for the window again
+    assert redis_client.zrange(keys.sent, 0, -1) == [b"new"]
+    assert redis_client.pttl(keys.sent) > broker.dedupe_window
 
 
 def test_backup_list_compaction_keeps_offer_order_and_bounds_garbage(

@@ -38,7 +38,8 @@
 --          _body.lua)
 -- ARGV[11] upkeep interval in ms: the backup list's head trim, the compaction check and
 --          the trim of the dedupe window's moved members run at most this often (a
---          tick; KEYS[5] holds "-" until the next one), not on every call; 0: every call
+--          tick; KEYS[5] holds "-" until the next one), not on every call; 0: every call.
+--          While a compaction pass runs, every call steps it and trims those members.
 --
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
@@ -189,10 +190,6 @@ if #due > 0 then
                 stamped[#stamped + 1] = members[i]
             end
             variadic("ZADD", sent, stamped)
-            if upkeep_ms == 0 then
-                redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
-                redis.call("PEXPIRE", sent, window)
-            end
         end
     end
     if dead > 0 then
@@ -230,7 +227,8 @@ if #due > 0 then
 end
 
 local cursor = redis.call("GET", cursor_key)
-if cursor == "-" then
+local tick = cursor ~= "-" -- "-": between upkeep ticks (a compaction pass steps on every call)
+if not tick then
     -- Between upkeep ticks: nothing to look at.
 elseif cursor then
     -- A compaction pass is running: copy live entries, in order, to the new list.
@@ -284,12 +282,6 @@ else
         end
         redis.call("LTRIM", backup, dead_prefix, -1)
     end
-    if upkeep_ms > 0 and sent and window > 0 then
-        -- Moved members older than the dedupe window leave; the key outlives the newest
-        -- by the window (and a tick).
-        redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
-        redis.call("PEXPIRE", sent, window + upkeep_ms)
-    end
     if redis.call("LLEN", backup) > 2 * redis.call("ZCARD", zset) + slack then
         redis.call("DEL", compact)
         redis.call("SET", cursor_key, 0)
@@ -298,6 +290,13 @@ else
         -- write may be refused: the next call ticks again.
         redis.pcall("SET", cursor_key, "-", "PX", upkeep_ms)
     end
+end
+if tick and sent and window > 0 then
+    -- Moved members older than the dedupe window leave; the key outlives the newest by
+    -- the window (and a tick). After the compaction step: its copy stays the call's
+    -- first write when nothing moved.
+    redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+    redis.call("PEXPIRE", sent, window + upkeep_ms)
 end
 
 local registered = 0
