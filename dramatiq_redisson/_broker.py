@@ -197,9 +197,12 @@ class RedissonBroker(RedisBroker):
         self.wait_for_replicas = wait_for_replicas
         self.wait_timeout = wait_timeout
         self.redisson_scripts = Scripts(
-            self.client, wait_for_replicas=wait_for_replicas, wait_timeout=wait_timeout, cluster=cluster
+            self.client,
+            wait_for_replicas=wait_for_replicas,
+            wait_timeout=wait_timeout,
+            cluster=cluster,
+            beat_interval=min(HEARTBEAT_INTERVAL_MS, self.heartbeat_timeout / 10) / 1000,
         )
-        self.redisson_scripts.beat_interval = min(HEARTBEAT_INTERVAL_MS, self.heartbeat_timeout / 10) / 1000
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
         #: redis message id -> the message as it failed (encoded), set by the consumer's

@@ -54,9 +54,8 @@ def next_sort_key() -> str:
 def sort_key_length(text: str | bytes) -> int:
     """The length of the sort key that ``text`` (a member or a stored payload) starts with:
     14 for this release's, 16 for an earlier release's (hex)."""
-    first = text[:1]
-    code = first[0] if isinstance(first, bytes) and first else ord(first) if first else 0
-    return SORT_KEY_LENGTH if code >= ord("g") else 16
+    first = text[:1].decode("latin-1") if isinstance(text, bytes) else text[:1]
+    return SORT_KEY_LENGTH if first >= "g" else 16
 
 
 def message_id_of(member: str | bytes) -> str:

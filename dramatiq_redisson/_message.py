@@ -140,10 +140,11 @@ def ready_body(member: bytes, body: bytes, queue_name: str) -> bytes:
         if len(fields) != 5:
             return body
         actor, args, kwargs, options, timestamp = fields
+        key_length = sort_key_length(member)
         rmid = b'{"redis_message_id":"' + member + b'"'
         options = rmid + b"}" if options in (b"", b"{}") else rmid + b"," + options[1:]
         if timestamp[:1] == b"@":
-            timestamp = str(sort_key_ms(member[: sort_key_length(member)].decode()) + int(timestamp[1:])).encode()
+            timestamp = str(sort_key_ms(member[:key_length].decode()) + int(timestamp[1:])).encode()
         return b"".join(
             (
                 b'{"queue_name":',
@@ -157,7 +158,7 @@ def ready_body(member: bytes, body: bytes, queue_name: str) -> bytes:
                 b',"options":',
                 options,
                 b',"message_id":"',
-                member[sort_key_length(member) :],
+                member[key_length:],
                 b'","message_timestamp":',
                 timestamp,
                 b"}",

@@ -149,7 +149,13 @@ class Scripts(ScriptRunner):
     :class:`._script_runner.ScriptRunner`)."""
 
     def __init__(
-        self, client: Any, *, wait_for_replicas: int = 0, wait_timeout: int = 1000, cluster: bool = False
+        self,
+        client: Any,
+        *,
+        wait_for_replicas: int = 0,
+        wait_timeout: int = 1000,
+        cluster: bool = False,
+        beat_interval: float = HEARTBEAT_INTERVAL_MS / 1000,
     ) -> None:
         super().__init__(
             client,
@@ -159,9 +165,9 @@ class Scripts(ScriptRunner):
             cluster=cluster,
         )
         #: Seconds between this process's heartbeat writes to one heartbeat set: fetch
-        #: and ack write it only when the last write is older (the broker sets it from
-        #: ``heartbeat_timeout``).
-        self.beat_interval = HEARTBEAT_INTERVAL_MS / 1000
+        #: and ack write it only when the last write is older (the broker derives it from
+        #: its ``heartbeat_timeout``).
+        self.beat_interval = beat_interval
         self._beats: dict[str, float] = {}
 
     def _beat(self, heartbeats: str) -> str:
