@@ -189,6 +189,9 @@ class RedissonBroker(RedisBroker):
             dedupe_window = span
         #: Time (ms) an immediate message's redis id stays remembered after its send.
         self.dedupe_window = dedupe_window
+        #: Where a resent offer finds a member that already came due (offer_one.lua): the
+        #: dedupe window's record covers every resend when it spans the client's retries.
+        self.resend_lookup = "ready" if not dedupe_window else "both" if span is None else "sent"
         self.transfer_batch_size = transfer_batch_size
         self.safety_interval = safety_interval
         self.maintenance_interval = maintenance_interval

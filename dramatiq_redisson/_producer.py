@@ -382,6 +382,12 @@ class Producer:
         scripts = self.broker.redisson_scripts
         if delay_ms:
             data = encode_scheduled(message, sort_key)
+            if not dedupe and not replacing:
+                # The common send: a fresh message, no key (offer_one.lua); a reschedule of a
+                # scheduled message id (-4, nothing written) goes through the full offer.
+                due = scripts.offer_one(keys, delay_ms, sort_key, message.message_id, data, self.broker.resend_lookup)
+                if due != -4:
+                    return due if due >= 0 else None
             entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
             (due,) = scripts.offer(keys, [entry], replacing=replacing)
             if isinstance(due, list):

@@ -23,6 +23,7 @@ from ._script_runner import ScriptRunner, load_source
 
 _NAMES = (
     "offer",
+    "offer_one",
     "transfer",
     "cancel",
     "clear",
@@ -204,6 +205,15 @@ class Scripts(ScriptRunner):
             if len(entry) == 5:
                 args.extend(_NO_KEY)
         return self._run_resending("offer", _offer_keys(keys), args, client)
+
+    def offer_one(self, keys: QueueKeys, delay_ms: int, sort_key: str, message_id: str, data: bytes, look: str) -> int:
+        """Schedule one fresh message ``delay_ms`` from now, without a dedupe key (offer_one.lua;
+        ``look``: where a resent member that already came due is found, "sent", "ready" or
+        "both"). Returns its due time (epoch ms), -2 when it had already moved to the ready
+        queue, or -4 when its message id is scheduled under another member (nothing was
+        written: reschedule it with :meth:`offer`)."""
+        one_keys = (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.sent, keys.ready_msgs)
+        return int(self._run_resending("offer_one", one_keys, (delay_ms, sort_key, message_id, data, look)))
 
     def offer_calls(self, calls: Sequence[tuple[QueueKeys, Sequence[Any]]]) -> list[Any]:
         """Offer calls of ``(keys, args)`` (offer.lua's ARGV, mode first), streamed (see

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -347,6 +348,30 @@ def test_the_clients_own_retry_of_an_executed_send_enqueues_it_once(
     assert message.options["redis_message_id"] == message.message_id
 
 
+def test_the_clients_own_retry_of_an_executed_delayed_send_schedules_it_once(
+    redis_client: redis.Redis, proxy: CuttingProxy, make_broker: Any
+) -> None:
+    # Given a broker on redis-py's default client behind a proxy that loses the reply to
+    # the next script call
+    broker: RedissonBroker = make_broker(host="127.0.0.1", port=proxy.port)
+    dramatiq.set_broker(broker)
+
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    broker.client.ping()
+    proxy.lose_next_reply()
+    # When a delayed message is sent (the one-message offer runs, its reply is lost, the
+    # client sends the same call again)
+    message = noop.send_with_options(delay=60_000)
+    # Then it is scheduled and listed once
+    assert proxy._budget is None, "the reply was not lost"
+    keys = broker.keys("default")
+    member = message.options["redis_message_id"].encode()
+    assert redis_client.zrange(keys.timeout_zset, 0, -1) == [member]
+    assert redis_client.lrange(keys.backup_list, 0, -1) == [member]
+
+
 def test_an_immediate_message_sent_again_is_not_enqueued_twice(broker: RedissonBroker, make_worker: Any) -> None:
     runs: list[str] = []
 
@@ -461,6 +486,98 @@ def test_offering_a_prepared_message_again_after_it_came_due_does_not_schedule_i
     member = message.options["redis_message_id"].encode()
     assert redis_client.zcard(keys.timeout_zset) == 0
     assert redis_client.lrange(keys.ready, 0, -1) == [member]
+
+
+@pytest.mark.parametrize("look", ["sent", "ready", "both"])
+def test_the_one_message_offer_sent_again_after_its_member_came_due_does_not_schedule_it_twice(
+    broker: RedissonBroker, redis_client: redis.Redis, look: str
+) -> None:
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    # Given a prepared message offered with the one-message offer, the same call repeated
+    # while it is scheduled (it stays scheduled once), then moved to the ready queue
+    message, sort_key = broker.prepare_scheduled(noop.message())
+    keys, scripts = broker.keys("default"), broker.redisson_scripts
+    call = (keys, 1, sort_key, message.message_id, message.encode(), look)
+    assert scripts.offer_one(*call) > 0
+    assert scripts.offer_one(*call) > 0
+    member = message.options["redis_message_id"].encode()
+    assert redis_client.lrange(keys.backup_list, 0, -1) == [member]
+    window = 0 if look == "ready" else 60_000
+
+    def moved() -> bool:
+        result = scripts.transfer(keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10, window_ms=window)
+        return result.moved == 1
+
+    assert wait_for(moved)
+    # When the same call runs again: while it is on the ready queue, and (with a dedupe
+    # window) after it ran and was acked
+    assert scripts.offer_one(*call) == -2
+    if look != "ready":
+        assert scripts.fetch(keys, "w1", 1)[0][0] == member.decode()
+        assert scripts.ack(keys, "w1", member.decode()) == 1
+        assert scripts.offer_one(*call) == -2
+    # Then it was never scheduled a second time
+    assert redis_client.zcard(keys.timeout_zset) == 0
+    assert redis_client.hlen(keys.payloads) == 0
+
+
+def test_the_one_message_offer_leaves_a_reschedule_to_the_full_offer(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    # Given a message scheduled holding a dedupe key
+    keys, scripts = broker.keys("default"), broker.redisson_scripts
+    first = broker.enqueue(noop.message_with_options(dedupe_key="k"), delay=60_000)
+    assert redis_client.hget(keys.dedupe, "k") == first.message_id.encode()
+    # When the one-message offer is given the same message id under a new member
+    unkeyed = Message(
+        queue_name=first.queue_name,
+        actor_name=first.actor_name,
+        args=(),
+        kwargs={},
+        options={},
+        message_id=first.message_id,
+    )
+    again, sort_key = broker.prepare_scheduled(unkeyed)
+    assert scripts.offer_one(keys, 120_000, sort_key, again.message_id, again.encode(), "sent") == -4
+    # Then it wrote nothing; and a send of it without the key reschedules it through the
+    # full offer, which releases the key
+    old_member = first.options["redis_message_id"].encode()
+    assert redis_client.zrange(keys.timeout_zset, 0, -1) == [old_member]
+    rescheduled = broker.enqueue(unkeyed, delay=120_000)
+    new_member = rescheduled.options["redis_message_id"].encode()
+    assert new_member != old_member
+    assert redis_client.zrange(keys.timeout_zset, 0, -1) == [new_member]
+    assert redis_client.hget(keys.dedupe, "k") is None and redis_client.hlen(keys.keyed) == 0
+
+
+def test_the_one_message_offer_announces_only_a_new_earliest_due_time(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    keys = broker.keys("default")
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(keys.channel)
+    assert wait_for(lambda: redis_client.pubsub_numsub(keys.channel)[0][1] == 1)
+    # Given an empty queue: a first message is announced
+    a = broker.enqueue(noop.message(), delay=60_000)
+    # A later one is not; an earlier one is
+    broker.enqueue(noop.message(), delay=120_000)
+    c = broker.enqueue(noop.message(), delay=30_000)
+    announced = []
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        got = pubsub.get_message(timeout=0.1)
+        if got is not None:
+            announced.append(int(got["data"]))
+    pubsub.close()
+    assert announced == [a.options["eta"], c.options["eta"]]
 
 
 @pytest.mark.parametrize("window_ms", [120_000, 0])

@@ -1,0 +1,65 @@
+-- offer_one: schedule one fresh message, the common send (offer.lua's "rel" mode for one
+-- entry without a dedupe key, a claim or a retry's "move:"), with 6 keys and 5 arguments
+-- instead of 12 and 9, and 6 commands instead of 9.
+--
+-- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms, server clock)
+-- KEYS[2]  LIST  redisson_delay_queue:{N}           members in offer order (backup list)
+-- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[4]  CHANNEL redisson_delay_queue_channel:{N} receives the due time of a new earliest entry
+-- KEYS[5]  ZSET  redisson_delay_queue_sent:{N}      members moved within the dedupe window
+-- KEYS[6]  HASH  <ns>:<queue>.msgs                  ready messages
+--
+-- ARGV[1]  delay in ms, added to the server clock
+-- ARGV[2]  sort key (see _member.lua)
+-- ARGV[3]  message id
+-- ARGV[4]  payload (see _body.lua)
+-- ARGV[5]  where a member that already came due is looked for (the offer of a prepared
+--          message sent again after its first call's reply was lost): "sent" in KEYS[5]
+--          only (the dedupe window covers the client's retry span: a member that moved
+--          before the resend is still recorded there), "ready" in KEYS[6] only (no
+--          window: while it is queued or in flight), "both" (a client whose retries
+--          have no bound)
+--
+-- As offer.lua: the same member offered again (a resend of this call) moves its due time
+-- and stays scheduled once; a member that already came due is not scheduled again.
+-- A message id scheduled under another member (a reschedule, which may release a dedupe
+-- key the id held) is left to offer.lua: nothing is written and -4 is returned.
+--
+-- Reads first, then writes: ZRANGE (the head, before this entry), HGET and ZSCORE/HEXISTS
+-- type-check KEYS[1], [3], [5]/[6]; the first write is the RPUSH of a new member, so a
+-- backup list of the wrong type, or a server at its maxmemory limit (noeviction), fails
+-- the call with nothing written.
+--
+-- Returns: the due time in epoch ms, -2 when the member had already moved to the ready
+--          queue, -4 when the message id is scheduled under another member.
+
+-- include: _member.lua
+
+local zset, backup, payloads, channel, sent, ready_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local sort_key, message_id, data, look = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local member = sort_key .. message_id
+
+local t = redis.call("TIME")
+local due_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
+local previous = redis.call("HGET", payloads, message_id)
+if previous then
+    if stored_key(previous) .. message_id ~= member then
+        return -4
+    end
+elseif
+    (look ~= "ready" and redis.call("ZSCORE", sent, member))
+    or (look ~= "sent" and redis.call("HEXISTS", ready_msgs, member) == 1)
+then
+    return -2
+else
+    redis.call("RPUSH", backup, member)
+end
+redis.call("ZADD", zset, string.format("%d", due_ms), member)
+redis.call("HSET", payloads, message_id, sort_key .. data)
+-- A new earliest entry is announced: before the ZADD the head was later (or there was none).
+local head_due = tonumber(head[2])
+if not head_due or due_ms < head_due or (due_ms == head_due and member < head[1]) then
+    redis.call("PUBLISH", channel, string.format("%d", due_ms))
+end
+return due_ms
