@@ -14,7 +14,9 @@ from ._errors import (
 )
 from ._keys import QueueKeys
 from ._message import MAX_DELAY, validate_delay
+from ._periodic import Schedule, ScheduleInfo, Schedules, periodic
 from ._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
+from ._schedule_spec import InvalidSchedule
 from ._stats import QueueStats, Stats
 
 __version__ = "0.1.0"
@@ -24,12 +26,16 @@ __all__ = [
     "DelayedQueue",
     "EnqueueError",
     "EnqueueNotReplicated",
+    "InvalidSchedule",
     "MAX_DELAY",
     "MissingPermission",
     "NotReplicated",
     "QueueKeys",
     "QueueStats",
     "RedissonBroker",
+    "Schedule",
+    "ScheduleInfo",
+    "Schedules",
     "ServerMemoryFull",
     "Stats",
     "UnsupportedServer",
@@ -37,6 +43,7 @@ __all__ = [
     "acl_tokens",
     "check_permissions",
     "is_permission_error",
+    "periodic",
     "validate_delay",
     "__version__",
 ]

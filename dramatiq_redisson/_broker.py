@@ -23,6 +23,7 @@ from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
 from ._limits import HEARTBEAT_INTERVAL_MS
 from ._liveness import DEFAULT_LIVENESS_TIMEOUT, Liveness
 from ._message import epoch_ms, prepare_scheduled
+from ._periodic import Schedules
 from ._permissions import acl_rule
 from ._producer import Producer
 from ._scripts import Scripts
@@ -189,6 +190,8 @@ class RedissonBroker(RedisBroker):
             dedupe_window = span
         #: Time (ms) an immediate message's redis id stays remembered after its send.
         self.dedupe_window = dedupe_window
+        #: The periodic actors' schedules (see :mod:`._periodic`).
+        self.schedules = Schedules(self)
         #: Where a resent offer finds a member that already came due (offer_one.lua): the
         #: dedupe window's record covers every resend when it spans the client's retries.
         self.resend_lookup = "ready" if not dedupe_window else "both" if span is None else "sent"
@@ -531,6 +534,7 @@ class RedissonBroker(RedisBroker):
             *keys.scheduled_keys,
             keys.holds,
             keys.held,
+            *keys.schedule_keys,
         )
 
     def flush_all(self) -> None:

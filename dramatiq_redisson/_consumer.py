@@ -125,6 +125,7 @@ class RedissonConsumer(Consumer):
         #: Puts back the messages of dead workers while this consumer holds the lease.
         self.reaper = Reaper(broker, queue_name)
         self.joined = False  # beating for the queue (see _liveness)
+        self.schedules_reconciled = False
         #: The queue's transfers, the lease and the subscriptions (see :mod:`._transfer_duty`).
         self.transfers = self.transfer_duty_class(self)
         self.timer = self.transfers.timer
@@ -258,6 +259,9 @@ class RedissonConsumer(Consumer):
             # Not in __init__, which stays free of network calls (see TransferDuty.subscribe).
             self.joined = True
             self.broker.liveness.join(self.queue_name)
+        if not self.schedules_reconciled:
+            # The queue's periodic actors: stored, updated, resumed (see _periodic).
+            self.schedules_reconciled = self._guarded(self.broker.schedules.reconcile, self.queue_name) is not None
         # Each task below is on its own: a server error in one (say, a full server
         # refusing a .DQ migration) is logged and retried later while the others, and
         # fetching, go on. A lost connection stops them all (see __next__).
@@ -282,6 +286,8 @@ class RedissonConsumer(Consumer):
         if now >= self.next_maintenance_at:
             self.next_maintenance_at = now + self.broker.maintenance_interval / 1000
             self._guarded(self._maintain)
+            if self.timer.owner:
+                self._guarded(self.broker.schedules.attend_all, self.queue_name)
 
     def _guarded(self, task: Callable[..., _T], *args: Any) -> _T | None:
         """Run one of the timer's tasks; a server error is logged and gives ``None``."""

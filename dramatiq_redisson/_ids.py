@@ -73,3 +73,10 @@ def same_sort_key(stored: bytes, member: bytes) -> bool:
 def sort_key_ms(sort_key: str) -> int:
     """The millisecond a sort key of this release was taken at (its bits above the counter)."""
     return int(f"{_FIRST.index(sort_key[0]):x}{sort_key[1:]}", 16) >> COUNTER_BITS
+
+
+def sort_key_at(ms: int) -> str:
+    """The sort key of a message that belongs to millisecond ``ms`` itself (counter 0): a
+    periodic tick's, so that its member is the same whoever writes it (``lua/_member.lua``
+    writes the same)."""
+    return _text(ms << COUNTER_BITS)

@@ -37,6 +37,17 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
                                                     message moved
 ``redisson_delay_queue_held:{N}``          HASH     dedupe key -> the encoded message that
                                                     moved, while its window lasts
+``redisson_delay_queue_schedules:{N}``     HASH     schedule name -> its definition (JSON: actor,
+                                                    spec, args, kwargs, catch-up policy,
+                                                    anchor, version; see ``_periodic.py``)
+``redisson_delay_queue_chains:{N}``        HASH     schedule name -> the member of its next tick,
+                                                    scheduled in the ZSET (one per schedule)
+``redisson_delay_queue_schedule_state:{N}``  HASH   "<name>|t": the next tick times after the
+                                                    chained one (epoch ms, comma-separated);
+                                                    "|r" the last tick run, "|l" how late it
+                                                    moved (ms), "|s" the first tick not run
+                                                    while the chain waits for a worker to
+                                                    resume it, "|p" "1" while paused
 ``redisson_delay_queue_lease:{N}``         STRING   "<consumer token> <expiry, epoch ms>":
                                                     the consumer that runs transfers (PX)
 ``redisson_delay_queue_consumers:{N}``     ZSET     consumer token -> last seen (epoch ms)
@@ -233,6 +244,27 @@ class QueueKeys:
         return (self.dedupe, self.keyed, self.holds, self.held)
 
     @property
+    def schedules(self) -> str:
+        """Schedule name -> its definition (JSON), for the queue's periodic actors."""
+        return f"redisson_delay_queue_schedules:{{{self.name}}}"
+
+    @property
+    def chains(self) -> str:
+        """Schedule name -> the member of its next tick (scheduled in :attr:`timeout_zset`)."""
+        return f"redisson_delay_queue_chains:{{{self.name}}}"
+
+    @property
+    def schedule_state(self) -> str:
+        """``<name>|t`` upcoming ticks, ``|r`` last run, ``|l`` its lateness, ``|s`` the
+        first tick not run while the chain waits to be resumed, ``|p`` paused."""
+        return f"redisson_delay_queue_schedule_state:{{{self.name}}}"
+
+    @property
+    def schedule_keys(self) -> tuple[str, str, str]:
+        """The keys of the queue's schedules, in the order schedule.lua takes them first."""
+        return (self.schedules, self.chains, self.schedule_state)
+
+    @property
     def lease(self) -> str:
         """Who runs this queue's transfers (a short lease, renewed by every transfer)."""
         return f"redisson_delay_queue_lease:{{{self.name}}}"
@@ -283,6 +315,7 @@ class QueueKeys:
             self.holds,
             self.held,
             self.sent,
+            *self.schedule_keys,
             self.lease,
             self.consumers,
             self.idle,

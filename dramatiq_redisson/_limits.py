@@ -19,3 +19,14 @@ COMPACT_SLACK = 1024
 #: fetches and acks, at most: not on every call (three commands fewer per fetch, two per
 #: ack). A shorter ``heartbeat_timeout`` shortens it to a tenth of that.
 HEARTBEAT_INTERVAL_MS = 1000
+
+#: A periodic tick that moves more than this many ms after its time counts as missed: the
+#: schedule's catch-up policy decides whether it runs (see ``_periodic.py``).
+PERIODIC_GRACE_MS = 1000
+
+#: Tick times a schedule keeps computed ahead of its chained tick (transfer.lua chains
+#: the next one from them; cron needs the time zone database, so the client computes them).
+PERIODIC_HORIZON = 64
+
+#: A schedule with fewer upcoming times than this is topped up to the horizon.
+PERIODIC_LOW_WATER = 16

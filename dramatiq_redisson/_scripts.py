@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from ._keys import QueueKeys
-from ._limits import HEARTBEAT_INTERVAL_MS
+from ._limits import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ._message import queue_json
 from ._script_runner import ScriptRunner, load_source
 
@@ -45,6 +45,7 @@ _NAMES = (
     "stats",
     "pending",
     "reap",
+    "schedule",
 )
 
 
@@ -97,6 +98,7 @@ class TransferResult:
         "registered",
         "lateness_ms",
         "holder",
+        "schedules",
         "replicas",
         "replicated",
     )
@@ -112,6 +114,7 @@ class TransferResult:
         registered: bool = False,
         lateness_ms: list[int] | None = None,
         holder: str | None = None,
+        schedules: list[str] | None = None,
     ) -> None:
         self.moved = moved
         self.next_due_ms = next_due_ms
@@ -128,6 +131,8 @@ class TransferResult:
         self.lateness_ms = lateness_ms or []
         #: The token of the consumer holding the lease, when it is another one.
         self.holder = holder
+        #: Schedules whose chain stopped or runs low on upcoming ticks (see transfer.lua).
+        self.schedules = schedules or []
         #: With ``wait_for_replicas``: how many replicas acknowledged the call's writes
         #: (``None``: unknown, or no WAIT), and whether that is enough.
         self.replicas: int | None = None
@@ -281,6 +286,8 @@ class Scripts(ScriptRunner):
             keys.acks(worker_id),
             keys.sent,
             *keys.dedupe_keys,
+            keys.chains,
+            keys.schedule_state,
         )
         args = (
             limit,
@@ -294,6 +301,8 @@ class Scripts(ScriptRunner):
             window_ms,
             queue_json(keys.queue_name),
             upkeep_ms,
+            PERIODIC_GRACE_MS,
+            PERIODIC_LOW_WATER,
         )
         replicas: int | None = None
         if self.wait_for_replicas:
@@ -306,7 +315,7 @@ class Scripts(ScriptRunner):
         else:
             run = self._run if own_slots else self._run_idempotent
             reply = run("transfer", transfer_keys, args)
-        moved, next_due, now_us, dead, lease_until, handed, registered, lateness, holder = reply
+        moved, next_due, now_us, dead, lease_until, handed, registered, lateness, holder, attend = reply
         result = TransferResult(
             int(moved),
             None if int(next_due) < 0 else int(next_due),
@@ -317,11 +326,29 @@ class Scripts(ScriptRunner):
             bool(registered),
             [int(late) for late in lateness],
             (holder.decode() if isinstance(holder, bytes) else str(holder)) or None,
+            [name.decode() for name in attend],
         )
         if self.wait_for_replicas:
             result.replicas = replicas
             result.replicated = replicas is not None and replicas >= self.wait_for_replicas
         return result
+
+    def schedule(self, keys: QueueKeys, op: str, name: str, *args: Any) -> Any:
+        """Change or read one schedule of the queue's periodic actors (schedule.lua: ``op``
+        is "start", "extend", "pause", "remove" or "check", ``args`` its arguments)."""
+        schedule_keys = (
+            *keys.schedule_keys,
+            keys.timeout_zset,
+            keys.backup_list,
+            keys.payloads,
+            keys.channel,
+            keys.ready,
+            keys.ready_msgs,
+            keys.idle,
+        )
+        if self.wait_for_replicas and op != "check":
+            return self._wait_checked("A schedule change", "schedule", schedule_keys, (op, name, *args))
+        return self._run("schedule", schedule_keys, (op, name, *args))
 
     def release(self, keys: QueueKeys, token: str) -> int:
         """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""

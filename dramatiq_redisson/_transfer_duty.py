@@ -359,6 +359,8 @@ class TransferDuty:
             if result.moved:
                 self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
                 self.broker.notify_transfer(self.queue_name, result.lateness_ms)
+            if result.schedules:
+                self.consumer._guarded(self.broker.schedules.attend, self.keys, result.schedules)
             if result.dead:
                 self.logger.error(
                     "Moved %d scheduled entries without a message to the dead letters of queue %r.",

@@ -23,6 +23,9 @@
 -- KEYS[17] HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
 -- KEYS[18] ZSET  redisson_delay_queue_holds:{N}     dedupe key -> end of its throttle window
 -- KEYS[19] HASH  redisson_delay_queue_held:{N}      dedupe key -> encoded message that moved
+-- KEYS[20] HASH  redisson_delay_queue_chains:{N}    schedule name -> member of its next tick
+-- KEYS[21] HASH  redisson_delay_queue_schedule_state:{N}  "<name>|t" the ticks after it, ...
+--                                                    (see schedule.lua)
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list (per upkeep tick)
@@ -40,6 +43,10 @@
 --          the trim of the dedupe window's moved members run at most this often (a
 --          tick; KEYS[5] holds "-" until the next one), not on every call; 0: every call.
 --          While a compaction pass runs, every call steps it and trims those members.
+-- ARGV[12] a periodic tick that moves more than this many ms after its time counts as
+--          missed (see Periodic ticks)
+-- ARGV[13] a schedule with fewer upcoming ticks than this after the one chained is
+--          returned, so that the caller adds more
 --
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
@@ -63,6 +70,17 @@
 -- queue already had messages, everything moved queues behind them (FIFO) and the caller
 -- fetches as usual. A caller with slots left over is registered as idle (as fetch.lua
 -- does) when it listens on its wake channel.
+--
+-- Periodic ticks (schedule.lua): a due member that is its schedule's chained tick (its
+-- message id "periodic:<name>:<tick ms>", and KEYS[20] names it) schedules the next tick of
+-- the chain in the same step: the first time in "<name>|t" after it, with the same payload
+-- but the new time as its timestamp. So a schedule has one tick scheduled at any time,
+-- however many consumers transfer, and each tick moves once. A tick that moves late (more
+-- than ARGV[12] ms, or after the next tick's time too: every worker was down) is not run
+-- here: the chain stops, "|s" records the tick, and the caller resumes it by the
+-- schedule's catch-up policy (_periodic.py); so does a chain that ran out of upcoming
+-- times. Both, and a chain running low on times, are returned (the 10th value). Every
+-- other message (a retry of a tick, a tick run now by hand) moves as usual.
 --
 -- Wake-ups: moved messages the caller does not take wake as many idle consumers (see
 -- _wake.lua).
@@ -89,7 +107,7 @@
 --           flat list id1, data1, ..., 1 if the caller is now registered as idle else 0,
 --           for each moved message how late it moved: now minus its due time, in ms
 --           (server clock), in due order, the other holder's token or "" if the caller
---           holds the lease}
+--           holds the lease, names of schedules to attend to (see Periodic ticks)}
 
 -- include: _member.lua
 -- include: _body.lua
@@ -110,6 +128,8 @@ local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
 local queue_json = ARGV[10]
 local upkeep_ms = tonumber(ARGV[11] or "0")
 local dedupe, keyed, holds, held = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+local chains, schedule_state = KEYS[20], KEYS[21]
+local grace, low_water = tonumber(ARGV[12] or "1000"), tonumber(ARGV[13] or "0")
 
 local t = redis.call("TIME")
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -124,7 +144,58 @@ local holder = token ~= "" and redis.call("GET", lease)
 local lease_end = holder and tonumber(string.match(holder, " (%d+)$"))
 if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
     seen()
-    return {0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0, {}, string.match(holder, "^(.*) %d+$") or holder}
+    return {
+        0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0, {}, string.match(holder, "^(.*) %d+$") or holder, {}
+    }
+end
+
+-- Periodic ticks (see the header): what a chained tick does, decided by reads only; the
+-- writes (chain_writes) come after the ZREM below, the call's first write.
+local attend = {}
+local chain_writes = {}
+local function chain_step(member, body, due_ms)
+    local name = string.match(message_id_of(member), "^periodic:(.+):%d+$")
+    if not name or redis.call("HGET", chains, name) ~= member then
+        return true -- not a chained tick: an ordinary message
+    end
+    local times = {}
+    for time in string.gmatch(redis.call("HGET", schedule_state, name .. "|t") or "", "%d+") do
+        if tonumber(time) > due_ms then
+            times[#times + 1] = tonumber(time)
+        end
+    end
+    local following = times[1]
+    local run = now_ms - due_ms <= grace and not (following and following <= now_ms)
+    chain_writes[#chain_writes + 1] = {name = name, run = run, due_ms = due_ms, body = body, times = times}
+    if not run or not following or #times - 1 < low_water then
+        attend[#attend + 1] = name
+    end
+    return run
+end
+
+local function write_chain(step)
+    local name, run, due_ms, body, times = step.name, step.run, step.due_ms, step.body, step.times
+    local following = times[1]
+    if not run then
+        redis.call("HDEL", chains, name)
+        redis.call("HSET", schedule_state, name .. "|s", string.format("%d", due_ms))
+        return
+    end
+    redis.call("HSET", schedule_state, name .. "|r", string.format("%d", due_ms), name .. "|l", now_ms - due_ms)
+    if not following then
+        redis.call("HDEL", chains, name)
+        redis.call("HSET", schedule_state, name .. "|s", string.format("%d", due_ms + 1))
+        return
+    end
+    local at = string.format("%d", following)
+    local message_id = "periodic:" .. name .. ":" .. at
+    local next_member = key_at(following) .. message_id
+    redis.call("ZADD", zset, at, next_member)
+    redis.call("RPUSH", backup, next_member)
+    -- The same payload, the new time as its timestamp (the last field: see _body.lua).
+    redis.call("HSET", payloads, message_id, key_at(following) .. string.match(body, "^(.*\30)") .. at)
+    redis.call("HSET", chains, name, next_member)
+    redis.call("HSET", schedule_state, name .. "|t", table.concat(times, ",", 2))
 end
 
 local moved, dead = 0, 0
@@ -144,10 +215,15 @@ if #due > 0 then
     end
     local stored = gather("HMGET", payloads, message_ids)
     local ready_pairs, members, delivered, xq_pairs, xq_msg_pairs, buried = {}, {}, {}, {}, {}, {}
+    local skipped = {}
     for i = 1, #due do
         local member, data = due[i], stored[i]
         local n = key_len(member)
-        if #member > n and data and string.sub(data, 1, n) == string.sub(member, 1, n) then
+        local valid = #member > n and data and string.sub(data, 1, n) == string.sub(member, 1, n)
+        if valid and string.sub(member, n + 1, n + 9) == "periodic:"
+            and not chain_step(member, string.sub(data, n + 1), due_at[i]) then
+            skipped[#skipped + 1] = message_ids[i] -- a missed tick: resumed by its catch-up policy
+        elseif valid then
             local body = ready_body(member, string.sub(data, n + 1), queue_json)
             ready_pairs[#ready_pairs + 1] = member
             ready_pairs[#ready_pairs + 1] = body
@@ -168,6 +244,12 @@ if #due > 0 then
     end
     variadic("ZREM", zset, due)
     wrote = true
+    if #skipped > 0 then
+        variadic("HDEL", payloads, skipped)
+    end
+    for i = 1, #chain_writes do
+        write_chain(chain_writes[i])
+    end
     if moved > 0 then
         variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
@@ -327,4 +409,4 @@ local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
 if first[1] then
     next_due = tonumber(first[2])
 end
-return {moved, next_due, now_us, dead, 0, handed, registered, lateness, ""}
+return {moved, next_due, now_us, dead, 0, handed, registered, lateness, "", attend}

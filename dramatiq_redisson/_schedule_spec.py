@@ -1,0 +1,349 @@
+"""Schedule specs for periodic actors: cron expressions and fixed intervals, free of I/O.
+
+A :class:`ScheduleSpec` says *when* a periodic actor is due; the broker decides what
+runs. Every time here is an integer count of epoch milliseconds (a UTC instant, on
+the server's clock); nothing in this module reads a clock, so the same inputs always
+give the same ticks.
+
+Fixed intervals (``every``)
+  The ticks are ``anchor_ms + k * every_ms`` for every integer ``k`` (negative too):
+  pure integer arithmetic, so a chain of ticks never drifts. The interval is at
+  least 100 ms and is kept in whole milliseconds.
+
+Cron expressions (``cron``)
+  Standard 5-field expressions (minute, hour, day-of-month, month, day-of-week),
+  evaluated by cronsim (https://github.com/cuu508/cronsim) on wall-clock time in the
+  spec's IANA zone (``tz``, default ``"UTC"``). The anchor is ignored: cron ticks
+  fall on whole minutes. cronsim also reads 6-field expressions (with a leading
+  seconds field) and has no ``@hourly``-style aliases; both are rejected here, so a
+  spec is always the 5-field form. The stored expression has its whitespace
+  collapsed to single spaces and is upper-cased (cronsim reads it upper-cased, so
+  ``mon-fri`` and ``MON-FRI`` are the same spec and give the same JSON).
+
+Daylight-saving time follows Debian cron, which is what cronsim implements:
+
+* A job at a *fixed time* -- neither the minute nor the hour field starts with
+  ``*`` (``"30 2 * * *"``, ``"0 9 * * MON-FRI"``) -- runs once per matching local
+  day. A local time skipped by a spring-forward gap runs once, at the first valid
+  instant after the gap (Europe/Berlin, 2026-03-29: ``"30 2 * * *"`` runs at 03:00
+  CEST = 01:00 UTC). A local time that happens twice in a fall-back hour runs once,
+  at its first occurrence (Europe/Berlin, 2026-10-25: ``"30 2 * * *"`` runs at 02:30
+  CEST = 00:30 UTC, not again at 02:30 CET).
+* A job with a *wildcard* minute or hour (``"*/5 * * * *"``, ``"0 * * * *"``,
+  ``"*/30 2 * * *"``) runs by real elapsed time: ``"*/30 * * * *"`` fires every
+  30 real minutes straight through both changes, so it fires in both passes of a
+  repeated hour (at distinct instants) and not in a skipped hour. This means
+  ``"*/30 2 * * *"`` fires four times on a fall-back day and not at all on a
+  spring-forward day, as in Debian cron.
+
+Around cronsim, this module adds one guard: a tick returned is always strictly
+after the instant asked about, and ticks are strictly increasing. (For a fixed-time
+job cronsim steps through naive local time, so asked from inside the second pass of
+a repeated hour it answers with the first pass, an earlier instant; such answers
+are skipped.)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+__all__ = [
+    "CATCH_UP_POLICIES",
+    "InvalidSchedule",
+    "ScheduleSpec",
+    "catch_up_ticks",
+    "parse_spec",
+]
+
+#: How missed ticks are handled when a schedule's chain resumes: run the latest one,
+#: run them all (at most ``limit``), or run none.
+CATCH_UP_POLICIES = ("one", "all", "none")
+
+#: The shortest fixed interval, in milliseconds.
+MIN_EVERY_MS = 100
+
+_CRON_FIELDS = "minute hour day-of-month month day-of-week"
+_MINUTE_MS = 60_000
+_UTC = dt.timezone.utc
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
+_ONE_MS = dt.timedelta(milliseconds=1)
+# An instant from which a new spec's first tick is looked up, to reject an
+# expression that never fires (cronsim gives up after 50 years without a match).
+_PROBE = dt.datetime(2000, 1, 1, tzinfo=_UTC)
+_JSON_KEYS = frozenset({"cron", "every_ms", "tz"})
+
+
+class InvalidSchedule(ValueError):
+    """A schedule spec (or a catch-up policy) that cannot be used; the message names the field."""
+
+
+def _zone(tz: str) -> dt.tzinfo:
+    if tz == "UTC":
+        # No tz database needed for the default, and cronsim takes its UTC fast path.
+        return _UTC
+    return ZoneInfo(tz)
+
+
+def _to_ms(moment: dt.datetime) -> int:
+    return (moment - _EPOCH) // _ONE_MS
+
+
+def _format_seconds(ms: int) -> str:
+    whole, frac = divmod(ms, 1000)
+    if frac == 0:
+        return str(whole)
+    return f"{whole}.{frac:03d}".rstrip("0")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """When a periodic actor is due: exactly one of ``cron`` and ``every_ms``.
+
+    Built through :func:`parse_spec` or :meth:`from_json`; the constructor validates
+    and normalises too (it raises :class:`InvalidSchedule`), so two specs that mean
+    the same schedule compare equal and serialise to the same JSON.
+    """
+
+    cron: str | None = None
+    every_ms: int | None = None
+    tz: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if (self.cron is None) == (self.every_ms is None):
+            raise InvalidSchedule("schedule: give exactly one of cron and every")
+        if not isinstance(self.tz, str) or not self.tz:
+            raise InvalidSchedule(f"tz: expected an IANA zone name, got {self.tz!r}")
+        if self.every_ms is not None:
+            if isinstance(self.every_ms, bool) or not isinstance(self.every_ms, int):
+                raise InvalidSchedule(f"every: expected whole milliseconds, got {self.every_ms!r}")
+            if self.every_ms < MIN_EVERY_MS:
+                raise InvalidSchedule(f"every: must be at least {MIN_EVERY_MS} ms (0.1 s), got {self.every_ms} ms")
+            if self.tz != "UTC":
+                raise InvalidSchedule(f"tz applies to cron schedules only, got tz={self.tz!r} with every")
+            return
+        assert self.cron is not None
+        try:
+            zone = _zone(self.tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+            raise InvalidSchedule(f"tz: unknown time zone {self.tz!r}") from exc
+        object.__setattr__(self, "cron", _check_cron(self.cron, zone))
+
+    # -- presentation -------------------------------------------------------------
+
+    def describe(self) -> str:
+        """A short human-readable form: ``"cron */5 * * * * (Europe/Berlin)"``, ``"every 1.5s"``."""
+        if self.cron is not None:
+            return f"cron {self.cron} ({self.tz})"
+        assert self.every_ms is not None
+        ms = self.every_ms
+        if ms % 3_600_000 == 0:
+            return f"every {ms // 3_600_000}h"
+        if ms % _MINUTE_MS == 0:
+            return f"every {ms // _MINUTE_MS}m"
+        return f"every {_format_seconds(ms)}s"
+
+    def to_json(self) -> str:
+        """Canonical compact JSON (sorted keys, no spaces): equal specs give equal text."""
+        return json.dumps(
+            {"cron": self.cron, "every_ms": self.every_ms, "tz": self.tz},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ScheduleSpec:
+        """The spec :meth:`to_json` wrote; :class:`InvalidSchedule` on anything else."""
+        try:
+            data: Any = json.loads(text)
+        except (ValueError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise InvalidSchedule(f"schedule: not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise InvalidSchedule(f"schedule: expected a JSON object, got {type(data).__name__}")
+        unknown = set(data) - _JSON_KEYS
+        if unknown:
+            raise InvalidSchedule(f"schedule: unknown keys {sorted(unknown)}")
+        cron = data.get("cron")
+        every_ms = data.get("every_ms")
+        tz = data.get("tz", "UTC")
+        if cron is not None and not isinstance(cron, str):
+            raise InvalidSchedule(f"cron: expected a string, got {cron!r}")
+        if every_ms is not None and (isinstance(every_ms, bool) or not isinstance(every_ms, int)):
+            raise InvalidSchedule(f"every: expected whole milliseconds, got {every_ms!r}")
+        if not isinstance(tz, str):
+            raise InvalidSchedule(f"tz: expected a string, got {tz!r}")
+        return cls(cron=cron, every_ms=every_ms, tz=tz)
+
+    # -- ticks ----------------------------------------------------------------------
+
+    def next_after(self, after_ms: int, anchor_ms: int) -> int:
+        """The first tick strictly after ``after_ms`` (``anchor_ms`` places fixed-interval ticks)."""
+        if self.every_ms is not None:
+            return anchor_ms + ((after_ms - anchor_ms) // self.every_ms + 1) * self.every_ms
+        return next(self._cron_ticks(after_ms))
+
+    def ticks_between(self, after_ms: int, until_ms: int, anchor_ms: int, limit: int) -> list[int]:
+        """The ticks ``t`` with ``after_ms < t <= until_ms``, ascending.
+
+        When there are more than ``limit`` of them, the *last* ``limit`` are returned
+        (the most recent ones are those a catch-up wants), still in ascending order.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        if until_ms <= after_ms:
+            return []
+        if self.every_ms is not None:
+            step = self.every_ms
+            first = (after_ms - anchor_ms) // step + 1
+            last = (until_ms - anchor_ms) // step
+            first = max(first, last - limit + 1)
+            return [anchor_ms + k * step for k in range(first, last + 1)]
+        # Look back from until_ms over a window that doubles until it holds `limit`
+        # ticks or reaches after_ms, so a long gap costs about `limit` cron steps
+        # rather than one per tick since after_ms. The window's start only moves
+        # where cronsim starts; ticks are the same whatever the start (see the guard
+        # in _cron_ticks).
+        width = limit * _MINUTE_MS
+        while True:
+            start = max(after_ms, until_ms - width)
+            found: deque[int] = deque(maxlen=limit)
+            for tick in self._cron_ticks(start):
+                if tick > until_ms:
+                    break
+                found.append(tick)
+            if len(found) >= limit or start == after_ms:
+                return list(found)
+            width *= 2
+
+    def _cron_ticks(self, after_ms: int) -> _CronTicks:
+        assert self.cron is not None
+        return _CronTicks(self.cron, _zone(self.tz), after_ms)
+
+
+class _CronTicks:
+    """cronsim's ticks after an instant, as epoch ms, each strictly after the one before."""
+
+    def __init__(self, cron: str, zone: dt.tzinfo, after_ms: int) -> None:
+        self._cron = cron
+        self._last = after_ms
+        # cronsim drops sub-second parts and starts one second later: still strictly after.
+        start = dt.datetime.fromtimestamp(after_ms // 1000, tz=zone)
+        self._sim = CronSim(cron, start)
+
+    def __iter__(self) -> _CronTicks:
+        return self
+
+    def __next__(self) -> int:
+        while True:
+            try:
+                moment = next(self._sim)
+            except StopIteration:
+                raise InvalidSchedule(f"cron: {self._cron!r} has no tick within 50 years") from None
+            tick = _to_ms(moment)
+            if tick > self._last:
+                self._last = tick
+                return tick
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def _check_cron(expr: str, zone: dt.tzinfo) -> str:
+    if not isinstance(expr, str):
+        raise InvalidSchedule(f"cron: expected a string, got {expr!r}")
+    normal = _SPACE.sub(" ", expr.strip()).upper()
+    if normal.startswith("@"):
+        raise InvalidSchedule(
+            f"cron: {expr!r}: @-aliases are not supported, write the 5 fields ({_CRON_FIELDS}), e.g. '0 0 * * *'"
+        )
+    fields = normal.split(" ") if normal else []
+    if len(fields) != 5:
+        raise InvalidSchedule(f"cron: {expr!r} has {len(fields)} fields, expected 5 ({_CRON_FIELDS})")
+    try:
+        sim = CronSim(normal, _PROBE.astimezone(zone))
+    except CronSimError as exc:
+        raise InvalidSchedule(f"cron: {expr!r} is not a valid cron expression: {exc}") from exc
+    try:
+        next(sim)
+    except StopIteration:
+        raise InvalidSchedule(f"cron: {expr!r} never fires") from None
+    return normal
+
+
+def parse_spec(
+    *,
+    cron: str | None = None,
+    every: float | int | dt.timedelta | None = None,
+    tz: str | None = None,
+) -> ScheduleSpec:
+    """A spec from user input: exactly one of ``cron`` (with an optional ``tz``) and ``every``.
+
+    ``every`` is in seconds (an int or a float) or a :class:`datetime.timedelta`; it is
+    kept in whole milliseconds and must be at least 0.1 s. Raises :class:`InvalidSchedule`.
+    """
+    if (cron is None) == (every is None):
+        raise InvalidSchedule("schedule: give exactly one of cron and every")
+    if every is not None:
+        if tz is not None:
+            raise InvalidSchedule(f"tz applies to cron schedules only, got tz={tz!r} with every")
+        if isinstance(every, dt.timedelta):
+            positive = every > dt.timedelta(0)
+            every_ms = every // _ONE_MS
+            shown = f"{every.total_seconds()}s"
+        elif isinstance(every, (int, float)) and not isinstance(every, bool):
+            if not math.isfinite(every):
+                raise InvalidSchedule(f"every: must be a finite number of seconds, got {every!r}")
+            positive = every > 0
+            every_ms = round(every * 1000)
+            shown = f"{every}s"
+        else:
+            raise InvalidSchedule(f"every: expected seconds (int or float) or a timedelta, got {every!r}")
+        if not positive:
+            raise InvalidSchedule(f"every: must be greater than 0, got {shown}")
+        if every_ms < MIN_EVERY_MS:
+            raise InvalidSchedule(f"every: must be at least 0.1s ({MIN_EVERY_MS} ms), got {shown}")
+        return ScheduleSpec(cron=None, every_ms=every_ms, tz="UTC")
+    return ScheduleSpec(cron=cron, every_ms=None, tz="UTC" if tz is None else tz)
+
+
+def catch_up_ticks(
+    spec: ScheduleSpec,
+    last_due_ms: int,
+    now_ms: int,
+    anchor_ms: int,
+    policy: str,
+    limit: int = 1000,
+) -> tuple[list[int], int]:
+    """What to run when a schedule's chain resumes, and when its next tick is.
+
+    ``last_due_ms`` is the tick that was due and has not run; the missed ticks are
+    the spec's ticks ``t`` with ``last_due_ms <= t <= now_ms``. Returns
+    ``(ticks_to_run_now, next_tick_ms)``:
+
+    * ``"one"``: the latest missed tick (if any); ``"all"``: every missed tick,
+      ascending (the last ``limit`` of them); ``"none"``: nothing.
+    * ``next_tick_ms`` is the first tick strictly after ``now_ms``.
+
+    When nothing is due yet (``now_ms < last_due_ms``) the answer is ``([],
+    last_due_ms)`` whatever the policy: the pending tick stays as it is.
+    Raises :class:`InvalidSchedule` for a policy not in :data:`CATCH_UP_POLICIES`.
+    """
+    if policy not in CATCH_UP_POLICIES:
+        raise InvalidSchedule(f"catch_up: unknown policy {policy!r}, expected one of {', '.join(CATCH_UP_POLICIES)}")
+    if now_ms < last_due_ms:
+        return [], last_due_ms
+    next_tick = spec.next_after(now_ms, anchor_ms)
+    if policy == "none":
+        return [], next_tick
+    # Ticks are whole milliseconds, so "t >= last_due_ms" is "t > last_due_ms - 1".
+    missed = spec.ticks_between(last_due_ms - 1, now_ms, anchor_ms, 1 if policy == "one" else limit)
+    return missed, next_tick

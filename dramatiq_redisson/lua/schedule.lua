@@ -1,0 +1,167 @@
+-- schedule: change a periodic actor's schedule, atomically (see _periodic.py).
+--
+-- A schedule is a chain of delayed messages: exactly one tick of it is scheduled at a
+-- time, in the queue's ZSET, and transfer.lua, when it moves that tick, schedules the next
+-- one in the same step. The next tick times come from the client (cron needs a time zone
+-- database), a few dozen ahead, in KEYS[3]'s "<name>|t" field.
+--
+-- KEYS[1]  HASH  redisson_delay_queue_schedules:{N}      name -> definition (JSON)
+-- KEYS[2]  HASH  redisson_delay_queue_chains:{N}         name -> member of the scheduled tick
+-- KEYS[3]  HASH  redisson_delay_queue_schedule_state:{N} "<name>|t" upcoming ticks (epoch ms,
+--                comma-separated), "|r" last tick run, "|l" its lateness (ms), "|s" the
+--                first tick not run while the chain waits to be resumed, "|p" "1": paused
+-- KEYS[4]  ZSET  redisson_delay_queue_timeout:{N}        member -> due time (epoch ms)
+-- KEYS[5]  LIST  redisson_delay_queue:{N}                backup list
+-- KEYS[6]  HASH  redisson_delay_queue_msgs:{N}           message id -> sort key .. payload
+-- KEYS[7]  CHANNEL redisson_delay_queue_channel:{N}      a new earliest due time
+-- KEYS[8]  LIST  <ns>:<queue>                            ready queue
+-- KEYS[9]  HASH  <ns>:<queue>.msgs                       redis message id -> encoded message
+-- KEYS[10] ZSET  redisson_delay_queue_idle:{N}           idle consumers (see _wake.lua)
+--
+-- ARGV[1] the operation, ARGV[2] the schedule's name, then per operation:
+--
+-- "start": (re)start the chain at a tick, replacing the scheduled tick if there is one,
+--          only if a guard holds: ARGV[3] its kind, ARGV[4] the expected value:
+--            "def": the stored definition is ARGV[4] ("": there is none);
+--            "stall": "|s" is ARGV[4] (the chain waits to be resumed from that tick);
+--            "paused": the schedule is paused (ARGV[4] unused).
+--          ARGV[5] the definition to store ("": unchanged), ARGV[6] the member of the
+--          tick to schedule ("": none, the schedule stays paused), ARGV[7] its payload
+--          (sort key .. data), ARGV[8] its due time (epoch ms), ARGV[9] the ticks after it,
+--          ARGV[10..] pairs of redis message id and encoded message pushed to the ready
+--          queue now (missed ticks that run, by the catch-up policy).
+--          Clears "|s" and, unless ARGV[6] is "", "|p". Returns 1, or 0 when the guard
+--          failed (nothing written: another worker changed it first).
+-- "extend": append the ticks ARGV[4] (comma-separated) to "|t" if its last tick is ARGV[3]
+--          ("": the list is empty) and the chain is scheduled. Returns 1, or 0.
+-- "pause": unschedule the chain's tick, mark paused. Returns 1, or 0 if it was paused.
+-- "remove": unschedule the chain's tick and forget the schedule. Returns 1, or 0 if unknown.
+-- "check": read the schedule; a chain whose tick is no longer scheduled (cancelled or
+--          cleared by an operator) while neither paused nor waiting is marked waiting
+--          from the tick after the last run (ARGV[3]: the server time in ms, used when
+--          none ran). Returns {definition or false, "|s" or "", "|p" or "", "|t" or "",
+--          chain member or ""}.
+--
+-- Reads come before the first write: a key of the wrong type fails the call with nothing
+-- written.
+
+-- include: _member.lua
+-- include: _wake.lua
+
+local schedules, chains, state, zset, backup, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local channel, ready, ready_msgs, idle = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local op, name = ARGV[1], ARGV[2]
+
+local definition = redis.call("HGET", schedules, name)
+local chained = redis.call("HGET", chains, name)
+local flags = redis.call("HMGET", state, name .. "|s", name .. "|p", name .. "|t", name .. "|r")
+local stalled, paused, upcoming, last_run = flags[1], flags[2], flags[3], flags[4]
+
+-- The scheduled tick leaves the ZSET and the payload hash (its backup-list entry is
+-- trimmed by transfer.lua's upkeep like any cancelled member's).
+local function unchain()
+    if chained then
+        redis.call("ZREM", zset, chained)
+        redis.call("HDEL", payloads, message_id_of(chained))
+        redis.call("HDEL", chains, name)
+    end
+end
+
+if op == "check" then
+    if definition and not paused and not stalled and not (chained and redis.call("ZSCORE", zset, chained)) then
+        stalled = last_run and string.format("%d", tonumber(last_run) + 1) or ARGV[3]
+        redis.call("HDEL", chains, name)
+        redis.call("HSET", state, name .. "|s", stalled)
+        chained = false
+    end
+    return {definition or false, stalled or "", paused or "", upcoming or "", chained or ""}
+end
+
+if op == "start" then
+    local kind, expected = ARGV[3], ARGV[4]
+    local holds
+    if kind == "def" then
+        holds = (definition or "") == expected
+    elseif kind == "stall" then
+        holds = stalled == expected
+    else
+        holds = paused == "1"
+    end
+    if not holds then
+        return 0
+    end
+    local member, payload, due = ARGV[6], ARGV[7], ARGV[8]
+    local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
+    redis.call("LLEN", backup) -- type checks: the writes below must not fail halfway
+    redis.call("HLEN", payloads)
+    redis.call("LLEN", ready)
+    redis.call("HLEN", ready_msgs)
+    redis.call("ZCARD", idle)
+    unchain()
+    if ARGV[5] ~= "" then
+        redis.call("HSET", schedules, name, ARGV[5])
+    end
+    redis.call("HDEL", state, name .. "|s")
+    if member ~= "" then
+        redis.call("HDEL", state, name .. "|p")
+        redis.call("ZADD", zset, due, member)
+        redis.call("RPUSH", backup, member)
+        redis.call("HSET", payloads, message_id_of(member), payload)
+        redis.call("HSET", chains, name, member)
+        redis.call("HSET", state, name .. "|t", ARGV[9])
+        if not head[2] or tonumber(due) < tonumber(head[2]) then
+            redis.call("PUBLISH", channel, due)
+        end
+    end
+    if #ARGV >= 11 then
+        local ids, pairs_ = {}, {}
+        for i = 10, #ARGV, 2 do
+            ids[#ids + 1] = ARGV[i]
+            pairs_[#pairs_ + 1] = ARGV[i]
+            pairs_[#pairs_ + 1] = ARGV[i + 1]
+        end
+        redis.call("RPUSH", ready, unpack(ids))
+        redis.call("HSET", ready_msgs, unpack(pairs_))
+        wake(idle, channel .. ":wake:{", #ids)
+    end
+    return 1
+end
+
+if op == "extend" then
+    local last = string.match(upcoming or "", "(%d+)$") or ""
+    if not chained or last ~= ARGV[3] then
+        return 0
+    end
+    local joined = ARGV[4]
+    if upcoming and upcoming ~= "" then
+        joined = upcoming .. "," .. ARGV[4]
+    end
+    redis.call("HSET", state, name .. "|t", joined)
+    return 1
+end
+
+if op == "pause" then
+    if paused or not definition then
+        return 0
+    end
+    redis.call("ZCARD", zset) -- type checks before the first write
+    redis.call("HLEN", payloads)
+    unchain()
+    redis.call("HDEL", state, name .. "|s")
+    redis.call("HSET", state, name .. "|p", "1")
+    return 1
+end
+
+if op == "remove" then
+    if not definition then
+        return 0
+    end
+    redis.call("ZCARD", zset)
+    redis.call("HLEN", payloads)
+    unchain()
+    redis.call("HDEL", schedules, name)
+    redis.call("HDEL", state, name .. "|t", name .. "|r", name .. "|l", name .. "|s", name .. "|p")
+    return 1
+end
+
+return redis.error_reply("ERR schedule: unknown operation " .. tostring(op))
