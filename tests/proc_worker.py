@@ -8,7 +8,8 @@ record a "start" at once and its run only after that many seconds; BUSY spends t
 seconds busy instead of asleep: ``python`` in a pure-Python loop (the interpreter hands
 the GIL to other threads every few ms), ``c`` in one C call that holds the GIL throughout
 (``sum(range(n))``, sized to take HOLD_S). It runs until the key ``test:stop`` exists,
-then exits 0.
+then exits 0. PERIODIC_EVERY_S declares a periodic actor (schedule "every-second", that
+many seconds apart) that records each tick it runs (``tick``: the tick's time).
 """
 
 from __future__ import annotations
@@ -55,6 +56,21 @@ def stamp(i: int) -> None:
         else:
             time.sleep(hold)
     record(client, i=i)
+
+
+if "PERIODIC_EVERY_S" in os.environ:
+    from dramatiq.middleware import CurrentMessage
+
+    from dramatiq_redisson import periodic
+
+    broker.add_middleware(CurrentMessage())
+
+    @periodic(every=float(os.environ["PERIODIC_EVERY_S"]), name="every-second")
+    @dramatiq.actor(queue_name=os.environ.get("QUEUE", "default"), max_retries=0)
+    def tick() -> None:
+        message = CurrentMessage.get_current_message()
+        assert message is not None
+        record(client, tick=message.message_timestamp, message_id=message.message_id)
 
 
 def _sums_per_s() -> float:

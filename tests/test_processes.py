@@ -28,11 +28,22 @@ ZSET = "redisson_delay_queue_timeout:{dramatiq:default}"
 
 @contextmanager
 def worker_processes(
-    redis_url: str, client: redis.Redis, count: int, shift_s: float = 0.0, cluster_url: str = ""
+    redis_url: str,
+    client: redis.Redis,
+    count: int,
+    shift_s: float = 0.0,
+    cluster_url: str = "",
+    env: dict[str, str] | None = None,
 ) -> Iterator[None]:
     """``count`` processes of ``tests/proc_worker.py`` (their broker on ``cluster_url``
-    when given, records on ``redis_url``), stopped at exit."""
-    env = {**os.environ, "REDIS_URL": redis_url, "CLOCK_SHIFT_S": str(shift_s), "PYTHONPATH": str(ROOT)}
+    when given, records on ``redis_url``; ``env``: more of their environment), stopped at exit."""
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "CLOCK_SHIFT_S": str(shift_s),
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
     if cluster_url:
         env["CLUSTER_URL"] = cluster_url
     procs = [subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT) for _ in range(count)]
