@@ -514,8 +514,9 @@ class Scripts(ScriptRunner):
         )
 
     def pending(self, keys: QueueKeys) -> int:
-        """Scheduled + ready + in flight + built-in delayed messages of a queue (pending.lua)."""
-        return int(self._run("pending", (keys.timeout_zset, keys.ready_msgs, keys.legacy_dq_msgs), ()))
+        """Scheduled (but periodic ticks) + ready + in flight + built-in delayed messages of a
+        queue (pending.lua)."""
+        return int(self._run("pending", (keys.timeout_zset, keys.ready_msgs, keys.legacy_dq_msgs, keys.chains), ()))
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too) and list the queue in the

@@ -24,7 +24,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import default_middleware
 
 import dramatiq_redisson
-from dramatiq_redisson import QueueKeys, RedissonBroker
+from dramatiq_redisson import QueueKeys, RedissonBroker, periodic
 from dramatiq_redisson._permissions import (
     CLIENT_COMMANDS,
     CLUSTER_COMMANDS,
@@ -406,6 +406,12 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
     def doomed() -> None:
         raise RuntimeError("dead letter")
 
+    @periodic(every=0.3, name="acl-tick")
+    @dramatiq.actor(queue_name=queue, max_retries=0)
+    def ticking() -> None:
+        with lock:
+            ran.append("tick")
+
     # A dead worker with stranded work, and a legacy .DQ message of the built-in broker:
     # the consumer's maintenance and migration run as the restricted user too.
     redis_client.zadd(keys.heartbeats, {"dead-worker": 0})
@@ -444,6 +450,12 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
     try:
         expected = {"now", "later", "retried", "legacy", *(f"bulk-{w}-{i}" for w in ("now", "later") for i in range(3))}
         assert wait_for(lambda: expected <= set(ran), timeout=15), sorted(ran)
+        # The periodic actor ticks, and is operated, as the same user (join does not wait
+        # for its next tick: it is always scheduled)
+        assert wait_for(lambda: ran.count("tick") >= 2, timeout=5)
+        assert broker.schedules.get("acl-tick").last_run_ms is not None
+        assert broker.schedules.pause("acl-tick") and broker.schedules.resume("acl-tick")
+        broker.schedules.run_now("acl-tick")
         broker.join(queue, timeout=10_000)
         # Maintenance found the dead worker, requeued nothing it could decode... and forgot it.
         assert wait_for(lambda: redis_client.zscore(keys.heartbeats, "dead-worker") is None, timeout=10)

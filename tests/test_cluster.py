@@ -32,11 +32,11 @@ import dramatiq
 import pytest
 import redis
 from dramatiq import Worker
-from dramatiq.middleware import default_middleware
+from dramatiq.middleware import CurrentMessage, default_middleware
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson import RedissonBroker, periodic
 from dramatiq_redisson._keys import QueueKeys
 from dramatiq_redisson.dashboard import make_app
 
@@ -220,6 +220,34 @@ def test_delayed_retries_and_dead_letters(cluster_broker: RedissonBroker) -> Non
     done = client.post(f"/queues/retries/dead/{rid}/requeue", {"csrf": client.token("/queues/retries/dead")})
     assert done.status == 303 and broker.dead_letters("retries").size() == 0
     assert broker.client.llen(broker.keys("retries").ready) == 1
+
+
+def test_periodic_actors_tick_once_and_are_operated_on_a_cluster(cluster_broker: RedissonBroker) -> None:
+    broker = cluster_broker
+    ticks: list[int] = []
+    broker.add_middleware(CurrentMessage())
+
+    @periodic(every=0.3, name="cluster-tick")
+    @dramatiq.actor(broker=broker, queue_name="periodic", max_retries=0)
+    def tick() -> None:
+        message = CurrentMessage.get_current_message()
+        assert message is not None
+        ticks.append(message.message_timestamp)
+
+    worker = Worker(broker, worker_timeout=100, worker_threads=2)
+    worker.start()
+    try:
+        assert wait_for(lambda: len(ticks) >= 4, timeout=10)
+        assert broker.schedules.pause("cluster-tick")
+        assert broker.schedules.get("cluster-tick").paused
+        assert broker.schedules.resume("cluster-tick")
+        assert wait_for(lambda: len(ticks) >= 6, timeout=10)
+    finally:
+        worker.stop()
+    assert len(set(ticks)) == len(ticks)
+    info = broker.schedules.get("cluster-tick")
+    assert info.queue_name == "periodic" and info.last_lateness_ms is not None and info.last_lateness_ms <= 50
+    assert broker.schedules.remove("cluster-tick")
 
 
 def test_cancel_reschedule_scan_and_bulk_operations(cluster_broker: RedissonBroker) -> None:

@@ -3,6 +3,9 @@
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   scheduled: member -> due time (epoch ms)
 -- KEYS[2]  HASH  <ns>:<queue>.msgs      data of ready and in-flight messages
 -- KEYS[3]  HASH  <ns>:<queue>.DQ.msgs   the built-in broker's delayed messages (not yet migrated)
+-- KEYS[4]  HASH  redisson_delay_queue_chains:{N}  schedule name -> its scheduled tick: a
+--                periodic actor's next tick is always scheduled and is not counted (a queue
+--                with periodic actors would never be done)
 --
 -- A script rather than MULTI/EXEC: the counts must come from one moment (a message moving
 -- between them is counted once), and on a full server (maxmemory, noeviction) Redis
@@ -10,6 +13,10 @@
 -- (server.c, processCommand: reject_cmd_on_oom), while a script that only reads runs on
 -- every version.
 --
--- Returns: scheduled + ready + in flight + built-in delayed.
+-- Returns: scheduled (but the periodic ticks) + ready + in flight + built-in delayed.
 
-return redis.call("ZCARD", KEYS[1]) + redis.call("HLEN", KEYS[2]) + redis.call("HLEN", KEYS[3])
+local scheduled = redis.call("ZCARD", KEYS[1])
+if KEYS[4] then
+    scheduled = math.max(0, scheduled - redis.call("HLEN", KEYS[4]))
+end
+return scheduled + redis.call("HLEN", KEYS[2]) + redis.call("HLEN", KEYS[3])
