@@ -4,6 +4,7 @@ start, a chain repaired or resumed, and bad declarations refused."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -136,6 +137,33 @@ def test_after_every_worker_was_down_for_4_s_the_catch_up_policy_decides_what_ru
     assert len(went_on) >= 2 and went_on[0] > restarted_at - 1000, after
     assert all(b - a == 1000 for a, b in zip(went_on, went_on[1:], strict=False)), went_on
     assert all(r["at_ms"] >= r["tick"] for r in after), "a tick ran early"
+
+
+def test_a_resumed_chain_runs_the_missed_tick_once_and_records_it_as_the_last_run(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    periodic(every=60, name="resumed")(dramatiq.actor(_recording_actor(broker, redis_client, "resumed_actor")))
+    keys = broker.keys(QUEUE)
+    broker.schedules.reconcile(QUEUE)
+    # Given a chain that stopped 5 ticks ago (as transfer.lua stops a late tick), no worker
+    # (the ticks are anchor + k * 60 s: the latest one due is the anchor itself)
+    anchor = json.loads(redis_client.hget(keys.schedules, "resumed") or b"{}")["anchor"]
+    stopped = anchor - 5 * 60_000
+    member = redis_client.hget(keys.chains, "resumed")
+    assert member is not None
+    redis_client.zrem(keys.timeout_zset, member)
+    redis_client.hdel(keys.chains, "resumed")
+    redis_client.hset(keys.schedule_state, "resumed|s", stopped)
+    # When a consumer attends to it, twice (two consumers at once make one change)
+    broker.schedules.attend(keys, ["resumed", "resumed"])
+    # Then the latest missed tick is on the ready queue once, recorded as the last run, and
+    # the chain goes on at the next tick
+    ready = [m.decode() for m in redis_client.lrange(keys.ready, 0, -1)]
+    assert len(ready) == 1 and ready[0].endswith(f":{anchor}"), ready
+    info = broker.schedules.get("resumed")
+    assert info.last_run_ms == anchor and info.last_lateness_ms is not None
+    assert info.next_due_ms == anchor + 60_000 and info.waiting_since_ms is None
+    assert redis_client.zcard(keys.timeout_zset) == 1
 
 
 # -- pause, resume, run now, remove ----------------------------------------------------

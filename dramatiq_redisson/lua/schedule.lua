@@ -30,7 +30,8 @@
 --          (sort key .. data), ARGV[8] its due time (epoch ms), ARGV[9] the ticks after it,
 --          ARGV[10..] pairs of redis message id and encoded message pushed to the ready
 --          queue now (missed ticks that run, by the catch-up policy).
---          Clears "|s" and, unless ARGV[6] is "", "|p". Returns 1, or 0 when the guard
+--          Clears "|s" and, unless ARGV[6] is "", "|p"; ticks run now update "|r" and "|l"
+--          (the latest of them). Returns 1, or 0 when the guard
 --          failed (nothing written: another worker changed it first).
 -- "extend": append the ticks ARGV[4] (comma-separated) to "|t" if its last tick is ARGV[3]
 --          ("": the list is empty) and the chain is scheduled. Returns 1, or 0.
@@ -123,6 +124,13 @@ if op == "start" then
         redis.call("RPUSH", ready, unpack(ids))
         redis.call("HSET", ready_msgs, unpack(pairs_))
         wake(idle, channel .. ":wake:{", #ids)
+        -- The latest of them is the schedule's last run, as transfer.lua records a tick's.
+        local last = tonumber(string.match(ids[#ids], ":(%d+)$"))
+        if last then
+            local t = redis.call("TIME")
+            local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            redis.call("HSET", state, name .. "|r", string.format("%d", last), name .. "|l", now_ms - last)
+        end
     end
     return 1
 end
