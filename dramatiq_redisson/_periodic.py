@@ -427,8 +427,15 @@ class Schedules:
         declared = self.declared()
         infos = []
         for name, value in sorted(raw.items()):
-            stored = _load(value) or {}
-            spec = ScheduleSpec.from_json(json.dumps(stored.get("spec", {})))
+            stored = _load(value)
+            try:
+                if stored is None:
+                    raise InvalidSchedule("not a JSON object")
+                spec = ScheduleSpec.from_json(json.dumps(stored.get("spec", {})))
+            except InvalidSchedule as e:
+                # One unreadable entry (another version's, a hand edit) hides only itself.
+                self.logger.error("Schedule %r on queue %r is unreadable, left out: %s", name, queue_name, e)
+                continue
             member = chains.get(name)
             due = client.zscore(keys.timeout_zset, member) if member else None
             infos.append(
@@ -448,40 +455,49 @@ class Schedules:
                     last_lateness_ms=_int(state.get(f"{name}|l")),
                     paused=state.get(f"{name}|p") == "1",
                     waiting_since_ms=_int(state.get(f"{name}|s")),
-                    declared=name in declared,
+                    declared=name in declared and declared[name].queue_name == queue_name,
                     version=int(stored.get("version", 1)),
                 )
             )
         return infos
 
-    def get(self, name: str) -> ScheduleInfo:
-        """One stored schedule. Raises :class:`KeyError` when there is none by that name."""
-        for info in self.list():
-            if info.name == name:
-                return info
-        raise KeyError(f"No schedule named {name!r}")
+    def get(self, name: str, queue_name: str | None = None) -> ScheduleInfo:
+        """One stored schedule (on ``queue_name`` when given: a name may be stored on two
+        queues after its actor moved, the old one kept until removed).
 
-    def pause(self, name: str) -> bool:
+        Raises:
+          KeyError: There is none by that name.
+          ValueError: The name is stored on several queues and ``queue_name`` is not given.
+        """
+        found = [i for i in self.list() if i.name == name and queue_name in (None, i.queue_name)]
+        if not found:
+            raise KeyError(f"No schedule named {name!r}" + (f" on queue {queue_name!r}" if queue_name else ""))
+        if len(found) > 1:
+            queues = ", ".join(repr(i.queue_name) for i in found)
+            raise ValueError(f"Schedule {name!r} is stored on several queues ({queues}): name the queue")
+        return found[0]
+
+    def pause(self, name: str, queue_name: str | None = None) -> bool:
         """Stop ``name``'s ticks (the scheduled one is unscheduled) until :meth:`resume`;
         the state is on the server, so restarted workers keep it paused. Returns whether
         it was running."""
-        info = self.get(name)
+        info = self.get(name, queue_name)
         return bool(self.broker.redisson_scripts.schedule(self._keys(info.queue_name), "pause", name))
 
-    def resume(self, name: str) -> bool:
+    def resume(self, name: str, queue_name: str | None = None) -> bool:
         """Go on with ``name`` from its next tick after now (ticks while it was paused do
         not run). Returns whether it was paused."""
-        info = self.get(name)
+        info = self.get(name, queue_name)
         keys = self._keys(info.queue_name)
         stored = _load(self.broker.client.hget(keys.schedules, name))
         if stored is None or not info.paused:
             return False
         return self._start(keys, name, stored, ("paused", ""), self._now_ms(), write_definition=False)
 
-    def run_now(self, name: str) -> Message[Any]:
+    def run_now(self, name: str, queue_name: str | None = None) -> Message[Any]:
         """Run ``name``'s actor now, once, with its arguments, outside the chain (the
         schedule's ticks go on as they were). Returns the message sent."""
-        info = self.get(name)
+        info = self.get(name, queue_name)
         message: Message[Any] = Message(
             queue_name=info.queue_name,
             actor_name=info.actor_name,
@@ -491,10 +507,10 @@ class Schedules:
         )
         return self.broker.enqueue(message)
 
-    def remove(self, name: str) -> bool:
+    def remove(self, name: str, queue_name: str | None = None) -> bool:
         """Forget ``name`` and unschedule its tick. A worker that still declares it stores it
         again when it starts. Returns whether it existed."""
-        info = self.get(name)
+        info = self.get(name, queue_name)
         return bool(self.broker.redisson_scripts.schedule(self._keys(info.queue_name), "remove", name))
 
     def wait_until_stored(self, names: Iterable[str], timeout: float = 10.0) -> None:

@@ -1,11 +1,14 @@
 """Prometheus metrics for :class:`~dramatiq_redisson.RedissonBroker` (needs ``prometheus-client``).
 
-Two kinds of metrics, all prefixed ``dramatiq_redisson_``:
+Three kinds of metrics, all prefixed ``dramatiq_redisson_``:
 
 * queue gauges (scheduled, overdue, oldest overdue, ready, in flight, dead, consumers,
   legacy delayed; live workers), read at scrape time by :class:`StatsCollector` with one
   :meth:`RedissonBroker.stats` call: a fixed number of O(1)/O(log n) commands per queue,
   one round trip for all queues;
+* schedule gauges (each periodic actor's schedule: when its next tick is due, how late
+  its last tick moved, whether it is paused), read at the same scrape by the same
+  collector from :meth:`Schedules.list` (a few reads per queue that has schedules);
 * transfer metrics (messages moved, and how late each moved after its due time on the
   server clock), counted in the worker processes by :class:`TransferMetrics`, a
   :attr:`RedissonBroker.transfer_listeners` entry.
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from ._broker import RedissonBroker
+    from ._periodic import ScheduleInfo
     from ._stats import Stats
 
 __all__ = [
@@ -95,6 +99,22 @@ _QUEUE_GAUGES: tuple[tuple[str, str, str | None], ...] = (
 )
 
 
+# name, help; labels: the schedule's name, its queue and its actor
+_SCHEDULE_LABELS = ["schedule_name", "queue_name", "actor_name"]
+_SCHEDULE_GAUGES: tuple[tuple[str, str], ...] = (
+    (
+        "dramatiq_redisson_schedule_next_due_timestamp_seconds",
+        "When the schedule's next tick is due (server clock, epoch seconds); while its chain waits to be "
+        "resumed (every worker was down), the tick it waits at. Absent while paused.",
+    ),
+    (
+        "dramatiq_redisson_schedule_last_lateness_seconds",
+        "How late the schedule's last tick moved to its ready queue (server clock). Absent before its first tick.",
+    ),
+    ("dramatiq_redisson_schedule_paused", "1 while the schedule is paused, else 0."),
+)
+
+
 def _require_prometheus_client() -> None:
     """Raise a helpful ImportError when prometheus-client is not installed."""
     try:
@@ -114,8 +134,12 @@ class StatsCollector:
         queues declared in this process and those that have ever had consumers).
       overdue_grace: Scheduled messages due more than this many ms ago count as overdue.
 
+    It also exports the schedule gauges of the periodic actors' schedules stored on those
+    queues (:meth:`Schedules.list`).
+
     A failed read (server unreachable, ...) is logged and exports only
-    ``dramatiq_redisson_stats_up 0``, so the rest of the registry is still served.
+    ``dramatiq_redisson_stats_up 0``, so the rest of the registry is still served. A failed
+    read of the schedules alone is logged and exports the queue gauges without them.
     """
 
     def __init__(
@@ -140,9 +164,16 @@ class StatsCollector:
             stats["queues"].update(self.broker.stats(name, overdue_grace=self.overdue_grace)["queues"])
         return stats
 
+    def read_schedules(self) -> list[ScheduleInfo]:
+        """The schedules exported: those stored on the exported queues."""
+        schedules = self.broker.schedules.list()
+        if self.queues is None:
+            return schedules
+        return [info for info in schedules if info.queue_name in self.queues]
+
     def describe(self) -> list[Metric]:
         # Names only: registering the collector must not read the server.
-        return [self._up(None), *self._families(None)]
+        return [self._up(None), *self._families(None), *self._schedule_families([])]
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -151,8 +182,14 @@ class StatsCollector:
             logger.exception("Could not read the queue stats for the metrics.")
             yield self._up(0.0)
             return
+        try:
+            schedules = self.read_schedules()
+        except Exception:
+            logger.exception("Could not read the schedules for the metrics.")
+            schedules = []
         yield self._up(1.0)
         yield from self._families(stats)
+        yield from self._schedule_families(schedules)
 
     @staticmethod
     def _up(value: float | None) -> Metric:
@@ -187,6 +224,23 @@ class StatsCollector:
             workers.add_metric([], float(stats["workers"]))
         families.append(workers)
         return families
+
+    @staticmethod
+    def _schedule_families(schedules: Sequence[ScheduleInfo]) -> list[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        next_due, lateness, paused = (
+            GaugeMetricFamily(name, documentation, labels=_SCHEDULE_LABELS) for name, documentation in _SCHEDULE_GAUGES
+        )
+        for info in schedules:
+            labels = [info.name, info.queue_name, info.actor_name]
+            due = info.next_due_ms if info.next_due_ms is not None or info.paused else info.waiting_since_ms
+            if due is not None:
+                next_due.add_metric(labels, due / 1000)
+            if info.last_lateness_ms is not None:
+                lateness.add_metric(labels, max(0, info.last_lateness_ms) / 1000)
+            paused.add_metric(labels, 1.0 if info.paused else 0.0)
+        return [next_due, lateness, paused]
 
 
 class TransferMetrics:

@@ -583,3 +583,31 @@ def test_text_search_finds_what_the_page_shows(broker: RedissonBroker, page: Pag
     for text, message in (("Zürich", city), ('"hi"', quoted)):
         page.goto(dashboard + "queues/default?" + urllib.parse.urlencode({"q": text}))
         assert row_ids(page) == [message.message_id], text
+
+
+def test_pause_a_schedule_from_the_schedules_page(broker: RedissonBroker, page: Page, dashboard: str) -> None:
+    from dramatiq_redisson import periodic
+
+    # Given a periodic actor's schedule, stored as the workers of its queue store it
+    @periodic(every=60, name="browser-report")
+    @dramatiq.actor(queue_name="reports")
+    def nightly_report() -> None:
+        pass
+
+    broker.schedules.reconcile("reports")
+    # When the operator opens Schedules from the navigation and pauses it, confirming
+    page.goto(dashboard)
+    page.click("header.top >> text=Schedules")
+    row = page.locator('#schedules tr[data-name="browser-report"]')
+    assert row.locator('td[data-field="spec"]').inner_text() == "every 1m"
+    assert row.locator('td[data-field="paused"]').inner_text() == "no"
+    row.locator('button[data-action="pause"]').click()
+    assert "Pause schedule browser-report" in page.locator("#question").inner_text()
+    assert not broker.schedules.get("browser-report").paused  # asked first
+    page.click("#confirm")
+    # Then the page says so, and the server holds it paused, its tick unscheduled
+    assert flash(page) == "Schedule browser-report paused."
+    info = broker.schedules.get("browser-report")
+    assert info.paused and info.next_due_ms is None
+    assert row.locator('td[data-field="paused"]').inner_text() == "yes"
+    assert row.locator('button[data-action="resume"]').count() == 1

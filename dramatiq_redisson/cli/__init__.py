@@ -32,7 +32,7 @@ import redis
 
 from .. import __version__
 from .._format import one_line, parse_duration, span
-from . import _acl, _dead, _scheduled, _serve, _stats
+from . import _acl, _dead, _scheduled, _schedules, _serve, _stats
 from ._base import DEBUG_ENV, EXIT_NOT_FOUND, EXIT_USAGE, PLAIN_ENV, PROG, Command, Context, UsageError
 from ._connect import connect, server_address, split_broker_path
 from ._output import Output
@@ -47,6 +47,7 @@ REGISTRY: tuple[Command, ...] = (
     _scheduled.PROMOTE,
     _scheduled.RESCHEDULE,
     _dead.DEAD,
+    _schedules.SCHEDULES,
     _stats.WATCH,
     _serve.METRICS,
     _acl.ACL_RULE,
