@@ -34,3 +34,31 @@ def declare(broker: Any, queue: str = QUEUE, record: Any = None) -> Any:
     name = "bench_record" if queue == QUEUE else f"bench_record_{queue}"
     decorate: Any = dramatiq.actor
     return decorate(bench_record, broker=broker, queue_name=queue, actor_name=name, max_retries=0)
+
+
+#: The list the periodic scenario's tick actor records its runs on: "name tick sec usec pid".
+TICK_KEY = "bench:ticks"
+
+
+def declare_periodic(broker: Any, schedules: Any, record: Any = None, queue: str = QUEUE) -> Any:
+    """Declare ``bench_tick`` on ``queue`` with one schedule per ``(name, every seconds)`` of
+    ``schedules`` (``@periodic(every=…, name=…)``, RedissonBroker only) and return it. Each run
+    records its schedule (the message's ``periodic`` option), its tick time (its
+    ``message_timestamp``) and, like ``bench_record``, the server's TIME, in ``TICK_KEY``."""
+    from dramatiq.middleware import CurrentMessage
+
+    from dramatiq_redisson import periodic
+
+    client = broker.client if record is None else record
+    broker.add_middleware(CurrentMessage())
+
+    def bench_tick() -> None:
+        message: Any = CurrentMessage.get_current_message()
+        tick = f"{message.options.get('periodic')} {message.message_timestamp}"
+        client.eval(RECORD_LUA, 1, TICK_KEY, tick, os.getpid())
+
+    decorate: Any = dramatiq.actor
+    actor = decorate(bench_tick, broker=broker, queue_name=queue, actor_name="bench_tick", max_retries=0)
+    for name, every in schedules:
+        periodic(every=every, name=name)(actor)
+    return actor

@@ -25,8 +25,10 @@ def worker_main(
     its transfer timer). ``count``: (shared array, offset, slots) to count the commands
     this process sends into (see ``CommandCounter``). ``options``: ``broker`` (keyword
     arguments of the broker: ``cluster=True``, ``wait_for_replicas``…), ``queues`` (the
-    queues to consume, one recording actor each; default the bench queue) and
-    ``record_url`` (the server the records go to; default the broker's). Reports (pid,
+    queues to consume, one recording actor each; default the bench queue),
+    ``record_url`` (the server the records go to; default the broker's) and ``periodic``
+    (``(name, every seconds)`` pairs: a periodic actor on the bench queue with these
+    schedules, see ``_actor.declare_periodic``). Reports (pid,
     the file ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
     import redis
     from dramatiq import Worker
@@ -41,6 +43,10 @@ def worker_main(
     record = redis.Redis.from_url(opts["record_url"]) if opts.get("record_url") else None
     for queue in opts.get("queues") or [QUEUE]:
         declare(broker, queue, record)
+    if opts.get("periodic"):
+        from ._actor import declare_periodic
+
+        declare_periodic(broker, opts["periodic"], record)
     if count is not None:
         counts, base, slots = count
         CommandCounter(slots, script_names(broker), counts, base).activate()

@@ -385,6 +385,19 @@ def make_broker(kind: str, url: str, **options: Any) -> Any:
         return result
 
     scripts.offer = offer
+    if hasattr(scripts, "offer_one"):  # the one-message offer (releases after 2026-11-25)
+        original_one = scripts.offer_one
+
+        def offer_one(*args: Any, **options: Any) -> Any:
+            try:
+                due = original_one(*args, **options)
+            except NotReplicated as e:
+                broker.bench_last_dues = [getattr(e, "reply", None)]
+                raise
+            broker.bench_last_dues = [due]
+            return due
+
+        scripts.offer_one = offer_one
     return broker
 
 

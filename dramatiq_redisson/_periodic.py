@@ -311,6 +311,8 @@ class Schedules:
             with self._each(name):
                 if self._reconcile_one(keys, name, schedule, stored_raw.get(name)):
                     changed.append(name)
+        if stored_raw:
+            self.attend_all(queue_name)
         for name in sorted(set(stored_raw) - set(declared)):
             if (queue_name, name) not in self._reported:
                 self._reported.add((queue_name, name))
@@ -337,8 +339,7 @@ class Schedules:
         wanted = schedule.definition()
         current = _load(raw)
         if current is not None and {k: current.get(k) for k in wanted} == wanted:
-            self.attend(keys, [name])
-            return False
+            return False  # unchanged (reconcile's sweep resumes or tops it up if needed)
         now_ms = self._now_ms()
         spec_changed = current is None or current.get("spec") != wanted["spec"]
         stored = {
@@ -395,12 +396,13 @@ class Schedules:
             scripts.schedule(keys, "extend", name, str(times[-1]) if times else "", ",".join(str(t) for t in more))
 
     def attend_all(self, queue_name: str) -> None:
-        """:meth:`attend` to every schedule stored for the queue (a consumer's maintenance:
-        a chain whose reporter died, or whose tick an operator cancelled)."""
+        """:meth:`attend` to the queue's schedules that need it (a consumer's maintenance:
+        a chain whose reporter died, or whose tick an operator cancelled), found by one
+        script call however many schedules the queue has."""
         keys = self._keys(queue_name)
-        names = list(_hash(self.broker.client.hgetall(keys.schedules)))
+        names = self.broker.redisson_scripts.schedule(keys, "sweep", "", self._now_ms(), PERIODIC_LOW_WATER)
         if names:
-            self.attend(keys, names)
+            self.attend(keys, [_str(name) for name in names])
 
     # -- operators ------------------------------------------------------------------
 
@@ -425,6 +427,11 @@ class Schedules:
         chains = _hash(client.hgetall(keys.chains))
         state = _hash(client.hgetall(keys.schedule_state))
         declared = self.declared()
+        members = {name: member for name, member in chains.items() if name in raw}
+        pipe = client.pipeline(transaction=False)
+        for member in members.values():
+            pipe.zscore(keys.timeout_zset, member)
+        dues = dict(zip(members, pipe.execute(), strict=True))
         infos = []
         for name, value in sorted(raw.items()):
             stored = _load(value)
@@ -436,8 +443,7 @@ class Schedules:
                 # One unreadable entry (another version's, a hand edit) hides only itself.
                 self.logger.error("Schedule %r on queue %r is unreadable, left out: %s", name, queue_name, e)
                 continue
-            member = chains.get(name)
-            due = client.zscore(keys.timeout_zset, member) if member else None
+            due = dues.get(name)
             infos.append(
                 ScheduleInfo(
                     name=name,

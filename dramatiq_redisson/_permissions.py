@@ -60,6 +60,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "hdel",
     "hexists",
     "hget",
+    "hgetall",
     "hlen",
     "hmget",
     "hset",

@@ -19,6 +19,7 @@ from .lateness import lateness, lateness_paced
 from .memory import memory
 from .offer import offer_throughput
 from .operations import operations
+from .periodic import periodic
 from .saturation import saturation
 
 #: Every scenario, by the name ``python -m benchmarks`` takes, in the order ``all`` runs them.
@@ -35,6 +36,7 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "fleet": fleet,
     "operations": operations,
     "cluster": cluster,
+    "periodic": periodic,
 }
 
 __all__ = ["Ctx", "SCENARIOS", "pct"]

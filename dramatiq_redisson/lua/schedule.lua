@@ -37,6 +37,7 @@
 --          ("": the list is empty) and the chain is scheduled. Returns 1, or 0.
 -- "pause": unschedule the chain's tick, mark paused. Returns 1, or 0 if it was paused.
 -- "remove": unschedule the chain's tick and forget the schedule. Returns 1, or 0 if unknown.
+-- "sweep": every schedule at once (ARGV[2] unused; see the code).
 -- "check": read the schedule; a chain whose tick is no longer scheduled (cancelled or
 --          cleared by an operator) while neither paused nor waiting is marked waiting
 --          from the tick after the last run (ARGV[3]: the server time in ms, used when
@@ -52,6 +53,35 @@
 local schedules, chains, state, zset, backup, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local channel, ready, ready_msgs, idle = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local op, name = ARGV[1], ARGV[2]
+
+if op == "sweep" then
+    -- Every schedule of the queue in one call (a consumer's maintenance): those whose
+    -- chain waits to be resumed, whose tick is no longer scheduled (then marked waiting, as
+    -- "check" does; ARGV[3] the server time in ms) or that have fewer than ARGV[4]
+    -- upcoming times. Returns their names.
+    local found = {}
+    local all = redis.call("HGETALL", schedules)
+    for i = 1, #all, 2 do
+        local each = all[i]
+        local got = redis.call("HMGET", state, each .. "|s", each .. "|p", each .. "|t", each .. "|r")
+        if not got[2] then
+            local member = redis.call("HGET", chains, each)
+            local times = 0
+            for _ in string.gmatch(got[3] or "", "%d+") do
+                times = times + 1
+            end
+            if not got[1] and not (member and redis.call("ZSCORE", zset, member)) then
+                local from = got[4] and string.format("%d", tonumber(got[4]) + 1) or ARGV[3]
+                redis.call("HDEL", chains, each)
+                redis.call("HSET", state, each .. "|s", from)
+                found[#found + 1] = each
+            elseif got[1] or times < tonumber(ARGV[4]) then
+                found[#found + 1] = each
+            end
+        end
+    end
+    return found
+end
 
 local definition = redis.call("HGET", schedules, name)
 local chained = redis.call("HGET", chains, name)
