@@ -23,6 +23,7 @@ import redis
 
 from .analysis import Stats, analyse, percentile
 from .fault_common import FINISH, PRODUCER_DONE, READY, REFUSED, SENT, Record, records_key
+from .periodic import PERIODIC_SCENARIOS, PeriodicScenario, run_periodic_scenario
 from .procs import (
     DEFAULT_PRODUCT_ROOT,
     ValkeyProcess,
@@ -34,6 +35,9 @@ from .procs import (
     subprocess_env,
 )
 from .scenarios import BASE_SERVER_CONFIG, SCENARIOS, SIZES, FaultContext, Scenario, Size, acl_rule
+
+# The periodic actors' scenarios (periodic.py) run beside these, by the same commands.
+SCENARIOS = {**SCENARIOS, **PERIODIC_SCENARIOS}
 
 #: Longest delay the producer uses (ms); the last message is due at most this long
 #: after the last send.
@@ -205,6 +209,99 @@ def check(scenario: Scenario, stats: Stats, size: Size | None = None) -> list[st
     return failures
 
 
+def boot_fleet(
+    app: str,
+    scenario: Any,
+    size: Size,
+    env: dict[str, str],
+    workdir: Path,
+    reader: RecordReader,
+    on_exit: Callable[[Any, int], None],
+) -> WorkerFleet:
+    """Start ``scenario``'s worker commands of ``python -m dramatiq <app>`` and wait until
+    every process recorded that it is ready."""
+    processes = scenario.processes or size.processes
+    commands = scenario.commands or size.commands
+    argv = python_module_argv("dramatiq", app, "--processes", str(processes), "--threads", str(size.threads))
+    fleet = WorkerFleet(
+        [WorkerCommand(i, argv, env, workdir, workdir / f"worker-{i}.log") for i in range(commands)],
+        on_exit=on_exit,
+    )
+    fleet.start()
+    expected = commands * processes
+
+    def booted() -> bool:
+        reader.poll()
+        return reader.ready >= expected
+
+    _wait(booted, 90, f"{expected} worker processes")
+    return fleet
+
+
+def inject_for(scenario: Any, ctx: FaultContext, seconds: float, reader: RecordReader) -> None:
+    """Run the scenario's fault in a thread for ``seconds`` (reading records meanwhile),
+    stop it, and bring the faulted server back if the fault left it down."""
+    notes = ctx.notes
+
+    def inject() -> None:
+        try:
+            scenario.fault(ctx)
+        except Exception as e:  # noqa: BLE001 - reported as a failure of the scenario
+            notes["fault error"] = f"{type(e).__name__}: {e}"
+
+    fault_thread = threading.Thread(target=inject, name=f"fault-{scenario.name}", daemon=True)
+    fault_thread.start()
+    fault_stop_at = time.monotonic() + seconds
+    while time.monotonic() < fault_stop_at and fault_thread.is_alive():
+        reader.poll()
+        time.sleep(0.2)
+    ctx.stop.set()
+    fault_thread.join(timeout=120)
+    if fault_thread.is_alive():
+        notes["fault error"] = "fault thread did not stop within 120 s"
+    if ctx.server.pid is None:  # a fault left it down: bring it back for the drain
+        ctx.server.start()
+        notes["server restarted after fault"] = True
+
+
+def prepare(scenario: Any, records: ValkeyProcess) -> tuple[float, Path, str, RecordReader, ValkeyProcess]:
+    """A scenario's start time, working directory, record prefix, record reader and (not
+    yet started) faulted server."""
+    began = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix=f"faults-{scenario.name}-"))
+    prefix = f"run:{scenario.name}:{uuid.uuid4().hex[:8]}"
+    reader = RecordReader(records.url, prefix)
+    server = ValkeyProcess("faulted", workdir / "faulted", {**BASE_SERVER_CONFIG, **scenario.server_config})
+    return began, workdir, prefix, reader, server
+
+
+def stop_fleet(fleet: WorkerFleet, exits: list[int], notes: dict[str, Any]) -> None:
+    """Stop the workers; note odd exit codes and how often a worker command restarted."""
+    codes = fleet.stop()
+    if any(code not in (0, None) for code in codes):
+        notes["worker exit codes at stop"] = codes
+    if exits:
+        notes["worker command restarts"] = len(exits)
+
+
+def stamped(result: Result, began: float, workdir: Path) -> Result:
+    """``result`` with its duration (since ``began``, monotonic) and working directory."""
+    result.duration_s = round(time.monotonic() - began, 1)
+    result.workdir = str(workdir)
+    return result
+
+
+def start_faulted(server: ValkeyProcess, workdir: Path) -> ValkeyProcess:
+    """Start the faulted server; if the probed port was taken meanwhile, one more try on
+    another. Returns the server that runs."""
+    try:
+        server.start()
+    except RuntimeError:
+        server = ValkeyProcess("faulted", workdir / "faulted2", server.config)
+        server.start()
+    return server
+
+
 def run_scenario(
     scenario: Scenario,
     size: Size,
@@ -216,11 +313,9 @@ def run_scenario(
     (``broker="builtin"``) Dramatiq's RedisBroker."""
     if broker not in BROKERS or (broker == "builtin" and not scenario.builtin):
         raise ValueError(f"scenario {scenario.name!r} cannot run with broker {broker!r}")
-    began = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix=f"faults-{scenario.name}-"))
-    prefix = f"run:{scenario.name}:{uuid.uuid4().hex[:8]}"
-    reader = RecordReader(records.url, prefix)
-    server = ValkeyProcess("faulted", workdir / "faulted", {**BASE_SERVER_CONFIG, **scenario.server_config})
+    if isinstance(scenario, PeriodicScenario):
+        return run_periodic_scenario(scenario, size, records, product_root)
+    began, workdir, prefix, reader, server = prepare(scenario, records)
     fleet: WorkerFleet | None = None
     producer: subprocess.Popen[bytes] | None = None
     producer_log = open(workdir / "producer.log", "wb")  # noqa: SIM115 - closed below
@@ -228,11 +323,7 @@ def run_scenario(
     notes: dict[str, Any] = {}
     interrupted = False
     try:
-        try:
-            server.start()
-        except RuntimeError:  # the probed port was taken meanwhile: one more try
-            server = ValkeyProcess("faulted", workdir / "faulted2", server.config)
-            server.start()
+        server = start_faulted(server, workdir)
         broker_url = server.url
         if scenario.acl_user:
             rule, source = acl_rule(product_root, binary_version())
@@ -259,49 +350,14 @@ def run_scenario(
         def on_exit(command: WorkerCommand, code: int) -> None:
             exits.append(code)
 
-        processes = scenario.processes or size.processes
-        commands = scenario.commands or size.commands
-        argv = python_module_argv(
-            "dramatiq", "fault_app:broker", "--processes", str(processes), "--threads", str(size.threads)
-        )
-        fleet = WorkerFleet(
-            [WorkerCommand(i, argv, env, workdir, workdir / f"worker-{i}.log") for i in range(commands)],
-            on_exit=on_exit,
-        )
-        fleet.start()
-        expected = commands * processes
-
-        def booted() -> bool:
-            reader.poll()
-            return reader.ready >= expected
-
-        _wait(booted, 90, f"{expected} worker processes")
+        fleet = boot_fleet("fault_app:broker", scenario, size, env, workdir, reader, on_exit)
 
         ctx = FaultContext(server=server, fleet=fleet, size=size, stop=stop, clock=reader.now_ms, notes=notes)
         producer = subprocess.Popen(
             python_module_argv("fault_producer"), env=env, cwd=workdir, stdout=producer_log, stderr=producer_log
         )
-
-        def inject() -> None:
-            try:
-                scenario.fault(ctx)
-            except Exception as e:  # noqa: BLE001 - reported as a failure of the scenario
-                notes["fault error"] = f"{type(e).__name__}: {e}"
-
-        fault_thread = threading.Thread(target=inject, name=f"fault-{scenario.name}", daemon=True)
-        fault_thread.start()
-        fault_stop_at = time.monotonic() + size.messages / size.rate + DELAY_MAX_MS / 1000
-        while time.monotonic() < fault_stop_at and fault_thread.is_alive():
-            reader.poll()
-            time.sleep(0.2)
-        stop.set()
-        fault_thread.join(timeout=120)
-        if fault_thread.is_alive():
-            notes["fault error"] = "fault thread did not stop within 120 s"
+        inject_for(scenario, ctx, size.messages / size.rate + DELAY_MAX_MS / 1000, reader)
         fault_end = time.monotonic()
-        if server.pid is None:  # a fault left it down: bring it back for the drain
-            server.start()
-            notes["server restarted after fault"] = True
         settle_until = fault_end + scenario.settle_s
         deadline = fault_end + size.grace_s + scenario.settle_s
         while time.monotonic() < deadline:
@@ -313,11 +369,7 @@ def run_scenario(
             notes["waited to deadline"] = True
         if producer.poll() is None:
             notes["producer unfinished"] = True
-        codes = fleet.stop()
-        if any(code not in (0, None) for code in codes):
-            notes["worker exit codes at stop"] = codes
-        if exits:
-            notes["worker command restarts"] = len(exits)
+        stop_fleet(fleet, exits, notes)
         reader.poll()
         # For a later look at a failed (or --keep) scenario: every record and injection.
         with open(workdir / "records.txt", "w") as out:
@@ -334,10 +386,9 @@ def run_scenario(
             if failures:
                 stats.notes["our criteria (not enforced)"] = "; ".join(failures)
             failures = []
-        result = Result(scenario.name, size.name, stats, failures, levels, samples, broker=broker)
-        result.duration_s = round(time.monotonic() - began, 1)
-        result.workdir = str(workdir)
-        return result
+        return stamped(
+            Result(scenario.name, size.name, stats, failures, levels, samples, broker=broker), began, workdir
+        )
     except KeyboardInterrupt:
         interrupted = True
         raise
