@@ -2,7 +2,7 @@
 Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws fixed."""
 
 from ._broker import RedissonBroker
-from ._dead_letters import DeadLetters
+from ._dead_letters import AmbiguousDeadLetter, DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._errors import (
     EnqueueError,
@@ -22,6 +22,7 @@ from ._stats import QueueStats, Stats
 __version__ = "0.1.0"
 
 __all__ = [
+    "AmbiguousDeadLetter",
     "DeadLetters",
     "DelayedQueue",
     "EnqueueError",

@@ -464,7 +464,9 @@ def test_dead_list_show_requeue_purge(
     assert lines[0].startswith("Dead letters of 'default': 5")
     row = next(line for line in lines if ids[0] in line)
     assert re.match(
-        rf"{iso_s(now - 300_000)}\s+5m( [0-5]?\ds)? ago\s+{ids[0]}\s+alpha\s+3\s+ValueError: boom\s+1, tag=\"t\"$", row
+        rf"{ids[0]}\s+{ids[0]}\s+{iso_s(now - 300_000)}\s+5m( [0-5]?\ds)? ago\s+"
+        rf"alpha\s+3\s+ValueError: boom\s+1, tag=\"t\"$",
+        row,
     )
 
     shown = ok_json(cli("dead", "show", "default", ids[0], "--json"))
@@ -476,7 +478,7 @@ def test_dead_list_show_requeue_purge(
     # Requeue one: it leaves the dead letters for the ready queue
     result = cli("dead", "requeue", "default", ids[1], "nope")
     assert result.returncode == 1 and result.stdout == f"requeued {ids[1]}\n"
-    assert_one_line_error(result, 1, "no dead letter: nope")
+    assert_one_line_error(result, 1, "no dead letter nope on queue 'default'")
     assert ready_ids(broker) == [ids[1]]
     assert broker.client.hexists(keys.ready_msgs, ids[1]) and broker.dead_letters("default").get(ids[1]) is None
 

@@ -9,7 +9,7 @@ import re
 import urllib.parse
 from collections.abc import Iterator
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
 import pytest
@@ -303,24 +303,43 @@ def test_run_now_executes_the_message_on_a_worker(
 # -- dead letters ----------------------------------------------------------------------
 
 
-def test_requeue_a_dead_letter_after_reading_its_error_and_traceback(
-    broker: RedissonBroker, redis_client: redis.Redis, page: Page, dashboard: str
-) -> None:
-    # Given an actor that fails until a flag is set, run once on a worker: it dies
-    @dramatiq.actor(max_retries=0)
-    def sync_account(account: str) -> None:
-        if not redis_client.get("test:fixed"):
-            raise RuntimeError(f"upstream refused account {account}")
-        record(redis_client, account=account)
+def fails_until_fixed(client: redis.Redis, actor_name: str, error: str, field: str) -> Any:
+    """An actor (no retries) that raises ``error`` (formatted with its argument) until the
+    key ``test:fixed`` exists, then records its argument as ``field``."""
 
-    sync_account.send("acme-42")
+    def run(value: str) -> None:
+        if not client.get("test:fixed"):
+            raise RuntimeError(error.format(value))
+        record(client, **{field: value})
+
+    run.__name__ = actor_name
+    return dramatiq.actor(run, max_retries=0)
+
+
+def run_until_dead(broker: RedissonBroker) -> tuple[Worker, Any]:
+    """Start a worker and wait until the default queue has one dead letter; returns the
+    worker (still running: the caller stops it) and that dead letter."""
     worker = Worker(broker, worker_threads=2, worker_timeout=100)
     worker.start()
     try:
         assert wait_for(lambda: broker.dead_letters("default").size() == 1)
-        [(_, letter)] = broker.dead_letters("default").page(0, 10)
-        redis_id = letter.options["redis_message_id"]
+    except BaseException:
+        worker.stop()
+        raise
+    [(_, letter)] = broker.dead_letters("default").page(0, 10)
+    return worker, letter
 
+
+def test_requeue_a_dead_letter_after_reading_its_error_and_traceback(
+    broker: RedissonBroker, redis_client: redis.Redis, page: Page, dashboard: str
+) -> None:
+    # Given an actor that fails until a flag is set, run once on a worker: it dies
+    sync_account = fails_until_fixed(redis_client, "sync_account", "upstream refused account {}", "account")
+
+    sync_account.send("acme-42")
+    worker, letter = run_until_dead(broker)
+    redis_id = letter.options["redis_message_id"]
+    try:
         # When its queue's dead letters are opened
         page.goto(dashboard + "queues/default/dead")
 
@@ -331,7 +350,7 @@ def test_requeue_a_dead_letter_after_reading_its_error_and_traceback(
         row.locator(f'a[href$="/dead/{redis_id}"]').click()
         traceback = page.locator("#traceback").inner_text()
         assert traceback.startswith("Traceback (most recent call last):")
-        assert "in sync_account" in traceback
+        assert "raise RuntimeError(error.format(value))" in traceback  # the actor's own frame
         assert traceback.rstrip().endswith("RuntimeError: upstream refused account acme-42")
 
         # When the cause is fixed and "Requeue" clicked
@@ -611,3 +630,39 @@ def test_pause_a_schedule_from_the_schedules_page(broker: RedissonBroker, page: 
     assert info.paused and info.next_due_ms is None
     assert row.locator('td[data-field="paused"]').inner_text() == "yes"
     assert row.locator('button[data-action="resume"]').count() == 1
+
+
+def test_open_and_requeue_a_dead_letter_by_its_message_id(
+    broker: RedissonBroker, redis_client: redis.Redis, page: Page, dashboard: str
+) -> None:
+    # Given a scheduled message that died (its redis id: a sort key and its message id)
+    charge_card = fails_until_fixed(redis_client, "charge_card", "card declined for {}", "order")
+
+    message_id = charge_card.send_with_options(args=("order-7",), delay=1).message_id
+    worker, letter = run_until_dead(broker)
+    redis_id = letter.options["redis_message_id"]
+    try:
+        assert redis_id != message_id and redis_id.endswith(message_id)
+
+        # When the message id from the logs is typed in the dead letters' find box
+        page.goto(dashboard + "queues/default/dead")
+        row = page.locator(f'#dead tr[data-id="{redis_id}"]')
+        assert row.locator('td[data-field="message-id"]').inner_text() == message_id
+        assert row.locator('td[data-field="redis-id"]').inner_text() == redis_id
+        page.fill("#find-id", message_id)
+        page.locator("#find button[type=submit]").click()
+
+        # Then its page opens, naming both ids, with its error
+        page.wait_for_selector("#redis-id")
+        assert page.locator("#message-id").inner_text() == message_id
+        assert page.locator("#redis-id").inner_text() == redis_id
+        assert page.locator("#error").inner_text() == "RuntimeError: card declined for order-7"
+
+        # When the cause is fixed and "Requeue" clicked, then it runs
+        redis_client.set("test:fixed", 1)
+        page.click("#requeue")
+        assert flash(page) == f"Dead letter {redis_id} put back on the ready queue."
+        assert wait_for(lambda: [r["order"] for r in records(redis_client)] == ["order-7"])
+        assert broker.dead_letters("default").size() == 0
+    finally:
+        worker.stop()

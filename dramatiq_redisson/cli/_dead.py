@@ -1,14 +1,27 @@
-"""Dead letters: ``dead list``, ``dead show``, ``dead requeue``, ``dead purge``."""
+"""Dead letters: ``dead list``, ``dead show``, ``dead requeue``, ``dead purge``.
+
+``show``, ``requeue`` and ``purge`` take a dead letter's redis id or its message id (see
+:meth:`DeadLetters.find`). A message id that names several dead letters is listed by
+``show``, refused by ``requeue`` (requeuing each would run the message more than once:
+it names their redis ids), and purged whole by ``purge`` (which asks first, counting
+them)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from dramatiq.message import Message
+
+from .._dead_letters import SEARCH_LIMIT, DeadLetters
 from .._format import ago, call_text, dead_doc, iso, last_error, shorten
 from ._base import DEFAULT_LIMIT, EXIT_NOT_FOUND, EXIT_OK, Command, Context, non_negative_int
 from ._connect import confirm, declined, server_now
 from ._output import Block, Cell, Output, Table
-from ._scheduled import check_ids_or_all, detail_blocks, plural, report_all, report_ids
+from ._scheduled import check_ids_or_all, detail_blocks, plural, report_all
+
+#: What an id argument is.
+ID_HELP = "a message id, or a redis id (dead list shows both)"
 
 
 def _dead_list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,22 +62,47 @@ def cmd_dead_list(ctx: Context) -> int:
         blocks.append(Cell("No dead letters."))
         ctx.out.blocks(blocks)
         return EXIT_OK
-    table = Table(["died (UTC)", "when", "id", "actor", "retries", "last error", "arguments"], numeric={4})
+    blocks.append(_table(entries, now))
+    if truncated:
+        blocks.append(Cell(f"Showing the oldest {len(entries)}; --limit 0 lists all.", "dim"))
+    ctx.out.blocks(blocks)
+    return EXIT_OK
+
+
+def _table(entries: list[tuple[int, Message[Any]]], now: int) -> Table:
+    """Dead letters as ``dead list`` shows them: the message id first, then the redis id."""
+    table = Table(
+        ["message id", "redis id", "died (UTC)", "when", "actor", "retries", "last error", "arguments"], numeric={5}
+    )
     for died, message in entries:
         table.add(
+            str(message.message_id),
+            str(message.options.get("redis_message_id", message.message_id)),
             iso(died, precise=False) or "",
             ago(died, now),
-            str(message.options.get("redis_message_id", message.message_id)),
             Cell(message.actor_name, "cyan"),
             str(message.options.get("retries", 0)),
             Cell(shorten(last_error(message) or "-", 50), "red"),
             call_text(message, 40),
         )
-    blocks.append(table)
-    if truncated:
-        blocks.append(Cell(f"Showing the oldest {len(entries)}; --limit 0 lists all.", "dim"))
-    ctx.out.blocks(blocks)
-    return EXIT_OK
+    return table
+
+
+def _redis_id(message: Message[Any]) -> str:
+    return str(message.options["redis_message_id"])
+
+
+def _not_found(dl: DeadLetters, given: str) -> str:
+    """The note for an id that names no dead letter; when the search for its message id
+    did not reach every dead letter, how far it went."""
+    note = f"no dead letter {given} on queue {dl.queue_name!r}"
+    total = dl.size()
+    if total > SEARCH_LIMIT:
+        note += (
+            f" (looked for as a message id among the newest {SEARCH_LIMIT:,} of {total:,} dead letters; "
+            "an older one answers to its redis id: dead list --limit 0)"
+        )
+    return note
 
 
 DEAD_LIST = Command(
@@ -76,20 +114,20 @@ DEAD_LIST = Command(
 
 
 def _dead_show_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("message_id", metavar="ID", help="its redis message id (the id column of dead list)")
+    parser.add_argument("message_id", metavar="ID", help=ID_HELP)
 
 
 def cmd_dead_show(ctx: Context) -> int:
     args = ctx.args
     now = server_now(ctx.broker)
-    found = ctx.broker.dead_letters(args.queue).get(args.message_id)
-    if found is None:
+    dl = ctx.broker.dead_letters(args.queue)
+    letters = dl.find(args.message_id)
+    if not letters:
         if ctx.json_mode:
             ctx.out.json({"queue": args.queue, "message_id": args.message_id, "found": False})
-        Output.note(f"no dead letter {args.message_id} on queue {args.queue!r}")
+        Output.note(_not_found(dl, args.message_id))
         return EXIT_NOT_FOUND
-    died, message = found
-    doc = dead_doc(died, message, now)
+    docs = [dead_doc(died, message, now) for died, message in letters]
     if ctx.json_mode:
         ctx.out.json(
             {
@@ -98,12 +136,22 @@ def cmd_dead_show(ctx: Context) -> int:
                 "found": True,
                 "time_ms": now,
                 "time": iso(now),
-                "message": doc,
+                "count": len(docs),
+                "message": docs[0] if len(docs) == 1 else None,
+                "messages": docs,
             }
         )
         return EXIT_OK
+    if len(letters) > 1:
+        title = (
+            f"Message id {args.message_id} names {len(letters)} dead letters on {args.queue!r}, newest first; "
+            "give a redis id to show, requeue or purge one:"
+        )
+        ctx.out.blocks([Cell(title, "bold"), _table(letters, now)])
+        return EXIT_OK
+    [(died, message)], [doc] = letters, docs
     fields = [
-        ("id", str(doc["redis_message_id"])),
+        ("redis id", str(doc["redis_message_id"])),
         ("died", f"{doc['died']} ({ago(died, now)})"),
         ("retries", str(message.options.get("retries", 0))),
         ("last error", doc["error"] or "-"),
@@ -122,8 +170,50 @@ DEAD_SHOW = Command(
 
 def _dead_bulk_arguments(parser: argparse.ArgumentParser) -> None:
     """dead requeue and dead purge: dead letter ids, or --all."""
-    parser.add_argument("ids", nargs="*", metavar="ID")
+    parser.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
     parser.add_argument("--all", action="store_true", help="every dead letter of the queue")
+
+
+def _resolve(dl: DeadLetters, ids: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """The redis ids each given id names (in order, each id once), and the ids that name
+    no dead letter."""
+    named: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for given in dict.fromkeys(ids):
+        letters = dl.find(given)
+        if letters:
+            named[given] = [_redis_id(message) for _, message in letters]
+        else:
+            missing.append(given)
+    return named, missing
+
+
+def _act(ctx: Context, dl: DeadLetters, action: str, redis_id: str) -> bool:
+    """Requeue or remove one dead letter by its redis id alone (it may have left since it
+    was found: then False, and no search by message id)."""
+    return ctx.broker.redisson_scripts.dead(dl.keys, action, 0, [redis_id]) > 0
+
+
+def _report(
+    ctx: Context,
+    dl: DeadLetters,
+    key: str,
+    verb: str,
+    done: list[tuple[str, str]],
+    missing: list[str],
+    extra: dict[str, Any],
+) -> int:
+    """Print what ``dead requeue``/``dead purge`` did (``done``: given id and redis id
+    pairs); exit 1 if an id was not found (or, for requeue, named several)."""
+    if ctx.json_mode:
+        document = {"queue": ctx.args.queue, "count": len(done), key: [rid for _, rid in done], "not_found": missing}
+        ctx.out.json({**document, **extra})
+    else:
+        for given, rid in done:
+            ctx.out.line(f"{verb} {given}" + ("" if rid == given else f" (redis id {rid})"))
+    for given in missing:
+        Output.note(_not_found(dl, given))
+    return EXIT_NOT_FOUND if missing or any(extra.values()) else EXIT_OK
 
 
 def cmd_dead_requeue(ctx: Context) -> int:
@@ -135,11 +225,24 @@ def cmd_dead_requeue(ctx: Context) -> int:
             return declined()
         count = dl.requeue_all()
         return report_all(ctx, count, f"Requeued {plural(count, 'dead letter')} of {args.queue!r}.")
-    done: list[str] = []
-    missing: list[str] = []
-    for message_id in dict.fromkeys(args.ids):
-        (done if dl.requeue(message_id) else missing).append(message_id)
-    return report_ids(ctx, "requeued", "requeued", done, missing, "no dead letter")
+    named, missing = _resolve(dl, args.ids)
+    done: list[tuple[str, str]] = []
+    ambiguous: dict[str, list[str]] = {}
+    for given, rids in named.items():
+        if len(rids) > 1:
+            # Requeuing each would run the message once per dead letter: the operator picks.
+            ambiguous[given] = rids
+        elif _act(ctx, dl, "requeue", rids[0]):
+            done.append((given, rids[0]))
+        else:
+            missing.append(given)
+    status = _report(ctx, dl, "requeued", "requeued", done, missing, {"ambiguous": ambiguous})
+    for given, rids in ambiguous.items():
+        Output.note(
+            f"not requeued: message id {given} names {len(rids)} dead letters on queue {args.queue!r} "
+            f"(redis ids, newest first: {', '.join(rids)}); requeue one by its redis id"
+        )
+    return status
 
 
 DEAD_REQUEUE = Command(
@@ -155,17 +258,23 @@ def cmd_dead_purge(ctx: Context) -> int:
     args = ctx.args
     check_ids_or_all(ctx, "dead purge", actor=False)
     dl = ctx.broker.dead_letters(args.queue)
-    what = "every dead letter" if args.all else f"{len(set(args.ids))} dead letter(s)"
-    if not confirm(args, f"delete {what} of queue {args.queue!r} for good"):
-        return declined()
     if args.all:
+        if not confirm(args, f"delete every dead letter of queue {args.queue!r} for good"):
+            return declined()
         count = dl.clear()
         return report_all(ctx, count, f"Deleted {plural(count, 'dead letter')} of {args.queue!r}.")
-    done: list[str] = []
-    missing: list[str] = []
-    for message_id in dict.fromkeys(args.ids):
-        (done if dl.remove(message_id) else missing).append(message_id)
-    return report_ids(ctx, "removed", "deleted", done, missing, "no dead letter")
+    # Every dead letter a message id names goes: deleting them cannot run it twice.
+    named, missing = _resolve(dl, args.ids)
+    pairs = list({rid: (given, rid) for given, rids in named.items() for rid in rids}.values())
+    if pairs and not confirm(args, f"delete {len(pairs)} dead letter(s) of queue {args.queue!r} for good"):
+        return declined()
+    done: list[tuple[str, str]] = []
+    for given, rid in pairs:
+        if _act(ctx, dl, "remove", rid):
+            done.append((given, rid))
+        elif given not in missing:
+            missing.append(given)
+    return _report(ctx, dl, "removed", "deleted", done, missing, {})
 
 
 DEAD_PURGE = Command(

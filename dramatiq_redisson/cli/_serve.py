@@ -86,11 +86,16 @@ def cmd_dashboard(ctx: Context) -> int:
         )
 
     try:
+        importlib.import_module("jinja2")
+    except ImportError as e:
+        # Jinja2 missing says no more than `needs`; one that fails to import says why.
+        raise UsageError(needs if e.name == "jinja2" else f"{needs}: {one_line(e)}") from None
+    try:
         dashboard = importlib.import_module("dramatiq_redisson.dashboard")
         options = {"prefix": args.prefix, "read_only": args.read_only, "auth": auth}
         dashboard.serve(ctx.broker, args.host, args.port, ready=ready, **options)
     except ImportError as e:
-        raise UsageError(f"{needs}: {one_line(e)}") from None
+        raise UsageError(f"cannot load the dashboard: {one_line(e)}") from None
     except OSError as e:
         raise UsageError(f"cannot serve the dashboard on {args.host}:{args.port}: {one_line(e)}") from None
     return EXIT_OK

@@ -22,6 +22,7 @@ from dramatiq.logging import get_logger
 
 from .. import _format
 from .._broker import RedissonBroker
+from .._dead_letters import SEARCH_LIMIT
 from .._delayed_queue import DelayedQueue
 
 #: Scheduled messages and dead letters per page.
@@ -564,32 +565,48 @@ class Dashboard:
         page_number = int(page_text)
         dead = self.broker.dead_letters(queue)
         total = dead.size()
-        letters = dead.page((page_number - 1) * size, size)
+        # ?id=: the dead letters a message id (or a redis id) names; one opens at once.
+        lookup = request.arg("id")
+        if lookup:
+            letters = dead.find(lookup)
+            if len(letters) == 1:
+                rid = str(letters[0][1].options["redis_message_id"])
+                flash = request.arg("flash")
+                raise Redirect(request.url(f"queues/{_quote(queue)}/dead/{_quote(rid)}", flash=flash))
+        else:
+            letters = dead.page((page_number - 1) * size, size)
         return self.render(
             request,
             "dead.html",
-            title=f"{queue}: dead letters",
+            title=f"{queue}: dead letters" + (f" of {lookup}" if lookup else ""),
             queue=queue,
             letters=letters,
+            lookup=lookup,
+            searched=min(total, SEARCH_LIMIT),
             total=total,
             size=size,
             page_sizes=PAGE_SIZES,
-            page_number=page_number,
-            pages=max(1, math.ceil(total / size)),
+            page_number=1 if lookup else page_number,
+            pages=1 if lookup else max(1, math.ceil(total / size)),
             now=self._now(),
-            here=request.url(f"queues/{_quote(queue)}/dead", page=request.arg("page"), n=request.arg("n")),
+            here=request.url(f"queues/{_quote(queue)}/dead", id=lookup, page=request.arg("page"), n=request.arg("n")),
         )
 
-    def dead_letter(self, request: Request, name: str, redis_message_id: str) -> str:
+    def dead_letter(self, request: Request, name: str, id: str) -> str:
+        """One dead letter, by its redis id or its message id; a message id that names
+        several lists them."""
         queue = self._queue(name)
-        found = self.broker.dead_letters(queue).get(redis_message_id)
-        if found is None:
-            raise HTTPError(HTTPStatus.NOT_FOUND, f"No dead letter {redis_message_id!r} on queue {queue!r}.")
-        died, message = found
+        letters = self.broker.dead_letters(queue).find(id)
+        if not letters:
+            raise HTTPError(HTTPStatus.NOT_FOUND, f"No dead letter {id!r} on queue {queue!r}.")
+        if len(letters) > 1:
+            raise Redirect(request.url(f"queues/{_quote(queue)}/dead", id=id))
+        [(died, message)] = letters
+        redis_message_id = str(message.options["redis_message_id"])
         return self.render(
             request,
             "dead_letter.html",
-            title=f"dead: {message.actor_name} {redis_message_id}",
+            title=f"dead: {message.actor_name} {id}",
             queue=queue,
             died=died,
             message=message,
@@ -598,19 +615,30 @@ class Dashboard:
             here=request.url(f"queues/{_quote(queue)}/dead/{_quote(redis_message_id)}"),
         )
 
-    def dead_action(self, request: Request, name: str, redis_message_id: str, action: str) -> str:
+    def dead_action(self, request: Request, name: str, id: str, action: str) -> str:
+        """Requeue or delete the dead letter ``id`` names (a redis id, or a message id):
+        a message id that names several is requeued by none (each would run the message
+        again: the page lists them to pick one) and deleted whole."""
         queue = self._queue(name)
         dead = self.broker.dead_letters(queue)
         default = request.url(f"queues/{_quote(queue)}/dead")
-        if action == "requeue":
-            done, what = dead.requeue(redis_message_id), "put back on the ready queue"
-        elif action == "delete":
-            done, what = dead.remove(redis_message_id), "deleted"
-        else:
+        if action not in ("requeue", "delete"):
             raise HTTPError(HTTPStatus.NOT_FOUND, f"No action {action!r} on a dead letter.")
-        if not done:
-            raise self._back(request, default, f"No dead letter {redis_message_id}: nothing done.")
-        raise self._back(request, default, f"Dead letter {redis_message_id} {what}.")
+        rids = [str(message.options["redis_message_id"]) for _, message in dead.find(id)]
+        if action == "requeue" and len(rids) > 1:
+            raise self._back(
+                request,
+                request.url(f"queues/{_quote(queue)}/dead", id=id),
+                f"Message id {id} names {len(rids)} dead letters: requeue one of them, nothing done.",
+            )
+        scripts = self.broker.redisson_scripts
+        count = scripts.dead(dead.keys, "requeue" if action == "requeue" else "remove", 0, rids) if rids else 0
+        if not count:
+            raise self._back(request, default, f"No dead letter {id}: nothing done.")
+        what = "put back on the ready queue" if action == "requeue" else "deleted"
+        if len(rids) > 1:
+            raise self._back(request, default, f"{_count(count, 'dead letter')} of message id {id} {what}.")
+        raise self._back(request, default, f"Dead letter {id} {what}.")
 
     def dead_bulk(self, request: Request, name: str) -> str:
         queue = self._queue(name)

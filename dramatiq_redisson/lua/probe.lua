@@ -57,7 +57,7 @@ local read = {
         check("HEXISTS", k, k, token)
         check("HGET", k, k, token)
         check("HMGET", k, k, token)
-        check("HGETALL", k, scratch) -- the command (on the empty scratch key: a real hash may be large)
+        check("HGETALL", scratch, scratch) -- the command, on the scratch key (a real hash may be large)
     end,
     set = function(k)
         check("SMEMBERS", k, k)
