@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -12,10 +13,9 @@ import secrets
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from dramatiq.logging import get_logger
@@ -24,6 +24,8 @@ from .. import _format
 from .._broker import RedissonBroker
 from .._dead_letters import SEARCH_LIMIT
 from .._delayed_queue import DelayedQueue
+from . import _schedule_pages
+from ._http import Body, HTTPError, Redirect, Request
 
 #: Scheduled messages and dead letters per page.
 PAGE_SIZE = 25
@@ -37,7 +39,6 @@ REFRESH_CHOICES = (0, 2, 5, 15, 60)
 RESCHEDULE_PRESETS = (("+1 min", "1m"), ("+1 h", "1h"))
 #: What a schedule's buttons do: its name goes in the form (``name``), not in the path (a
 #: schedule may be named "." or "..", which browsers resolve away in a path).
-SCHEDULE_ACTIONS = ("pause", "resume", "run", "remove")
 
 #: HTTP methods (names, not Redis commands: tests/test_acl.py takes a tuple opening with "GET" for one).
 _GET, _POST = "GET", "POST"
@@ -58,66 +59,6 @@ _SECURITY_HEADERS = [
 ]
 
 StartResponse = Callable[..., Any]
-
-_T = TypeVar("_T")
-
-
-class HTTPError(Exception):
-    """Ends a request with an error page of ``status``."""
-
-    def __init__(self, status: HTTPStatus, detail: str, headers: Iterable[tuple[str, str]] = ()) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.headers = list(headers)
-
-
-@dataclass(frozen=True)
-class Body:
-    """A handler's answer that is not an HTML page (a static file, JSON)."""
-
-    content_type: str
-    data: bytes
-
-
-class Redirect(Exception):
-    """Ends a request with a 303 to ``location``."""
-
-    def __init__(self, location: str) -> None:
-        super().__init__(location)
-        self.location = location
-
-
-@dataclass
-class Request:
-    """What a handler needs of one WSGI request."""
-
-    method: str
-    path: str  # below the dashboard's root, starting with "/"
-    base: str  # the dashboard's root URL path, ending with "/"
-    query: dict[str, list[str]]
-    form: dict[str, list[str]]
-    cookies: dict[str, str]
-    environ: dict[str, Any]
-    set_cookies: list[str] = field(default_factory=list)
-
-    def arg(self, name: str, default: str = "") -> str:
-        values = self.query.get(name)
-        return values[0].strip() if values else default
-
-    def field(self, name: str, default: str = "") -> str:
-        values = self.form.get(name)
-        return values[0].strip() if values else default
-
-    def fields(self, name: str) -> list[str]:
-        return [value for value in self.form.get(name, []) if value]
-
-    def url(self, path: str, **params: Any) -> str:
-        """A URL of the dashboard: ``path`` below its root, with query ``params`` (those
-        that are None or "" are left out)."""
-        url = self.base + path.lstrip("/")
-        query = {k: v for k, v in params.items() if v is not None and v != ""}
-        return url + ("?" + urllib.parse.urlencode(query) if query else "")
 
 
 def _parse_cookies(header: str) -> dict[str, str]:
@@ -194,8 +135,8 @@ class Dashboard:
             (_GET, ("queues", "*", "dead", "*"), self.dead_letter),
             (_POST, ("queues", "*", "dead", "*", "*"), self.dead_action),
             (_POST, ("queues", "*", "dead-bulk"), self.dead_bulk),
-            (_GET, ("schedules",), self.schedules_page),
-            (_POST, ("schedules", "*"), self.schedule_action),
+            (_GET, ("schedules",), functools.partial(_schedule_pages.page, self)),
+            (_POST, ("schedules", "*"), functools.partial(_schedule_pages.action, self)),
         ]
 
     # -- WSGI --------------------------------------------------------------------------
@@ -668,105 +609,6 @@ class Dashboard:
             count = dead.clear()
         done = "requeued" if action == "requeue" else "deleted"
         raise self._back(request, request.url(page), f"{_count(count, 'dead letter')} {done}.")
-
-    @staticmethod
-    def _schedules(read: Callable[[], _T]) -> _T:
-        """``read()`` of the stored schedules; one that cannot be read (a definition this
-        version cannot parse) is an error page saying so, not a failed request."""
-        try:
-            return read()
-        except ValueError as e:  # InvalidSchedule, malformed JSON
-            raise HTTPError(
-                HTTPStatus.INTERNAL_SERVER_ERROR, f"A stored schedule cannot be read: {_format.one_line(e)}"
-            ) from None
-
-    def schedules_page(self, request: Request) -> str:
-        started = time.perf_counter()
-        schedules = self._schedules(self.broker.schedules.list)
-        return self.render(
-            request,
-            "schedules.html",
-            title="Schedules",
-            schedules=schedules,
-            now=self._now(),
-            here=request.url("schedules"),
-            elapsed_ms=(time.perf_counter() - started) * 1000,
-        )
-
-    def schedule_action(self, request: Request, action: str) -> str:
-        """Pause, resume, run now or remove the schedule the form names, once confirmed."""
-        if action not in SCHEDULE_ACTIONS:
-            raise HTTPError(HTTPStatus.NOT_FOUND, f"No action {action!r} on a schedule.")
-        named = request.field("name")
-        # "queue/name" (a schedule's name has no "/"; the same name may be on two queues)
-        queue, _, name = named.rpartition("/")
-        if not name:
-            raise HTTPError(HTTPStatus.BAD_REQUEST, "The form names no schedule.")
-        schedules = self.broker.schedules
-        page = request.url("schedules")
-        try:
-            info = self._schedules(lambda: schedules.get(name, queue or None))
-        except (KeyError, ValueError):
-            raise self._back(request, page, f"No schedule named {name}: nothing done.") from None
-        if request.field("confirmed") != "yes":
-            verb, question = {
-                "pause": (
-                    "Pause",
-                    f"Pause schedule {name} ({info.spec}, actor {info.actor_name}) of queue "
-                    f"{info.queue_name}? Its ticks stop until it is resumed.",
-                ),
-                "resume": (
-                    "Resume",
-                    f"Resume schedule {name} ({info.spec}) of queue {info.queue_name}? It goes on "
-                    "from its next tick; the ticks missed while it was paused do not run.",
-                ),
-                "run": (
-                    "Run now",
-                    f"Run schedule {name}'s actor {info.actor_name} on queue {info.queue_name} now, "
-                    "once, with its arguments? Its ticks go on as before.",
-                ),
-                "remove": (
-                    "Remove",
-                    f"Remove schedule {name} ({info.spec}, actor {info.actor_name}) of queue "
-                    f"{info.queue_name}, and cancel its next tick? A worker that still declares it "
-                    "stores it again when it starts.",
-                ),
-            }[action]
-            back = request.field("next")
-            if not back.startswith(request.base) or back.startswith("//") or "\\" in back:
-                back = page  # only a page of this dashboard, as _back
-            carried = [("name", named), ("next", back)]
-            return self.render(
-                request,
-                "confirm.html",
-                title=f"{verb}?",
-                question=question,
-                action=request.url(f"schedules/{action}"),
-                carried=carried,
-                back=back,
-                button=f"Yes, {verb.lower()}",
-                danger=action == "remove",
-            )
-
-        def act() -> str:
-            """Do it; what the page then says."""
-            if action == "pause":
-                done = schedules.pause(name, info.queue_name)
-                return f"Schedule {name} paused." if done else f"Schedule {name} was already paused: nothing done."
-            if action == "resume":
-                done = schedules.resume(name, info.queue_name)
-                return f"Schedule {name} resumed." if done else f"Schedule {name} was not paused: nothing done."
-            if action == "run":
-                message = schedules.run_now(name, info.queue_name)
-                return f"Schedule {name} sent to run now: message {message.message_id} on queue {info.queue_name}."
-            done = schedules.remove(name, info.queue_name)
-            return f"Schedule {name} removed." if done else f"No schedule named {name}: nothing done."
-
-        try:
-            flash = self._schedules(act)
-        except KeyError:  # removed meanwhile
-            flash = f"No schedule named {name}: nothing done."
-        raise self._back(request, page, flash)
 
 
 def _quote(part: str) -> str:

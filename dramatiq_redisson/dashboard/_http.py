@@ -1,0 +1,68 @@
+"""What the dashboard's handlers get and give: a request, a non-HTML body, a redirect,
+an error page (shared by :mod:`._app` and the page modules)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+
+class HTTPError(Exception):
+    """Ends a request with an error page of ``status``."""
+
+    def __init__(self, status: HTTPStatus, detail: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = list(headers)
+
+
+@dataclass(frozen=True)
+class Body:
+    """A handler's answer that is not an HTML page (a static file, JSON)."""
+
+    content_type: str
+    data: bytes
+
+
+class Redirect(Exception):
+    """Ends a request with a 303 to ``location``."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+@dataclass
+class Request:
+    """What a handler needs of one WSGI request."""
+
+    method: str
+    path: str  # below the dashboard's root, starting with "/"
+    base: str  # the dashboard's root URL path, ending with "/"
+    query: dict[str, list[str]]
+    form: dict[str, list[str]]
+    cookies: dict[str, str]
+    environ: dict[str, Any]
+    set_cookies: list[str] = field(default_factory=list)
+
+    def arg(self, name: str, default: str = "") -> str:
+        values = self.query.get(name)
+        return values[0].strip() if values else default
+
+    def field(self, name: str, default: str = "") -> str:
+        values = self.form.get(name)
+        return values[0].strip() if values else default
+
+    def fields(self, name: str) -> list[str]:
+        return [value for value in self.form.get(name, []) if value]
+
+    def url(self, path: str, **params: Any) -> str:
+        """A URL of the dashboard: ``path`` below its root, with query ``params`` (those
+        that are None or "" are left out)."""
+        url = self.base + path.lstrip("/")
+        query = {k: v for k, v in params.items() if v is not None and v != ""}
+        return url + ("?" + urllib.parse.urlencode(query) if query else "")
