@@ -49,6 +49,11 @@ def base_env(**extra: str) -> dict[str, str]:
 @pytest.fixture
 def cli(redis_url: str) -> Run:
     """Run ``python -m dramatiq_redisson ARGS`` with ``REDIS_URL`` set to the test server."""
+    return cli_runner(redis_url)
+
+
+def cli_runner(redis_url: str) -> Run:
+    """What the :func:`cli` fixture gives (other test modules make their fixture of it)."""
 
     def run(*args: str, env: dict[str, str] | None = None, url: bool = True, **kwargs: Any) -> Any:
         environment = base_env(**({"REDIS_URL": redis_url} if url else {}))

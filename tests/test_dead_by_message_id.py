@@ -27,6 +27,7 @@ from dramatiq_redisson._ids import SORT_KEY_LENGTH, next_sort_key
 from dramatiq_redisson.dashboard import make_app
 
 from .helpers import wait_for
+from .test_cli import cli_runner, ok_json
 from .wsgi_client import Client
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
@@ -38,26 +39,7 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a
 @pytest.fixture
 def cli(redis_url: str) -> Any:
     """Run ``python -m dramatiq_redisson ARGS`` with ``REDIS_URL`` set to the test server."""
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("DRAMATIQ_REDISSON_PLAIN", "NO_COLOR")}
-        env["REDIS_URL"] = redis_url
-        return subprocess.run(
-            [sys.executable, "-m", "dramatiq_redisson", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
-
-    return run
-
-
-def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    return json.loads(result.stdout)
+    return cli_runner(redis_url)
 
 
 def ok_json_status(result: subprocess.CompletedProcess[str], code: int) -> Any:

@@ -324,11 +324,12 @@ def test_replies_lost_on_a_cut_connection_are_unknown_and_a_resend_enqueues_each
     assert sorted(stored_list) == sorted(m.message_id for m in messages)
 
 
-# -- immediate sends: a send repeated after a lost reply runs once ----------------------------
+# -- a send repeated after a lost reply runs once ----------------------------------------------
 
 
+@pytest.mark.parametrize("delay", [None, 60_000], ids=["immediate", "delayed"])
 def test_the_clients_own_retry_of_an_executed_send_enqueues_it_once(
-    redis_client: redis.Redis, proxy: CuttingProxy, make_broker: Any
+    redis_client: redis.Redis, proxy: CuttingProxy, make_broker: Any, delay: int | None
 ) -> None:
     # Given a broker on redis-py's default client, which retries a command on a
     # connection error, behind a proxy that loses the reply to the next script call
@@ -340,36 +341,20 @@ def test_the_clients_own_retry_of_an_executed_send_enqueues_it_once(
 
     broker.client.ping()
     proxy.lose_next_reply()
-    # When a message is sent (the call runs, its reply is lost, the client sends it again)
-    message = noop.send()
-    # Then it is on the ready queue once
+    # When a message is sent (the call runs, its reply is lost, the client sends it again;
+    # a delayed one through the one-message offer)
+    message = noop.send_with_options(delay=delay)
     assert proxy._budget is None, "the reply was not lost"
-    assert _ready_ids(broker) == [message.message_id]
-    assert message.options["redis_message_id"] == message.message_id
-
-
-def test_the_clients_own_retry_of_an_executed_delayed_send_schedules_it_once(
-    redis_client: redis.Redis, proxy: CuttingProxy, make_broker: Any
-) -> None:
-    # Given a broker on redis-py's default client behind a proxy that loses the reply to
-    # the next script call
-    broker: RedissonBroker = make_broker(host="127.0.0.1", port=proxy.port)
-    dramatiq.set_broker(broker)
-
-    @dramatiq.actor
-    def noop() -> None: ...
-
-    broker.client.ping()
-    proxy.lose_next_reply()
-    # When a delayed message is sent (the one-message offer runs, its reply is lost, the
-    # client sends the same call again)
-    message = noop.send_with_options(delay=60_000)
-    # Then it is scheduled and listed once
-    assert proxy._budget is None, "the reply was not lost"
-    keys = broker.keys("default")
-    member = message.options["redis_message_id"].encode()
-    assert redis_client.zrange(keys.timeout_zset, 0, -1) == [member]
-    assert redis_client.lrange(keys.backup_list, 0, -1) == [member]
+    if delay is None:
+        # Then it is on the ready queue once
+        assert _ready_ids(broker) == [message.message_id]
+        assert message.options["redis_message_id"] == message.message_id
+    else:
+        # Then it is scheduled and listed once
+        keys = broker.keys("default")
+        member = message.options["redis_message_id"].encode()
+        assert redis_client.zrange(keys.timeout_zset, 0, -1) == [member]
+        assert redis_client.lrange(keys.backup_list, 0, -1) == [member]
 
 
 def test_an_immediate_message_sent_again_is_not_enqueued_twice(broker: RedissonBroker, make_worker: Any) -> None:

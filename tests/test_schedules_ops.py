@@ -11,8 +11,6 @@ import json
 import os
 import pty
 import re
-import subprocess
-import sys
 import wsgiref.util
 from collections.abc import Iterator
 from typing import Any, cast
@@ -22,13 +20,14 @@ import pytest
 import redis
 from dramatiq import Worker
 from dramatiq.message import Message
-from prometheus_client.parser import text_string_to_metric_families
 
 from dramatiq_redisson import RedissonBroker, ScheduleInfo, Schedules, periodic
 from dramatiq_redisson import metrics as m
 from dramatiq_redisson.dashboard import make_app
 
 from .helpers import server_ms, wait_for
+from .test_cli import assert_one_line_error, cli_runner, ok_json
+from .test_metrics import Samples, parse, value
 from .wsgi_client import Client, Response
 
 EVERY = "ops-every"  # every 30 s, on "default"
@@ -98,43 +97,10 @@ def assert_running(broker: RedissonBroker, name: str, queue_name: str, within_ms
 # -- the command line --------------------------------------------------------------------
 
 
-def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DRAMATIQ_REDISSON_PLAIN", "NO_COLOR")}
-    env.update(extra)
-    return env
-
-
 @pytest.fixture
 def cli(redis_url: str) -> Any:
     """Run ``python -m dramatiq_redisson ARGS`` with ``REDIS_URL`` set to the test server."""
-
-    def run(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        kwargs.setdefault("stdin", subprocess.DEVNULL)
-        return subprocess.run(
-            [sys.executable, "-m", "dramatiq_redisson", *args],
-            env=base_env(REDIS_URL=redis_url),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            **kwargs,
-        )
-
-    return run
-
-
-def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    return json.loads(result.stdout)
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], code: int, *fragments: str) -> None:
-    assert result.returncode == code, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    return cli_runner(redis_url)
 
 
 def table_rows(text: str) -> dict[str, dict[str, str]]:
@@ -160,8 +126,8 @@ def test_help_lists_the_schedules_command_and_its_actions(cli: Any) -> None:
         assert re.search(rf"^\s+{action}\s", group.stdout, re.M), action
     assert "--yes" in cli("schedules", "remove", "--help").stdout
     assert "--yes" not in cli("schedules", "pause", "--help").stdout
-    one_line_error(cli("schedules", "explode"), 2, "invalid choice: 'explode'")
-    one_line_error(cli("schedules", "pause"), 2, "NAME")
+    assert_one_line_error(cli("schedules", "explode"), 2, "invalid choice: 'explode'")
+    assert_one_line_error(cli("schedules", "pause"), 2, "NAME")
 
 
 def test_list_table_and_json(cli: Any, broker: RedissonBroker, schedules: Schedules) -> None:
@@ -283,7 +249,7 @@ def test_run_sends_a_message_to_the_actors_ready_queue(cli: Any, broker: Redisso
 
 def test_remove_asks_first(cli: Any, broker: RedissonBroker, schedules: Schedules) -> None:
     # Without a terminal and without --yes: refused, nothing changed
-    one_line_error(cli("schedules", "remove", EVERY), 2, f"refusing to remove schedule {EVERY!r}", "--yes")
+    assert_one_line_error(cli("schedules", "remove", EVERY), 2, f"refusing to remove schedule {EVERY!r}", "--yes")
     assert_running(broker, EVERY, "default", 30_000)
     # On a terminal: asked; "n" keeps it, "y" removes it
     for answer, code in (("n", 1), ("y", 0)):
@@ -320,12 +286,12 @@ def test_an_unknown_name_is_an_error_that_changes_nothing(
         extra = ("--yes",) if action == "remove" else ()
         result = cli("schedules", action, "nope", *extra)
         assert result.stdout == ""
-        one_line_error(result, 1, "no schedule named 'nope'")
+        assert_one_line_error(result, 1, "no schedule named 'nope'")
         result = cli("schedules", action, "nope", "--json", *extra)
         assert result.returncode == 1
         assert json.loads(result.stdout) == {"name": "nope", "found": False}
     # remove checks the name before asking: not found (1), not "refusing" (2)
-    one_line_error(cli("schedules", "remove", "nope"), 1, "no schedule named 'nope'")
+    assert_one_line_error(cli("schedules", "remove", "nope"), 1, "no schedule named 'nope'")
     assert schedules.list() == before
     assert ready_messages(broker, "default") == [] and ready_messages(broker, "reports") == []
 
@@ -588,9 +554,6 @@ LATENESS = "dramatiq_redisson_schedule_last_lateness_seconds"
 PAUSED = "dramatiq_redisson_schedule_paused"
 
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
 def call_wsgi(app: m.WSGIApp) -> Samples:
     """One scrape of the metrics WSGI app: every sample by name and labels."""
     environ: dict[str, Any] = {}
@@ -599,17 +562,7 @@ def call_wsgi(app: m.WSGIApp) -> Samples:
     statuses: list[str] = []
     body = b"".join(app(environ, lambda status, headers, exc_info=None: statuses.append(status)))
     assert statuses == ["200 OK"]
-    samples: Samples = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            key = (sample.name, tuple(sorted(sample.labels.items())))
-            assert key not in samples, f"series exported twice: {key}"
-            samples[key] = sample.value
-    return samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
+    return parse(body.decode())
 
 
 def schedule_series(samples: Samples) -> dict[str, dict[str, float]]:

@@ -159,37 +159,35 @@ def _name_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cmd_schedules_pause(ctx: Context) -> int:
+def _switch(ctx: Context, change: Callable[[str, str], bool], done: str, unchanged: str) -> int:
+    """Pause or resume the named schedule (``change``: the broker's call), then report."""
     found = _find(ctx)
     if found is None:
         return EXIT_NOT_FOUND
     try:
-        changed = ctx.broker.schedules.pause(found.name, found.queue_name)
+        changed = change(found.name, found.queue_name)
         info = ctx.broker.schedules.get(found.name, found.queue_name)
     except KeyError:  # removed meanwhile
         _not_found(ctx)
         return EXIT_NOT_FOUND
-    return _report(
+    return _report(ctx, info, changed, done, unchanged)
+
+
+def cmd_schedules_pause(ctx: Context) -> int:
+    return _switch(
         ctx,
-        info,
-        changed,
+        ctx.broker.schedules.pause,
         "paused {name} (queue {queue})",
         "{name} (queue {queue}) was already paused: nothing changed",
     )
 
 
 def cmd_schedules_resume(ctx: Context) -> int:
-    found = _find(ctx)
-    if found is None:
-        return EXIT_NOT_FOUND
-    try:
-        changed = ctx.broker.schedules.resume(found.name, found.queue_name)
-        info = ctx.broker.schedules.get(found.name, found.queue_name)
-    except KeyError:
-        _not_found(ctx)
-        return EXIT_NOT_FOUND
-    return _report(
-        ctx, info, changed, "resumed {name} (queue {queue})", "{name} (queue {queue}) was not paused: nothing changed"
+    return _switch(
+        ctx,
+        ctx.broker.schedules.resume,
+        "resumed {name} (queue {queue})",
+        "{name} (queue {queue}) was not paused: nothing changed",
     )
 
 

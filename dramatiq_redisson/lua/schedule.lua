@@ -54,6 +54,19 @@ local schedules, chains, state, zset, backup, payloads = KEYS[1], KEYS[2], KEYS[
 local channel, ready, ready_msgs, idle = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local op, name = ARGV[1], ARGV[2]
 
+-- A chain whose tick is no longer scheduled (cancelled or cleared by an operator) while
+-- neither paused nor waiting is marked waiting from the tick after its last run (now_ms
+-- when none ran). Returns the tick it now waits at, or nil ("check" and "sweep").
+local function mark_broken(each, member, waiting, paused, last_run, now_ms)
+    if paused or waiting or (member and redis.call("ZSCORE", zset, member)) then
+        return nil
+    end
+    local from = last_run and string.format("%d", tonumber(last_run) + 1) or now_ms
+    redis.call("HDEL", chains, each)
+    redis.call("HSET", state, each .. "|s", from)
+    return from
+end
+
 if op == "sweep" then
     -- Every schedule of the queue in one call (a consumer's maintenance): those whose
     -- chain waits to be resumed, whose tick is no longer scheduled (then marked waiting, as
@@ -70,12 +83,7 @@ if op == "sweep" then
             for _ in string.gmatch(got[3] or "", "%d+") do
                 times = times + 1
             end
-            if not got[1] and not (member and redis.call("ZSCORE", zset, member)) then
-                local from = got[4] and string.format("%d", tonumber(got[4]) + 1) or ARGV[3]
-                redis.call("HDEL", chains, each)
-                redis.call("HSET", state, each .. "|s", from)
-                found[#found + 1] = each
-            elseif got[1] or times < tonumber(ARGV[4]) then
+            if mark_broken(each, member, got[1], got[2], got[4], ARGV[3]) or got[1] or times < tonumber(ARGV[4]) then
                 found[#found + 1] = each
             end
         end
@@ -99,11 +107,9 @@ local function unchain()
 end
 
 if op == "check" then
-    if definition and not paused and not stalled and not (chained and redis.call("ZSCORE", zset, chained)) then
-        stalled = last_run and string.format("%d", tonumber(last_run) + 1) or ARGV[3]
-        redis.call("HDEL", chains, name)
-        redis.call("HSET", state, name .. "|s", stalled)
-        chained = false
+    local from = definition and mark_broken(name, chained, stalled, paused, last_run, ARGV[3])
+    if from then
+        stalled, chained = from, false
     end
     return {definition or false, stalled or "", paused or "", upcoming or "", chained or ""}
 end
