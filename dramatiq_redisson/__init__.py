@@ -12,8 +12,10 @@ from ._errors import (
     ServerMemoryFull,
     UnsupportedServer,
 )
+from ._history import Bucket, Counts, History, QueueHistory
 from ._keys import QueueKeys
 from ._message import MAX_DELAY, validate_delay
+from ._running import RunningMessage
 from ._periodic import Schedule, ScheduleInfo, Schedules, periodic
 from ._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
 from ._schedule_spec import InvalidSchedule
@@ -23,17 +25,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousDeadLetter",
+    "Bucket",
+    "Counts",
     "DeadLetters",
     "DelayedQueue",
     "EnqueueError",
     "EnqueueNotReplicated",
+    "History",
     "InvalidSchedule",
     "MAX_DELAY",
     "MissingPermission",
     "NotReplicated",
+    "QueueHistory",
     "QueueKeys",
     "QueueStats",
     "RedissonBroker",
+    "RunningMessage",
     "Schedule",
     "ScheduleInfo",
     "Schedules",

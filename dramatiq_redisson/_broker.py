@@ -19,6 +19,7 @@ from ._client import client_retry_span_ms, close_client, make_client
 from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
+from ._history import History, QueueHistory, check_window, parse, totals
 from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
 from ._limits import HEARTBEAT_INTERVAL_MS
 from ._liveness import DEFAULT_LIVENESS_TIMEOUT, Liveness
@@ -26,6 +27,7 @@ from ._message import epoch_ms, prepare_scheduled
 from ._periodic import Schedules
 from ._permissions import acl_rule
 from ._producer import Producer
+from ._running import RunningMessage, running
 from ._scripts import Scripts
 from ._server import check_server
 from ._stats import OVERDUE_GRACE, QueueStats, Stats
@@ -314,9 +316,17 @@ class RedissonBroker(RedisBroker):
 
         A message whose retry could not be re-enqueued (see ``_redeliver``) is not acked:
         it stays in the ack set, unheld, and the consumer's next reconciliation requeues it."""
+        retried = self.held.was_retried(redis_message_id)
         if self.held.was_released(queue_name, redis_message_id):
             return 0
-        acked = self.redisson_scripts.ack(self.keys(queue_name), self.broker_id, redis_message_id)
+        try:
+            acked = self.redisson_scripts.ack(
+                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried
+            )
+        except BaseException:
+            if retried:
+                self.held.mark_retried(redis_message_id)  # the consumer tries the ack again
+            raise
         self.held.discard(queue_name, (redis_message_id,))
         return acked
 
@@ -324,6 +334,7 @@ class RedissonBroker(RedisBroker):
         """Move a message this worker fetched from ``queue_name`` to its dead letters;
         ``final`` (its encoding as it failed, with the traceback Dramatiq recorded) is
         stored in place of the copy fetched. Returns 1 if it was moved."""
+        self.held.was_retried(redis_message_id)  # counted as failed, not retried
         if final is None:
             final = self.failed_payloads.get(redis_message_id)
         nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id, final)
@@ -490,9 +501,11 @@ class RedissonBroker(RedisBroker):
                 replies = pipe.execute()
             now_ms = epoch_ms(replies.pop())
             workers = int(self.client.zcount(heartbeats_key(self.namespace), now_ms - self.heartbeat_timeout, "+inf"))
+        histories = self._histories(names, 60, 24)
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
-            _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy = reply
+            _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply
+            history = histories[name]
             queues[name] = QueueStats(
                 ready=int(ready),
                 in_flight=max(0, int(with_data) - int(ready)),
@@ -503,8 +516,74 @@ class RedissonBroker(RedisBroker):
                 consumers=int(consumers),
                 transfer_holder=holder.decode() or None,
                 legacy_delayed=int(legacy),
+                paused=int(paused) >= 0,
+                paused_since_ms=int(paused) if int(paused) >= 0 else None,
+                last_hour=totals(history["minutes"]),
+                last_day=totals(history["hours"]),
             )
         return Stats(time_ms=now_ms, workers=workers, queues=queues)
+
+    def _queue_names(self, queue_name: str | None) -> list[str]:
+        return [q_name(queue_name)] if queue_name is not None else self.known_queues()
+
+    def _histories(self, names: list[str], minutes: int, hours: int) -> dict[str, QueueHistory]:
+        """The history of each of ``names`` (one round trip on a single server)."""
+        if self.cluster:
+            replies = [self.redisson_scripts.history(self.keys(name), minutes, hours) for name in names]
+        else:
+            with self.client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    self.redisson_scripts.history(self.keys(name), minutes, hours, client=pipe)
+                replies = pipe.execute()
+        return {name: parse(reply)[1] for name, reply in zip(names, replies, strict=True)}
+
+    def history(self, queue_name: str | None = None, *, minutes: int = 60, hours: int = 24) -> History:
+        """The activity history of one queue, or of every known queue: processed, failed
+        (dead-lettered) and retried messages per minute for the last ``minutes`` (at most
+        1 440: 24 h) and per hour for the last ``hours`` (at most 720: 30 days), oldest
+        first, the current minute (hour) last. Counted by the ack and nack scripts on the
+        server clock (see :mod:`._history`).
+
+        Raises:
+          ValueError: ``minutes`` or ``hours`` out of range.
+        """
+        minutes, hours = check_window(minutes, hours)
+        names = self._queue_names(queue_name)
+        histories = self._histories(names, minutes, hours)
+        return History(time_ms=self._server_ms(), queues=histories)
+
+    def running(self, queue_name: str | None = None) -> list[RunningMessage]:
+        """The messages in flight on one queue, or on every known queue, oldest fetch
+        first: message id, actor, worker (id, host, pid) and when it was fetched (server
+        clock) and how long ago. A message waiting in a worker's prefetch counts too (see
+        :mod:`._running`)."""
+        return running(self, self._queue_names(queue_name))
+
+    def pause(self, queue_name: str) -> bool:
+        """Pause ``queue_name`` fleet-wide: within a second no consumer of it starts another
+        message (those in flight finish); due delayed messages still move to the ready
+        queue, and sends are accepted. The state is kept in Redis: it survives worker
+        restarts. Returns False if the queue was paused already.
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
+        """
+        return self.redisson_scripts.pause(self.keys(self._known(queue_name)), "pause")[0]
+
+    def resume(self, queue_name: str) -> bool:
+        """Resume a paused queue: consumers start its messages again within a second.
+        Returns False if the queue was not paused.
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
+        """
+        return self.redisson_scripts.pause(self.keys(self._known(queue_name)), "resume")[0]
+
+    def _known(self, queue_name: str) -> str:
+        name = q_name(queue_name) if isinstance(queue_name, str) else queue_name
+        if not isinstance(name, str) or name not in self.known_queues():
+            raise ValueError(f"Unknown queue {queue_name!r}: not declared here, and no consumer has run it")
+        return name
 
     def _server_ms(self) -> int:
         """The server's clock (on a cluster, any node's), epoch ms."""

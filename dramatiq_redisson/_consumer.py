@@ -57,6 +57,10 @@ RECONCILE_AFTER_ERROR = 1000
 #: While the server is away, how often (ms) a failing consumer probes whether it is back.
 PROBE_INTERVAL = 50
 
+#: While its queue is paused, how often (ms) a consumer asks whether it was resumed (its
+#: fetch does): a resume starts processing within about this long.
+PAUSE_POLL_INTERVAL = 250
+
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
 
@@ -109,6 +113,8 @@ class RedissonConsumer(Consumer):
         #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
         self.registered = False
         self.idle_poll_at = 0.0
+        #: The last fetch found the queue paused (see pause.lua): poll, start nothing.
+        self.paused = False
         self.migrate_legacy = True
         self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.maintenance_interval / 1000)
         self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
@@ -174,6 +180,9 @@ class RedissonConsumer(Consumer):
                         self._recovered()
                         continue
                     self._recovered()
+                    if self.paused:
+                        self.transfers.wait(min(PAUSE_POLL_INTERVAL / 1000, self.timer.seconds_until_due()))
+                        return None
                     if self.registered:
                         continue  # wait for a wake-up (above)
                     self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
@@ -335,12 +344,25 @@ class RedissonConsumer(Consumer):
                 # The script may have run: its ids would be stranded in our ack set.
                 self.reconcile_due = True
                 raise
+            if fetched is None:
+                self._note_paused(True)
+                self.registered = False
+                return False
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None))
+        self._note_paused(False)
         self.note_idle(bool(token) and len(fetched) < count)
         if not fetched:
             return False
         self.take(fetched)
         return True
+
+    def _note_paused(self, paused: bool) -> None:
+        if paused != self.paused:
+            self.paused = paused
+            if paused:
+                self.logger.info("Queue %r is paused: starting none of its messages until it is resumed.", self.queue_name)
+            else:
+                self.logger.info("Queue %r is resumed.", self.queue_name)
 
     def note_idle(self, registered: bool) -> None:
         """A script registered this consumer as idle (or took it out of the registry)."""

@@ -32,6 +32,7 @@ class HeldMessages:
     def __init__(self) -> None:
         self._ids: defaultdict[str, set[str]] = defaultdict(set)
         self._released: set[tuple[str, str]] = set()
+        self._retried: set[str] = set()
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 
@@ -63,6 +64,20 @@ class HeldMessages:
         with self._guard:
             try:
                 self._released.remove((queue_name, redis_message_id))
+            except KeyError:
+                return False
+            return True
+
+    def mark_retried(self, redis_message_id: str) -> None:
+        """A retry of the held message was enqueued: its ack counts it as retried."""
+        with self._guard:
+            self._retried.add(redis_message_id)
+
+    def was_retried(self, redis_message_id: str) -> bool:
+        """Whether a retry of the message was enqueued (once: the answer is forgotten)."""
+        with self._guard:
+            try:
+                self._retried.remove(redis_message_id)
             except KeyError:
                 return False
             return True

@@ -48,6 +48,14 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
                                                     moved (ms), "|s" the first tick not run
                                                     while the chain waits for a worker to
                                                     resume it, "|p" "1" while paused
+``redisson_delay_queue_paused:{N}``        STRING   while the queue is paused: when (epoch ms,
+                                                    server clock); fetch.lua hands out nothing
+``redisson_delay_queue_fetched:{N}``       HASH     redis message id -> "<fetch time, epoch
+                                                    ms>|<worker id>|<consumer token>" of each
+                                                    message in flight ("running now")
+``redisson_delay_queue_minutes:{N}``       STRING   activity history per minute: a ring of
+                                                    u32 slots (see ``lua/_history.lua``)
+``redisson_delay_queue_hours:{N}``         STRING   activity history per hour: the same ring
 ``redisson_delay_queue_lease:{N}``         STRING   "<consumer token> <expiry, epoch ms>":
                                                     the consumer that runs transfers (PX)
 ``redisson_delay_queue_consumers:{N}``     ZSET     consumer token -> last seen (epoch ms)
@@ -265,6 +273,32 @@ class QueueKeys:
         return (self.schedules, self.chains, self.schedule_state)
 
     @property
+    def paused(self) -> str:
+        """Set while the queue is paused (its value: since when, epoch ms, server clock)."""
+        return f"redisson_delay_queue_paused:{{{self.name}}}"
+
+    @property
+    def fetched(self) -> str:
+        """Redis message id -> ``"<fetch ms>|<worker id>|<consumer token>"`` of each message
+        in flight, written by the fetch and deleted by its ack (running now)."""
+        return f"redisson_delay_queue_fetched:{{{self.name}}}"
+
+    @property
+    def minutes(self) -> str:
+        """The activity history's ring of per-minute counters (see lua/_history.lua)."""
+        return f"redisson_delay_queue_minutes:{{{self.name}}}"
+
+    @property
+    def hours(self) -> str:
+        """The activity history's ring of per-hour counters (see lua/_history.lua)."""
+        return f"redisson_delay_queue_hours:{{{self.name}}}"
+
+    @property
+    def history_keys(self) -> tuple[str, str]:
+        """The activity history's rings, in the order the scripts take them."""
+        return (self.minutes, self.hours)
+
+    @property
     def lease(self) -> str:
         """Who runs this queue's transfers (a short lease, renewed by every transfer)."""
         return f"redisson_delay_queue_lease:{{{self.name}}}"
@@ -316,6 +350,9 @@ class QueueKeys:
             self.held,
             self.sent,
             *self.schedule_keys,
+            self.paused,
+            self.fetched,
+            *self.history_keys,
             self.lease,
             self.consumers,
             self.idle,

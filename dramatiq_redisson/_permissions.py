@@ -54,9 +54,11 @@ from ._server import server_versions
 
 #: Commands the Lua scripts in ``lua/`` issue (``redis.call``/``redis.pcall``).
 SCRIPT_COMMANDS: tuple[str, ...] = (
+    "bitfield",
     "del",
     "exists",
     "get",
+    "getrange",
     "hdel",
     "hexists",
     "hget",

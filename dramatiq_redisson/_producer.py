@@ -295,6 +295,9 @@ class Producer:
         broker.check_server_if_reachable()
         self._emit_before_enqueue(message, delay, estimate)
         due = self._write(keys, message, sort_key, delay_ms, in_flight, dedupe)
+        if in_flight:
+            # Its ack counts it as retried in the history (see _history.py).
+            broker.held.mark_retried(in_flight)
         if isinstance(due, Message):
             # Kept out by its dedupe key: nothing was written; the message holding the key.
             self.logger.debug(

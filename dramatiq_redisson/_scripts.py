@@ -46,6 +46,8 @@ _NAMES = (
     "pending",
     "reap",
     "schedule",
+    "pause",
+    "history",
 )
 
 
@@ -288,6 +290,8 @@ class Scripts(ScriptRunner):
             *keys.dedupe_keys,
             keys.chains,
             keys.schedule_state,
+            keys.paused,
+            keys.fetched,
         )
         args = (
             limit,
@@ -303,6 +307,7 @@ class Scripts(ScriptRunner):
             upkeep_ms,
             PERIODIC_GRACE_MS,
             PERIODIC_LOW_WATER,
+            f"{worker_id}|{token}",
         )
         replicas: int | None = None
         if self.wait_for_replicas:
@@ -383,22 +388,29 @@ class Scripts(ScriptRunner):
         args = _enqueue_args(entries, window_ms, replacing)
         return self._run_resending("enqueue", _enqueue_keys(keys), args, client)
 
-    def fetch(self, keys: QueueKeys, worker_id: str, count: int, token: str = "") -> list[tuple[str, bytes | None]]:
+    def fetch(
+        self, keys: QueueKeys, worker_id: str, count: int, token: str = ""
+    ) -> list[tuple[str, bytes | None]] | None:
         """Take up to ``count`` ready messages; with a ``token``, a short fetch registers
-        that consumer as idle (woken on its wake channel, see fetch.lua)."""
+        that consumer as idle (woken on its wake channel, see fetch.lua). ``None``: the
+        queue is paused (nothing taken)."""
         flat = self._run(
             "fetch",
-            (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats, keys.idle),
-            (count, worker_id, token, self._beat(keys.heartbeats)),
+            (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats, keys.idle, keys.paused, keys.fetched),
+            (count, worker_id, token, self._beat(keys.heartbeats), f"{worker_id}|{token}"),
         )
+        if flat is None:
+            return None
         return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
 
-    def ack(self, keys: QueueKeys, worker_id: str, redis_message_id: str) -> int:
+    def ack(self, keys: QueueKeys, worker_id: str, redis_message_id: str, *, retried: bool = False) -> int:
+        """Forget a processed message; the history counts it as processed, or as retried
+        (``retried``: it failed and Retries scheduled a retry)."""
         return int(
             self._run_idempotent(
                 "ack",
-                (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats),
-                (redis_message_id, worker_id, self._beat(keys.heartbeats)),
+                (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats, keys.fetched, *keys.history_keys),
+                (redis_message_id, worker_id, self._beat(keys.heartbeats), "3" if retried else "1"),
             )
         )
 
@@ -406,7 +418,15 @@ class Scripts(ScriptRunner):
         return int(
             self._run_idempotent(
                 "nack",
-                (keys.acks(worker_id), keys.ready_msgs, keys.xq, keys.xq_msgs, keys.heartbeats),
+                (
+                    keys.acks(worker_id),
+                    keys.ready_msgs,
+                    keys.xq,
+                    keys.xq_msgs,
+                    keys.heartbeats,
+                    keys.fetched,
+                    *keys.history_keys,
+                ),
                 (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final),
             )
         )
@@ -415,7 +435,7 @@ class Scripts(ScriptRunner):
         return int(
             self._run_idempotent(
                 "requeue",
-                (keys.acks(worker_id), keys.ready_msgs, keys.ready, keys.idle, keys.channel),
+                (keys.acks(worker_id), keys.ready_msgs, keys.ready, keys.idle, keys.channel, keys.fetched),
                 redis_message_ids,
             )
         )
@@ -432,6 +452,7 @@ class Scripts(ScriptRunner):
                 keys.xq_msgs,
                 keys.legacy_dq,
                 keys.legacy_dq_msgs,
+                keys.fetched,
                 *(k for w in dead_workers for k in (keys.acks(w), keys.legacy_dq_acks(w))),
             ),
             (dead_message_ttl_ms, expire_limit),
@@ -508,10 +529,22 @@ class Scripts(ScriptRunner):
                 keys.lease,
                 keys.consumers,
                 keys.legacy_dq,
+                keys.paused,
             ),
             (grace_ms, live_ms),
             client,
         )
+
+    def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
+        """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and
+        since when the queue is paused (epoch ms, server clock) or None."""
+        changed, since = self._run_idempotent("pause", (keys.paused,), (op,))
+        return bool(changed), None if int(since) < 0 else int(since)
+
+    def history(self, keys: QueueKeys, minutes: int, hours: int, client: Any = None) -> Any:
+        """The last ``minutes`` and ``hours`` of the queue's activity history (history.lua's
+        reply, parsed by :mod:`._history`), or the pipeline when ``client`` is one."""
+        return self._run("history", keys.history_keys, (minutes, hours), client)
 
     def pending(self, keys: QueueKeys) -> int:
         """Scheduled (but periodic ticks) + ready + in flight + built-in delayed messages of a
@@ -548,7 +581,7 @@ class Scripts(ScriptRunner):
         workers = [*by_connection, *by_beat]
         requeued, dead = self._run_idempotent(
             "reap",
-            (keys.alive, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *map(keys.acks, workers)),
+            (keys.alive, keys.ready, keys.ready_msgs, keys.idle, keys.channel, keys.fetched, *map(keys.acks, workers)),
             (timeout_ms, forget_ms, len(by_connection), *workers),
         )
         return int(requeued), int(dead)

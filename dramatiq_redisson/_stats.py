@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from ._history import Counts
+
 #: Default ``grace`` (ms) of :meth:`DelayedQueue.overdue`: a due message normally moves
 #: within a few ms; one still scheduled a second after its due time is stuck.
 OVERDUE_GRACE = 1000
@@ -30,6 +32,14 @@ class QueueStats(TypedDict):
     transfer_holder: str | None
     #: Messages still in the built-in broker's ``.DQ`` delay queue (not yet migrated).
     legacy_delayed: int
+    #: Whether the queue is paused (:meth:`RedissonBroker.pause`), and since when (epoch
+    #: ms, server clock) or None.
+    paused: bool
+    paused_since_ms: int | None
+    #: Processed, failed and retried messages in the last 60 minutes (the current one
+    #: included), and in the last 24 hours (whole hours, the current one included).
+    last_hour: Counts
+    last_day: Counts
 
 
 class Stats(TypedDict):

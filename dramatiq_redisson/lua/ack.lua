@@ -1,24 +1,34 @@
--- ack: a fetched message was processed; forget it.
+-- ack: a fetched message was processed; forget it, and count it in the history.
 --
 -- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
 -- KEYS[2]  HASH  <ns>:<queue>.msgs
 -- KEYS[3]  ZSET  <ns>:__heartbeats__
+-- KEYS[4]  HASH  redisson_delay_queue_fetched:{N}   redis message id -> fetch record
+-- KEYS[5]  STRING redisson_delay_queue_minutes:{N}  activity history (see _history.lua)
+-- KEYS[6]  STRING redisson_delay_queue_hours:{N}
 --
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
 -- ARGV[3]  "0": leave the heartbeat alone (see fetch.lua); else write it
+-- ARGV[4]  "1": the message was processed; "3": it failed and a retry is scheduled
 --
 -- Memory: the first write is the SREM (never grows memory), so acks run on a server
 -- at its maxmemory limit, where they are what frees memory.
 --
--- Returns: 1 if the message was in the ack set, else 0.
+-- Returns: 1 if the message was in the ack set, else 0 (nothing is counted then: an
+--          ack repeated after a lost reply counts once).
+
+-- include: _history.lua
 
 local removed = redis.call("SREM", KEYS[1], ARGV[1])
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if removed == 1 then
     redis.call("HDEL", KEYS[2], ARGV[1])
+    redis.call("HDEL", KEYS[4], ARGV[1])
+    record_history(KEYS[5], KEYS[6], now_ms, tonumber(ARGV[4]))
 end
 if ARGV[3] ~= "0" then
-    local t = redis.call("TIME")
-    redis.call("ZADD", KEYS[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[2])
+    redis.call("ZADD", KEYS[3], now_ms, ARGV[2])
 end
 return removed

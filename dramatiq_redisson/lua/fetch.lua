@@ -5,6 +5,8 @@
 -- KEYS[3]  SET   <ns>:__acks__.<worker id>.<queue>     fetched, not yet acked
 -- KEYS[4]  ZSET  <ns>:__heartbeats__                   worker id -> last seen (epoch ms)
 -- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}         consumer token -> free slots
+-- KEYS[6]  STRING redisson_delay_queue_paused:{N}      set while the queue is paused
+-- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}      redis message id -> fetch record
 --
 -- ARGV[1]  most messages to take
 -- ARGV[2]  worker id
@@ -14,6 +16,12 @@
 --          fetch that fills every slot takes it out of the registry.
 -- ARGV[4]  "0": leave the heartbeat alone (this process beat less than a heartbeat
 --          interval ago); else write it (ZREM + ZADD, server clock)
+-- ARGV[5]  "<worker id>|<consumer token>": who fetches, recorded with the fetch time
+--          (server clock) of each message in KEYS[7], for operators ("running now");
+--          the ack deletes the record
+--
+-- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
+-- (enqueues do not wake it; it polls until the queue is resumed).
 --
 -- Memory: the first write (ZREM of the heartbeat, or the LPOP) never grows memory, so
 -- this runs on
@@ -22,16 +30,24 @@
 -- script's first write.)
 --
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
---          no message (it is then dropped from the ack set too).
+--          no message (it is then dropped from the ack set too); or false (nil) when the
+--          queue is paused.
 
 local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local idle = KEYS[5]
+local idle, paused, fetched = KEYS[5], KEYS[6], KEYS[7]
 local count, worker_id, token = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[4] ~= "0" then
-    local t = redis.call("TIME")
     redis.call("ZREM", heartbeats, worker_id)
-    redis.call("ZADD", heartbeats, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), worker_id)
+    redis.call("ZADD", heartbeats, now_ms, worker_id)
+end
+if redis.call("EXISTS", paused) == 1 then
+    if token ~= "" then
+        redis.call("ZREM", idle, token)
+    end
+    return false
 end
 local ids = redis.call("LPOP", ready, count)
 if token ~= "" then
@@ -56,5 +72,11 @@ for i = 1, #ids do
 end
 if #held > 0 then
     redis.call("SADD", acks, unpack(held))
+    local record, pairs = now_ms .. "|" .. ARGV[5], {}
+    for i = 1, #held do
+        pairs[2 * i - 1] = held[i]
+        pairs[2 * i] = record
+    end
+    redis.call("HSET", fetched, unpack(pairs))
 end
 return result

@@ -6,7 +6,8 @@
 -- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs
 -- KEYS[5]  LIST  <ns>:<queue>.DQ          the built-in broker's delay queue
 -- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs
--- KEYS[7..] pairs of SETs per dead worker: <ns>:__acks__.<id>.<queue>, <ns>:__acks__.<id>.<queue>.DQ
+-- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
+-- KEYS[8..] pairs of SETs per dead worker: <ns>:__acks__.<id>.<queue>, <ns>:__acks__.<id>.<queue>.DQ
 --          (unacked messages go back to the queue they were fetched from; the .DQ
 --          ones are then migrated to the delayed queue by the consumer)
 --
@@ -18,6 +19,8 @@
 --
 -- Returns: {messages requeued, dead letters expired}
 
+-- include: _chunked.lua
+
 local ready, ready_msgs, xq, xq_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -26,6 +29,9 @@ local requeued = 0
 local function recover(acks, list, msgs)
     local ids = redis.call("SMEMBERS", acks)
     redis.call("DEL", acks)
+    if #ids > 0 and list == ready then
+        variadic("HDEL", KEYS[7], ids)
+    end
     for i = 1, #ids do
         if redis.call("HEXISTS", msgs, ids[i]) == 1 then
             redis.call("LPUSH", list, ids[i])
@@ -33,7 +39,7 @@ local function recover(acks, list, msgs)
         end
     end
 end
-for k = 7, #KEYS, 2 do
+for k = 8, #KEYS, 2 do
     recover(KEYS[k], ready, ready_msgs)
     recover(KEYS[k + 1], KEYS[5], KEYS[6])
 end

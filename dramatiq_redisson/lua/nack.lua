@@ -1,10 +1,13 @@
--- nack: move a fetched message to the queue's dead letters.
+-- nack: move a fetched message to the queue's dead letters, and count it in the history.
 --
 -- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
 -- KEYS[2]  HASH  <ns>:<queue>.msgs
 -- KEYS[3]  ZSET  <ns>:<queue>.XQ         dead letter id -> time of death (epoch ms)
 -- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs    dead letter id -> encoded message
 -- KEYS[5]  ZSET  <ns>:__heartbeats__
+-- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   redis message id -> fetch record
+-- KEYS[7]  STRING redisson_delay_queue_minutes:{N}  activity history (see _history.lua)
+-- KEYS[8]  STRING redisson_delay_queue_hours:{N}
 --
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
@@ -14,18 +17,22 @@
 -- Memory: the first write is the SREM (never grows memory), so a nack runs on a full
 -- server too: the message moves between two hashes, it is never left half-moved.
 --
--- Returns: 1 if the message was moved, else 0.
+-- Returns: 1 if the message was moved (and counted as failed), else 0.
+
+-- include: _history.lua
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local moved = 0
 if redis.call("SREM", KEYS[1], ARGV[1]) == 1 then
+    redis.call("HDEL", KEYS[6], ARGV[1])
     local data = redis.call("HGET", KEYS[2], ARGV[1])
     if data then
         redis.call("HDEL", KEYS[2], ARGV[1])
         redis.call("ZADD", KEYS[3], now_ms, ARGV[1])
         redis.call("HSET", KEYS[4], ARGV[1], ARGV[3] or data)
         moved = 1
+        record_history(KEYS[7], KEYS[8], now_ms, 2)
     end
 end
 redis.call("ZADD", KEYS[5], now_ms, ARGV[2])

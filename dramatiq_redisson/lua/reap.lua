@@ -6,7 +6,8 @@
 -- KEYS[3]  HASH  <ns>:<queue>.msgs
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
--- KEYS[6..] SET  <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[4..]
+-- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
+-- KEYS[7..] SET  <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[4..]
 --
 -- ARGV[1]  liveness timeout (ms): a worker is dead when its last beat is more than this
 --          older than the newest beat in KEYS[1]
@@ -32,6 +33,7 @@
 -- Returns: {messages put back, dead workers}.
 
 -- include: _wake.lua
+-- include: _chunked.lua
 
 local alive, ready, ready_msgs, idle, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local timeout, forget = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -45,9 +47,12 @@ for i = 4, #ARGV do
     local beat = redis.call("ZSCORE", alive, ARGV[i])
     if i - 3 <= by_connection or (beat and newest_ms - tonumber(beat) > timeout) then
         dead = dead + 1
-        local acks = KEYS[i + 2]
+        local acks = KEYS[i + 3]
         local ids = redis.call("SMEMBERS", acks)
         redis.call("DEL", acks)
+        if #ids > 0 then
+            variadic("HDEL", KEYS[6], ids)
+        end
         for j = 1, #ids do
             if redis.call("HEXISTS", ready_msgs, ids[j]) == 1 then
                 redis.call("LPUSH", ready, ids[j])

@@ -5,6 +5,7 @@
 -- KEYS[3]  LIST  <ns>:<queue>
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
+-- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
 --
 -- ARGV[1..] redis message ids, in the order they were fetched
 --
@@ -23,9 +24,12 @@
 
 local count = 0
 for i = #ARGV, 1, -1 do
-    if redis.call("SREM", KEYS[1], ARGV[i]) == 1 and redis.call("HEXISTS", KEYS[2], ARGV[i]) == 1 then
-        redis.call("LPUSH", KEYS[3], ARGV[i])
-        count = count + 1
+    if redis.call("SREM", KEYS[1], ARGV[i]) == 1 then
+        redis.call("HDEL", KEYS[6], ARGV[i])
+        if redis.call("HEXISTS", KEYS[2], ARGV[i]) == 1 then
+            redis.call("LPUSH", KEYS[3], ARGV[i])
+            count = count + 1
+        end
     end
 end
 if count > 0 then

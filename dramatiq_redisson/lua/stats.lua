@@ -7,6 +7,7 @@
 -- KEYS[5]  STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>"
 -- KEYS[6]  ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
 -- KEYS[7]  LIST  <ns>:<queue>.DQ        the built-in broker's delay queue (not yet migrated)
+-- KEYS[8]  STRING redisson_delay_queue_paused:{N}    since when the queue is paused
 --
 -- ARGV[1]  overdue grace (ms): entries due more than this long ago count as overdue
 -- ARGV[2]  consumers seen within this many ms count as live
@@ -15,13 +16,15 @@
 --
 -- Returns: {server now (epoch ms), ready, ready + in flight (messages with data in the
 --           ready queue's hash), scheduled, overdue, earliest due time or -1, dead,
---           lease holder's token or "", live consumers, built-in delay-queue length}
+--           lease holder's token or "", live consumers, built-in delay-queue length,
+--           since when the queue is paused (epoch ms) or -1}
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local grace, live = tonumber(ARGV[1]), tonumber(ARGV[2])
 local head = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
 local holder = redis.call("GET", KEYS[5])
+local paused = redis.call("GET", KEYS[8])
 return {
     now_ms,
     redis.call("LLEN", KEYS[1]),
@@ -33,4 +36,5 @@ return {
     holder and string.match(holder, "^(.*) %d+$") or "",
     redis.call("ZCOUNT", KEYS[6], now_ms - live, "+inf"),
     redis.call("LLEN", KEYS[7]),
+    paused and tonumber(paused) or -1,
 }

@@ -26,6 +26,8 @@
 -- KEYS[20] HASH  redisson_delay_queue_chains:{N}    schedule name -> member of its next tick
 -- KEYS[21] HASH  redisson_delay_queue_schedule_state:{N}  "<name>|t" the ticks after it, ...
 --                                                    (see schedule.lua)
+-- KEYS[22] STRING redisson_delay_queue_paused:{N}   set while the queue is paused: no hand-off
+-- KEYS[23] HASH  redisson_delay_queue_fetched:{N}   fetch records of handed-off messages
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list (per upkeep tick)
@@ -47,6 +49,8 @@
 --          missed (see Periodic ticks)
 -- ARGV[13] a schedule with fewer upcoming ticks than this after the one chained is
 --          returned, so that the caller adds more
+-- ARGV[14] "<worker id>|<consumer token>" of the caller, recorded with the time of each
+--          message handed off (as fetch.lua records a fetch)
 --
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
@@ -68,7 +72,8 @@
 -- free slots, go straight into the caller's ack set and come back with the reply (a
 -- fetch in the same call: one call per delayed message instead of two). When the ready
 -- queue already had messages, everything moved queues behind them (FIFO) and the caller
--- fetches as usual. A caller with slots left over is registered as idle (as fetch.lua
+-- fetches as usual. Nothing is handed off while the queue is paused (KEYS[22]): the
+-- messages move to the ready queue and wait there. A caller with slots left over is registered as idle (as fetch.lua
 -- does) when it listens on its wake channel.
 --
 -- Periodic ticks (schedule.lua): a due member that is its schedule's chained tick (its
@@ -254,13 +259,18 @@ if #due > 0 then
         variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
         local take = 0
-        if own_slots > 0 and token ~= "" and redis.call("LLEN", ready) == 0 then
+        if own_slots > 0 and token ~= "" and redis.call("LLEN", ready) == 0
+            and redis.call("EXISTS", KEYS[22]) == 0 then
             take = math.min(own_slots, moved)
+            local record, records = now_ms .. "|" .. (ARGV[14] or ""), {}
             for i = 1, take do
                 handed[#handed + 1] = members[i]
                 handed[#handed + 1] = ready_pairs[2 * i]
+                records[2 * i - 1] = members[i]
+                records[2 * i] = record
             end
             redis.call("SADD", acks, unpack(members, 1, take))
+            redis.call("HSET", KEYS[23], unpack(records))
         end
         if take < moved then
             variadic("RPUSH", ready, { unpack(members, take + 1) })

@@ -1,0 +1,68 @@
+-- _history.lua: the activity history, per queue: how many messages were processed
+-- (acked), failed (dead-lettered) and retried (acked after Retries scheduled a retry),
+-- per minute for the last 25 hours and per hour for the last 31 days. (Included by
+-- ack.lua and nack.lua; read by history.lua; the layout is parsed by _history.py.)
+--
+-- Two STRING rings per queue, read and written with BITFIELD (u32 fields, big-endian),
+-- so memory is fixed whatever the traffic: at most 24 016 + 11 904 bytes per queue.
+--
+--   redisson_delay_queue_minutes:{N}  bytes 0..3: the last minute that had an event and
+--                                     is not yet added to its hour (0: none); then
+--                                     HISTORY_MINUTES slots of 16 bytes at
+--                                     16 + 16 * (minute % HISTORY_MINUTES)
+--   redisson_delay_queue_hours:{N}    HISTORY_HOURS slots of 16 bytes at
+--                                     16 * (hour % HISTORY_HOURS)
+--
+-- A slot is {stamp, processed, failed, retried}: the stamp is the minute (hour) number
+-- since the epoch, on the server clock, that the counts belong to; a slot whose stamp is
+-- another number is stale (left from a lap before) and reads as zeros.
+--
+-- The common case costs one BITFIELD: read the slot's stamp and add 1 to its counter.
+-- The first event of a minute finds a stale stamp and resets the slot; it also adds the
+-- previous active minute, now complete, to its hour slot (once: the header then names
+-- the new minute). So the hour ring holds every minute but the last active one, which
+-- a reader adds itself.
+
+local HISTORY_MINUTES, HISTORY_HOURS = 1500, 744
+
+local function history_minute_at(minute)
+    return (16 + 16 * (minute % HISTORY_MINUTES)) * 8
+end
+
+local function history_hour_at(hour)
+    return 16 * (hour % HISTORY_HOURS) * 8
+end
+
+-- kind: 1 processed, 2 failed, 3 retried.
+local function record_history(minutes, hours, now_ms, kind)
+    local minute = math.floor(now_ms / 60000)
+    local at = history_minute_at(minute)
+    local got = redis.call("BITFIELD", minutes, "GET", "u32", at, "OVERFLOW", "SAT", "INCRBY", "u32", at + 32 * kind, 1)
+    if got[1] == minute then
+        return
+    end
+    -- The first event of this minute. Add the last active minute to its hour first.
+    local last = redis.call("BITFIELD", minutes, "GET", "u32", 0)[1]
+    if last ~= 0 and last < minute then
+        local last_at = history_minute_at(last)
+        local c = redis.call("BITFIELD", minutes, "GET", "u32", last_at, "GET", "u32", last_at + 32,
+            "GET", "u32", last_at + 64, "GET", "u32", last_at + 96)
+        if c[1] == last then
+            if last_at == at then
+                c[1 + kind] = c[1 + kind] - 1 -- the same slot, a lap later: counted just now
+            end
+            local hour = math.floor(last / 60)
+            local hour_at = history_hour_at(hour)
+            if redis.call("BITFIELD", hours, "GET", "u32", hour_at)[1] == hour then
+                redis.call("BITFIELD", hours, "OVERFLOW", "SAT", "INCRBY", "u32", hour_at + 32, c[2],
+                    "INCRBY", "u32", hour_at + 64, c[3], "INCRBY", "u32", hour_at + 96, c[4])
+            else
+                redis.call("BITFIELD", hours, "SET", "u32", hour_at, hour, "SET", "u32", hour_at + 32, c[2],
+                    "SET", "u32", hour_at + 64, c[3], "SET", "u32", hour_at + 96, c[4])
+            end
+        end
+    end
+    redis.call("BITFIELD", minutes, "SET", "u32", 0, minute, "SET", "u32", at, minute,
+        "SET", "u32", at + 32, kind == 1 and 1 or 0, "SET", "u32", at + 64, kind == 2 and 1 or 0,
+        "SET", "u32", at + 96, kind == 3 and 1 or 0)
+end

@@ -1,0 +1,57 @@
+-- history: read a queue's activity history (the rings of _history.lua).
+--
+-- KEYS[1]  STRING redisson_delay_queue_minutes:{N}
+-- KEYS[2]  STRING redisson_delay_queue_hours:{N}
+--
+-- ARGV[1]  minutes: how many of the last minutes to read (1..HISTORY_MINUTES, the
+--          current one last)
+-- ARGV[2]  hours: how many of the last hours (1..HISTORY_HOURS, the current one last)
+--
+-- Read only; a ring not written yet reads as zeros.
+--
+-- Returns: {server time (epoch ms), the last minutes' slots (16 bytes each, oldest
+--           first), the last hours' slots, the last active minute not yet added to its
+--           hour (0: none), that minute's slot}
+
+-- include: _history.lua
+
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- n slots of 16 bytes ending with the one of number `last`, in a ring of `size` slots
+-- starting at byte `base`, oldest first; bytes past the end of the string read as zeros.
+local function slots(key, base, size, last, n)
+    local parts = {}
+    local first = last - n + 1
+    local i = first
+    while i <= last do
+        local index = i % size
+        local run = math.min(last - i + 1, size - index)
+        local from = base + 16 * index
+        local piece = redis.call("GETRANGE", key, from, from + 16 * run - 1)
+        parts[#parts + 1] = piece .. string.rep("\0", 16 * run - #piece)
+        i = i + run
+    end
+    return table.concat(parts)
+end
+
+local minute = math.floor(now_ms / 60000)
+local hour = math.floor(minute / 60)
+local n_minutes = math.max(1, math.min(tonumber(ARGV[1]), HISTORY_MINUTES))
+local n_hours = math.max(1, math.min(tonumber(ARGV[2]), HISTORY_HOURS))
+local header = redis.call("GETRANGE", KEYS[1], 0, 3)
+local pending = 0
+if #header == 4 then
+    pending = struct.unpack(">I4", header)
+end
+local pending_slot = string.rep("\0", 16)
+if pending > 0 then
+    pending_slot = slots(KEYS[1], 16, HISTORY_MINUTES, pending, 1)
+end
+return {
+    now_ms,
+    slots(KEYS[1], 16, HISTORY_MINUTES, minute, n_minutes),
+    slots(KEYS[2], 0, HISTORY_HOURS, hour, n_hours),
+    pending,
+    pending_slot,
+}
