@@ -590,9 +590,9 @@ class RedissonBroker(RedisBroker):
         return epoch_ms(cast("tuple[int, int]", self.client.time()))
 
     def flush(self, queue_name: str) -> None:
-        """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``;
-        the queue leaves the namespace's queue registry (its next send or consumer lists
-        it again)."""
+        """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``,
+        with its pause, fetch records and activity history; the queue leaves the
+        namespace's queue registry (its next send or consumer lists it again)."""
         keys = self.keys(queue_name)
         self.producer.registered.discard(keys.queue_name)
         # One UNLINK drops every key of the queue at once; the registry (on a cluster in
@@ -614,6 +614,9 @@ class RedissonBroker(RedisBroker):
             keys.holds,
             keys.held,
             *keys.schedule_keys,
+            keys.paused,
+            keys.fetched,
+            *keys.history_keys,
         )
 
     def flush_all(self) -> None:

@@ -3,7 +3,7 @@
 Three kinds of metrics, all prefixed ``dramatiq_redisson_``:
 
 * queue gauges (scheduled, overdue, oldest overdue, ready, in flight, dead, consumers,
-  legacy delayed; live workers), read at scrape time by :class:`StatsCollector` with one
+  legacy delayed, paused; live workers), read at scrape time by :class:`StatsCollector` with one
   :meth:`RedissonBroker.stats` call: a fixed number of O(1)/O(log n) commands per queue,
   one round trip for all queues;
 * schedule gauges (each periodic actor's schedule: when its next tick is due, how late
@@ -95,6 +95,11 @@ _QUEUE_GAUGES: tuple[tuple[str, str, str | None], ...] = (
         "dramatiq_redisson_legacy_delayed_messages",
         "Messages still in the built-in broker's .DQ delay queue (not yet migrated).",
         "legacy_delayed",
+    ),
+    (
+        "dramatiq_redisson_queue_paused",
+        "1 while the queue is paused (no consumer starts its messages), else 0.",
+        "paused",
     ),
 )
 

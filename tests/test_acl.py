@@ -460,6 +460,17 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
         # Maintenance found the dead worker, requeued nothing it could decode... and forgot it.
         assert wait_for(lambda: redis_client.zscore(keys.heartbeats, "dead-worker") is None, timeout=10)
         worker.join()
+        # Live-fleet operations as the same user: pause (fetches find it), running, history.
+        assert broker.pause(queue)
+        job.send("while paused")
+        time.sleep(1.0)
+        assert "while paused" not in ran and broker.stats(queue)["queues"][queue]["paused"]
+        assert broker.running(queue) == []
+        assert broker.resume(queue)
+        assert wait_for(lambda: "while paused" in ran, timeout=5)
+        counts = broker.history(queue, minutes=5, hours=2)["queues"][queue]["minutes"]
+        assert sum(b["processed"] for b in counts) >= 3 and sum(b["failed"] for b in counts) >= 1
+        assert sum(b["retried"] for b in counts) == len(attempts) >= 1
     finally:
         worker.stop()
 
@@ -570,6 +581,10 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_schedules:{dramatiq:default}",
         "redisson_delay_queue_chains:{dramatiq:default}",
         "redisson_delay_queue_schedule_state:{dramatiq:default}",
+        "redisson_delay_queue_paused:{dramatiq:default}",
+        "redisson_delay_queue_fetched:{dramatiq:default}",
+        "redisson_delay_queue_minutes:{dramatiq:default}",
+        "redisson_delay_queue_hours:{dramatiq:default}",
         "redisson_delay_queue_lease:{dramatiq:default}",
         "redisson_delay_queue_consumers:{dramatiq:default}",
         "redisson_delay_queue_idle:{dramatiq:default}",

@@ -250,6 +250,48 @@ def test_periodic_actors_tick_once_and_are_operated_on_a_cluster(cluster_broker:
     assert broker.schedules.remove("cluster-tick")
 
 
+def test_pause_running_and_history_on_a_cluster(cluster_broker: RedissonBroker) -> None:
+    broker = cluster_broker
+    release = threading.Event()
+    done: list[str] = []
+
+    @dramatiq.actor(broker=broker, queue_name="live", max_retries=1, min_backoff=10, max_backoff=10)
+    def job(kind: str) -> None:
+        if kind == "hold":
+            release.wait(10)
+        if kind == "fail":
+            raise ValueError("always")
+        done.append(kind)
+
+    @dramatiq.actor(broker=broker, queue_name="other", max_retries=0)
+    def other() -> None:
+        done.append("other")
+
+    worker = Worker(broker, worker_timeout=100, worker_threads=2)
+    worker.start()
+    try:
+        held = job.send("hold")
+        assert wait_for(lambda: [m["message_id"] for m in broker.running()] == [held.message_id])
+        assert broker.pause("live")
+        job.send("ok")
+        other.send()  # another queue (another slot) keeps running
+        assert wait_for(lambda: "other" in done)
+        time.sleep(1.0)
+        assert "ok" not in done and broker.stats("live")["queues"]["live"]["paused"]
+        assert broker.resume("live")
+        assert wait_for(lambda: "ok" in done, timeout=5)
+        job.send("fail")
+        release.set()
+        assert wait_for(lambda: broker.dead_letters("live").size() == 1, timeout=10)
+        assert wait_for(lambda: broker.running() == [])
+    finally:
+        release.set()
+        worker.stop()
+    totals = broker.stats()["queues"]["live"]["last_hour"]
+    assert totals == {"processed": 2, "failed": 1, "retried": 1}
+    assert sum(b["processed"] for b in broker.history("other")["queues"]["other"]["minutes"]) == 1
+
+
 def test_cancel_reschedule_scan_and_bulk_operations(cluster_broker: RedissonBroker) -> None:
     broker = cluster_broker
 

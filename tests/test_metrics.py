@@ -44,6 +44,7 @@ GAUGE_FIELDS = {
     "dramatiq_redisson_dead_messages": "dead",
     "dramatiq_redisson_consumers": "consumers",
     "dramatiq_redisson_legacy_delayed_messages": "legacy_delayed",
+    "dramatiq_redisson_queue_paused": "paused",
 }
 
 
@@ -213,8 +214,10 @@ def test_dramatiq_exporter_serves_queue_gauges_and_transfer_metrics_of_worker_pr
 
 
 def test_wsgi_app_serves_the_gauges_of_broker_stats(broker: RedissonBroker) -> None:
-    # Given scheduled messages on a declared queue nobody consumes: 2 past due, 1 in an hour, 1 ready
+    # Given scheduled messages on a declared queue nobody consumes: 2 past due, 1 in an hour, 1 ready;
+    # the queue paused
     broker.declare_queue("wsgi")
+    broker.pause("wsgi")
     for delay in (1, 1, 3_600_000, None):
         broker.enqueue(message("wsgi", "nobody"), delay=delay)
     assert wait_for(lambda: broker.stats("wsgi", overdue_grace=0)["queues"]["wsgi"]["overdue"] == 2)
@@ -228,6 +231,7 @@ def test_wsgi_app_serves_the_gauges_of_broker_stats(broker: RedissonBroker) -> N
     assert mismatches(samples, stats["queues"], stats["time_ms"]) == []
     assert value(samples, "dramatiq_redisson_overdue_messages", queue_name="wsgi") == 2.0
     assert value(samples, "dramatiq_redisson_ready_messages", queue_name="wsgi") == 1.0
+    assert value(samples, "dramatiq_redisson_queue_paused", queue_name="wsgi") == 1.0
     oldest = value(samples, "dramatiq_redisson_oldest_overdue_seconds", queue_name="wsgi")
     assert oldest is not None and 0.0 < oldest < 5.0
     assert value(samples, "dramatiq_redisson_workers") == 0.0

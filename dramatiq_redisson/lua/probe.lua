@@ -73,6 +73,7 @@ local read = {
     end,
     string = function(k)
         check("GET", k, k)
+        check("GETRANGE", k, k, 1, 0)
         check("EXISTS", k, k)
     end,
     none = function(k)
@@ -101,6 +102,7 @@ local write = {
     string = function(k)
         check("SET", k, k, token, "NX", "XX")
         check("RENAME", k, k, k)
+        check("BITFIELD", k, k, "GET", "u8", 0) -- only reads; creates no key
     end,
     none = function(k)
         check("ZREM", k, k, token)
