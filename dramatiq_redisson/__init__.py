@@ -15,9 +15,9 @@ from ._errors import (
 from ._history import Bucket, Counts, History, QueueHistory
 from ._keys import QueueKeys
 from ._message import MAX_DELAY, validate_delay
-from ._running import RunningMessage
 from ._periodic import Schedule, ScheduleInfo, Schedules, periodic
 from ._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
+from ._running import RunningMessage
 from ._schedule_spec import InvalidSchedule
 from ._stats import QueueStats, Stats
 

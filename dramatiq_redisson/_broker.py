@@ -320,9 +320,7 @@ class RedissonBroker(RedisBroker):
         if self.held.was_released(queue_name, redis_message_id):
             return 0
         try:
-            acked = self.redisson_scripts.ack(
-                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried
-            )
+            acked = self.redisson_scripts.ack(self.keys(queue_name), self.broker_id, redis_message_id, retried=retried)
         except BaseException:
             if retried:
                 self.held.mark_retried(redis_message_id)  # the consumer tries the ack again

@@ -360,7 +360,9 @@ class RedissonConsumer(Consumer):
         if paused != self.paused:
             self.paused = paused
             if paused:
-                self.logger.info("Queue %r is paused: starting none of its messages until it is resumed.", self.queue_name)
+                self.logger.info(
+                    "Queue %r is paused: starting none of its messages until it is resumed.", self.queue_name
+                )
             else:
                 self.logger.info("Queue %r is resumed.", self.queue_name)
 

@@ -55,11 +55,11 @@ def running(broker: RedissonBroker, queue_names: list[str]) -> list[RunningMessa
     now_ms = epoch_ms(cast("tuple[int, int]", client.time()))
     candidates: list[tuple[str, str, int, str, str]] = []
     for name, records in zip(queue_names, cast("list[dict[bytes, bytes]]", replies), strict=True):
-        for redis_id, record in records.items():
+        for raw_id, record in records.items():
             fetched, _, rest = record.decode(errors="replace").partition("|")
             worker_id, _, token = rest.partition("|")
             if fetched.isdigit() and worker_id:
-                candidates.append((name, redis_id.decode(errors="replace"), int(fetched), worker_id, token))
+                candidates.append((name, raw_id.decode(errors="replace"), int(fetched), worker_id, token))
     if not candidates:
         return []
     ack_sets = sorted({(name, worker_id) for name, _, _, worker_id, _ in candidates})
@@ -70,13 +70,11 @@ def running(broker: RedissonBroker, queue_names: list[str]) -> list[RunningMessa
             pipe.hget(broker.keys(name).ready_msgs, redis_id)
         replies = pipe.execute()
     members = {
-        key: {m.decode(errors="replace") for m in cast("set[bytes]", found)}
-        for key, found in zip(ack_sets, replies, strict=False)
+        key: {m.decode(errors="replace") for m in cast("set[bytes]", ack_set)}
+        for key, ack_set in zip(ack_sets, replies, strict=False)
     }
     found: list[RunningMessage] = []
-    for (name, redis_id, fetched_ms, worker_id, token), data in zip(
-        candidates, replies[len(ack_sets) :], strict=True
-    ):
+    for (name, redis_id, fetched_ms, worker_id, token), data in zip(candidates, replies[len(ack_sets) :], strict=True):
         if data is None or redis_id not in members[(name, worker_id)]:
             continue
         message_id, actor = _describe(cast("bytes", data), redis_id)

@@ -91,7 +91,9 @@ def test_a_worker_that_boots_on_a_paused_queue_stays_idle_until_resumed(
 
 
 def test_a_paused_queue_hands_nothing_off_in_a_transfer_and_leaves_the_idle_registry(
-    broker: RedissonBroker, redis_client: redis.Redis, stamp: dramatiq.Actor  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,  # type: ignore[type-arg]
 ) -> None:
     keys = broker.keys("default")
     scripts = broker.redisson_scripts
@@ -104,7 +106,14 @@ def test_a_paused_queue_hands_nothing_off_in_a_transfer_and_leaves_the_idle_regi
     stamp.send_with_options(args=(1,), delay=1)
     time.sleep(0.05)
     result = scripts.transfer(
-        keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10, token="tok", lease_ms=2000, own_slots=4,
+        keys,
+        limit=10,
+        trim_budget=10,
+        compact_step=10,
+        compact_slack=10,
+        token="tok",
+        lease_ms=2000,
+        own_slots=4,
         worker_id="w1",
     )
     assert result.moved == 1 and result.fetched == []
@@ -160,7 +169,9 @@ def test_running_shows_a_sleeping_actors_message_with_its_worker_and_age_then_dr
 
 
 def test_running_lists_oldest_first_and_ignores_a_record_whose_message_is_gone(
-    broker: RedissonBroker, redis_client: redis.Redis, stamp: dramatiq.Actor  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,  # type: ignore[type-arg]
 ) -> None:
     keys = broker.keys("default")
     first = stamp.send(1)
@@ -221,7 +232,9 @@ def _slot(client: redis.Redis, key: str, at: int) -> tuple[int, int, int, int]:
 
 
 def test_history_rolls_a_finished_minute_into_its_hour_once_and_reads_past_stale_laps(
-    broker: RedissonBroker, redis_client: redis.Redis, stamp: dramatiq.Actor  # type: ignore[type-arg]
+    broker: RedissonBroker,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,  # type: ignore[type-arg]
 ) -> None:
     keys = broker.keys("default")
     now_minute = server_ms(redis_client) // 60_000
@@ -229,9 +242,7 @@ def test_history_rolls_a_finished_minute_into_its_hour_once_and_reads_past_stale
     # Its slot holds {earlier: 7 processed, 1 failed, 2 retried}; the header names it.
     at = 16 + SLOT * (earlier % RING_MINUTES)
     redis_client.setrange(keys.minutes, 0, earlier.to_bytes(4, "big"))
-    redis_client.setrange(
-        keys.minutes, at, b"".join(n.to_bytes(4, "big") for n in (earlier, 7, 1, 2))
-    )
+    redis_client.setrange(keys.minutes, at, b"".join(n.to_bytes(4, "big") for n in (earlier, 7, 1, 2)))
     # A stale slot one lap back where the current minute lands, and a stale hour slot.
     lap = now_minute - RING_MINUTES
     redis_client.setrange(
@@ -261,4 +272,3 @@ def test_history_rolls_a_finished_minute_into_its_hour_once_and_reads_past_stale
     # A repeated ack (a retry after a lost reply) counts nothing.
     assert broker.redisson_scripts.ack(keys, "w1", redis_id) == 0
     assert broker.stats("default")["queues"]["default"]["last_hour"]["processed"] == 1
-

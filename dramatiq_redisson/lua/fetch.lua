@@ -37,9 +37,13 @@ local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local idle, paused, fetched = KEYS[5], KEYS[6], KEYS[7]
 local count, worker_id, token = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
-local t = redis.call("TIME")
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function server_ms()
+    local t = redis.call("TIME")
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local now_ms = nil -- read only when needed: an idle poll takes nothing and writes no beat
 if ARGV[4] ~= "0" then
+    now_ms = server_ms()
     redis.call("ZREM", heartbeats, worker_id)
     redis.call("ZADD", heartbeats, now_ms, worker_id)
 end
@@ -72,7 +76,7 @@ for i = 1, #ids do
 end
 if #held > 0 then
     redis.call("SADD", acks, unpack(held))
-    local record, pairs = now_ms .. "|" .. ARGV[5], {}
+    local record, pairs = (now_ms or server_ms()) .. "|" .. ARGV[5], {}
     for i = 1, #held do
         pairs[2 * i - 1] = held[i]
         pairs[2 * i] = record
