@@ -196,6 +196,48 @@ def test_failover_without_and_with_wait_for_replicas(redis_url: str) -> None:
         failover.check(result, SIZES["small"], max_lost=0 if result.wait_for_replicas else None)
 
 
+def test_a_paused_queue_stays_paused_through_a_failover_and_its_history_is_kept() -> None:
+    """The pause and the history are replicated data: after the primary is killed and a
+    replica promoted, a Worker on the Sentinel client still starts nothing of the paused
+    queue, the counts taken before the failover are still there, and a resume runs all."""
+    ran: list[int] = []
+    with Sentinel(replicas=1, sentinels=3) as setup:
+        broker = RedissonBroker(client=setup.client(), wait_for_replicas=1)
+
+        @dramatiq.actor(broker=broker, queue_name="live", max_retries=0)
+        def job(i: int) -> None:
+            ran.append(i)
+
+        worker = Worker(broker, worker_timeout=100, worker_threads=2)
+        worker.start()
+        try:
+            job.send(0)
+            assert wait_for(lambda: ran == [0], timeout=10)
+            assert broker.pause("live")
+            for i in range(1, 4):
+                job.send(i)
+            setup.kill_primary()
+            setup.wait_for_failover()
+            assert wait_for(lambda: broker.stats("live")["queues"]["live"]["ready"] == 3, timeout=20)
+            time.sleep(1.0)
+            assert ran == [0], "a paused queue stays paused on the promoted replica"
+            assert broker.stats("live")["queues"]["live"]["last_hour"]["processed"] == 1
+            assert wait_for(lambda: _resumed(broker), timeout=10)
+            assert wait_for(lambda: sorted(ran) == [0, 1, 2, 3], timeout=10)
+        finally:
+            worker.stop()
+            broker.close()
+
+
+def _resumed(broker: RedissonBroker) -> bool:
+    """Resume (retried through the failover's lost connections)."""
+    try:
+        broker.resume("live")
+        return True
+    except (redis.ConnectionError, NotReplicated):
+        return False
+
+
 # -- the cost of waiting ---------------------------------------------------------------
 
 

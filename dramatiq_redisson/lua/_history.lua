@@ -37,7 +37,8 @@ end
 local function record_history(minutes, hours, now_ms, kind)
     local minute = math.floor(now_ms / 60000)
     local at = history_minute_at(minute)
-    local got = redis.call("BITFIELD", minutes, "GET", "u32", at, "OVERFLOW", "SAT", "INCRBY", "u32", at + 32 * kind, 1)
+    -- (u32 wraps after 4 294 967 295 events in one minute: no saturation check needed)
+    local got = redis.call("BITFIELD", minutes, "GET", "u32", at, "INCRBY", "u32", at + 32 * kind, 1)
     if got[1] == minute then
         return
     end
