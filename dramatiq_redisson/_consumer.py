@@ -339,7 +339,7 @@ class RedissonConsumer(Consumer):
         token = self.token if self.transfers.wake_ready else ""
         with self.broker.held.lock(self.queue_name):
             try:
-                fetched = self.scripts.fetch(self.keys, self.worker_id, count, token)
+                fetched = self.scripts.fetch(self.keys, self.worker_id, count, token, self.token)
             except CONNECTION_ERRORS:
                 # The script may have run: its ids would be stranded in our ack set.
                 self.reconcile_due = True

@@ -389,15 +389,16 @@ class Scripts(ScriptRunner):
         return self._run_resending("enqueue", _enqueue_keys(keys), args, client)
 
     def fetch(
-        self, keys: QueueKeys, worker_id: str, count: int, token: str = ""
+        self, keys: QueueKeys, worker_id: str, count: int, token: str = "", consumer: str = ""
     ) -> list[tuple[str, bytes | None]] | None:
         """Take up to ``count`` ready messages; with a ``token``, a short fetch registers
-        that consumer as idle (woken on its wake channel, see fetch.lua). ``None``: the
-        queue is paused (nothing taken)."""
+        that consumer as idle (woken on its wake channel, see fetch.lua). ``consumer``
+        (default: ``token``) is recorded with each message fetched (running now). ``None``:
+        the queue is paused (nothing taken)."""
         flat = self._run(
             "fetch",
             (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats, keys.idle, keys.paused, keys.fetched),
-            (count, worker_id, token, self._beat(keys.heartbeats), f"{worker_id}|{token}"),
+            (count, worker_id, token, self._beat(keys.heartbeats), f"{worker_id}|{consumer or token}"),
         )
         if flat is None:
             return None

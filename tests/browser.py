@@ -2,20 +2,24 @@
 README's screenshots.
 
 Run ``python -m tests.browser --screenshots docs/img`` to fill an embedded server with a
-demo (queues, scheduled and ready messages, dead letters of real failures) and save
-``dashboard-overview.png`` and ``dashboard-queue.png`` there.
+demo (queues, scheduled and ready messages, dead letters of real failures, a paused
+queue, messages running, an activity history) and save ``dashboard-overview.png``,
+``dashboard-queue.png``, ``dashboard-activity.png`` and ``dashboard-running.png`` there.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +31,8 @@ from dramatiq_redisson.embedded import free_loopback_port
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Playwright
+
+    from dramatiq_redisson import RedissonBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,12 +143,54 @@ def _answers(url: str) -> bool:
 # -- screenshots ------------------------------------------------------------------------
 
 
+def demo_history(broker: RedissonBroker, queue_name: str, per_minute: float, rng: random.Random) -> None:
+    """Write 30 days of made-up activity into ``queue_name``'s history rings (demo only:
+    the layout of ``lua/_history.lua``, which only ack and nack write otherwise): a daily
+    rhythm around ``per_minute`` processed messages a minute, a few retried and failed.
+    The current minute is left to the real acks."""
+    from dramatiq_redisson._history import RING_HOURS, RING_MINUTES
+
+    slot = struct.Struct(">IIII")
+    now_minute = broker._server_ms() // 60_000
+
+    def counts(minute: int, scale: float) -> tuple[int, int, int]:
+        daily = 1 + 0.6 * math.sin(2 * math.pi * ((minute / 60) % 24 - 9) / 24)
+        processed = max(0, round(per_minute * scale * daily * rng.uniform(0.75, 1.25)))
+        retried = sum(1 for _ in range(round(scale)) if rng.random() < 0.04 * per_minute / 10)
+        failed = sum(1 for _ in range(round(scale)) if rng.random() < 0.012 * per_minute / 10)
+        return processed, failed, retried
+
+    minutes = bytearray(16 + 16 * RING_MINUTES)
+    for minute in range(now_minute - 24 * 60, now_minute):
+        processed, failed, retried = counts(minute, 1)
+        at = 16 + 16 * (minute % RING_MINUTES)
+        minutes[at : at + 16] = slot.pack(minute, processed, failed, retried)
+    hours = bytearray(16 * RING_HOURS)
+    now_hour = now_minute // 60
+    for hour in range(now_hour - 30 * 24, now_hour + 1):
+        first = hour * 60
+        if hour >= now_hour - 24:  # the sum of its minutes above (all but the current one)
+            known = [
+                slot.unpack_from(minutes, 16 + 16 * (m % RING_MINUTES))
+                for m in range(first, min(first + 60, now_minute))
+            ]
+            total = [sum(k[i] for k in known if k[0] >= now_minute - 24 * 60) for i in (1, 2, 3)]
+        else:
+            total = list(counts(first + 30, 60))
+        hours[16 * (hour % RING_HOURS) : 16 * (hour % RING_HOURS) + 16] = slot.pack(hour, *total)
+    keys = broker.keys(queue_name)
+    broker.client.set(keys.minutes, bytes(minutes))
+    broker.client.set(keys.hours, bytes(hours))
+
+
 @contextlib.contextmanager
 def demo(redis_url: str) -> Iterator[None]:
-    """A realistic namespace for as long as the block runs: three queues, about 2,000
-    scheduled messages of four actors with varied arguments and due times, ready ones, an
-    overdue backlog on a queue no worker consumes, and dead letters of real failures (with
-    their tracebacks) from the worker of "billing", which keeps running."""
+    """A realistic namespace for as long as the block runs: four queues, about 2,000
+    scheduled messages of five actors with varied arguments and due times, ready ones, an
+    overdue backlog on a queue no worker consumes (and paused), dead letters of real
+    failures (with their tracebacks) from the worker of "billing", which keeps running,
+    exports running on the worker of "exports" (one of them made to look stuck: its fetch
+    time is set back 14 minutes), and 30 days of made-up activity history."""
     import logging
 
     import dramatiq
@@ -172,6 +220,12 @@ def demo(redis_url: str) -> Iterator[None]:
     @dramatiq.actor(broker=broker, queue_name="reports", max_retries=0)
     def build_report(account: str, month: str) -> None:
         pass
+
+    release = threading.Event()
+
+    @dramatiq.actor(broker=broker, queue_name="exports", max_retries=0, time_limit=3_600_000)
+    def export_account(account: str, fmt: str = "csv") -> None:
+        release.wait(120)
 
     def delay(low_minutes: int, high_minutes: int) -> int:
         return rng.randrange(low_minutes * 60_000, high_minutes * 60_000)
@@ -205,10 +259,26 @@ def demo(redis_url: str) -> Iterator[None]:
     failing = [("INV-2025-03117", 4900), ("INV-2025-03121", 12_100), ("INV-2025-03164", 7700)]
     for invoice, amount in failing:
         charge_invoice.send(invoice, amount, currency="EUR")
+    for queue_name, per_minute in (("emails", 42), ("billing", 9), ("reports", 0.4), ("exports", 0.8)):
+        demo_history(broker, queue_name, per_minute, rng)
     logging.getLogger("dramatiq").setLevel(logging.CRITICAL)  # the failures are expected
-    worker = dramatiq.Worker(broker, queues={"billing"}, worker_threads=2, worker_timeout=100)
+    worker = dramatiq.Worker(broker, queues={"billing", "exports"}, worker_threads=6, worker_timeout=100)
     worker.start()
     try:
+        for account, fmt in (("acme", "parquet"), ("globex", "csv"), ("initech", "csv")):
+            export_account.send(account, fmt=fmt)
+        deadline = time.monotonic() + 20
+        while len(broker.running("exports")) < 3:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the demo's exports did not start in time")
+            time.sleep(0.05)
+        # Made to look stuck: the oldest export's fetch time set back (ages otherwise are
+        # a second or so).
+        fetched_key = broker.keys("exports").fetched
+        for back_ms, running in zip((14 * 60_000, 3 * 60_000 + 12_000, 41_000), broker.running("exports"), strict=True):
+            record = f"{running['fetched_ms'] - back_ms}|{running['worker_id']}|{running['consumer']}"
+            broker.client.hset(fetched_key, running["redis_message_id"], record)
+        broker.pause("reports")
         deadline = time.monotonic() + 20
         while broker.stats("billing")["queues"]["billing"]["dead"] < len(failing):
             if time.monotonic() > deadline:
@@ -221,13 +291,15 @@ def demo(redis_url: str) -> Iterator[None]:
             time.sleep(0.05)
         yield
     finally:
+        release.set()
         worker.stop()
         broker.close()
 
 
 def screenshots(directory: Path) -> list[Path]:
-    """Fill an embedded server with :func:`demo` and screenshot the overview and the
-    "emails" queue page into ``directory``."""
+    """Fill an embedded server with :func:`demo` and screenshot the overview, the
+    "emails" queue page (its scheduled messages, and its activity charts) and the
+    Running page into ``directory``."""
     from playwright.sync_api import sync_playwright
 
     from dramatiq_redisson.embedded import redis_url
@@ -237,6 +309,7 @@ def screenshots(directory: Path) -> list[Path]:
         raise RuntimeError(reason)
     directory.mkdir(parents=True, exist_ok=True)
     overview, queue = directory / "dashboard-overview.png", directory / "dashboard-queue.png"
+    activity, running = directory / "dashboard-activity.png", directory / "dashboard-running.png"
     # An embedded server unless SCREENSHOTS_REDIS_URL names one (never $REDIS_URL: the
     # demo flushes its namespace first).
     with redis_url("SCREENSHOTS_REDIS_URL") as url:
@@ -244,15 +317,25 @@ def screenshots(directory: Path) -> list[Path]:
             browser = launch(playwright)
             try:
                 page = browser.new_page(viewport={"width": 1280, "height": 800})
+
+                def short_page(path: Path) -> None:
+                    """A screenshot of a page that may be short: cut the empty page below it."""
+                    bottom = "Math.ceil(document.querySelector('main').getBoundingClientRect().bottom)"
+                    height = min(800, page.evaluate(bottom))
+                    page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": 1280, "height": height})
+
                 page.goto(base)
-                # The overview is short: cut the empty page below it.
-                height = page.evaluate("Math.ceil(document.querySelector('main').getBoundingClientRect().bottom)")
-                page.screenshot(path=str(overview), clip={"x": 0, "y": 0, "width": 1280, "height": min(800, height)})
+                short_page(overview)
                 page.goto(base + "queues/emails")
+                page.screenshot(path=str(activity))
+                # The scheduled messages, below the charts: their heading at the top.
+                page.evaluate("document.querySelector('#scheduled-heading').scrollIntoView()")
                 page.screenshot(path=str(queue))
+                page.goto(base + "running")
+                short_page(running)
             finally:
                 browser.close()
-    return [overview, queue]
+    return [overview, queue, activity, running]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

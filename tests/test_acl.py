@@ -487,6 +487,9 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
         f"/queues/{queue}?q=x",
         f"/queues/{queue}/dead",
         f"/queues/{queue}/dead/{dead_id}",
+        f"/queues/{queue}?hours=720",
+        "/running",
+        f"/running?queue={queue}",
     ):
         statuses: list[str] = []
         environ: dict[str, Any] = {}

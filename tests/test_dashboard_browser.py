@@ -5,7 +5,9 @@ operator sees and clicks, and what the server then holds."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from itertools import islice
@@ -665,4 +667,105 @@ def test_open_and_requeue_a_dead_letter_by_its_message_id(
         assert wait_for(lambda: [r["order"] for r in records(redis_client)] == ["order-7"])
         assert broker.dead_letters("default").size() == 0
     finally:
+        worker.stop()
+
+
+# -- live fleet ------------------------------------------------------------------------
+
+
+def test_pause_and_resume_a_queue_from_its_page(
+    broker: RedissonBroker, redis_client: redis.Redis, page: Page, dashboard: str
+) -> None:
+    # Given a queue with a worker consuming it
+    @dramatiq.actor(max_retries=0)
+    def remind(i: int) -> None:
+        record(redis_client, i=i)
+
+    remind.send_with_options(args=(0,), delay=HOUR)
+    worker = Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    try:
+        # When the operator opens it from the overview and clicks "Pause queue…"
+        page.goto(dashboard)
+        page.click('#queues tr[data-queue="default"] td a')
+        assert page.locator("#queue-state").inner_text() == "Active"
+        page.click("#pause")
+
+        # Then a confirmation page asks first, and nothing is paused yet
+        assert page.locator("#question").inner_text().startswith("Pause queue default? Its consumers, on every worker")
+        assert broker.stats("default")["queues"]["default"]["paused"] is False
+
+        # When confirmed, then the server holds it paused, and the page and overview say so
+        page.click("#confirm")
+        assert flash(page) == "Queue default paused."
+        counts = broker.stats("default")["queues"]["default"]
+        assert counts["paused"] is True and counts["paused_since_ms"] is not None
+        assert page.locator("#queue-state").inner_text() == "Paused"
+        assert page.locator("#paused-note").inner_text().startswith("Paused since ")
+        page.goto(dashboard)
+        assert page.locator('#queues tr[data-queue="default"] .badge.paused').inner_text() == "paused"
+
+        # And a message sent now waits on the ready queue
+        remind.send(1)
+        page.wait_for_timeout(1000)
+        assert records(redis_client) == []
+        assert broker.stats("default")["queues"]["default"]["ready"] == 1
+
+        # When resumed from its page (confirmed), then it runs
+        page.click('#queues tr[data-queue="default"] td a')
+        page.click("#resume")
+        page.click("#confirm")
+        assert flash(page) == "Queue default resumed."
+        assert wait_for(lambda: [r["i"] for r in records(redis_client)] == [1])
+        assert broker.stats("default")["queues"]["default"]["paused"] is False
+        assert page.locator("#queue-state").inner_text() == "Active"
+    finally:
+        worker.stop()
+
+
+def test_the_running_page_shows_what_workers_run_now(broker: RedissonBroker, page: Page, dashboard: str) -> None:
+    # Given an export held by its actor on a worker, and a report queue with nothing running
+    release = threading.Event()
+
+    @dramatiq.actor(queue_name="exports", max_retries=0)
+    def export_account(account: str) -> None:
+        release.wait(30)
+
+    @dramatiq.actor(queue_name="reports")
+    def build_report() -> None:
+        pass
+
+    build_report.send_with_options(delay=HOUR)
+    worker = Worker(broker, queues={"exports"}, worker_threads=1, worker_timeout=100)
+    worker.start()
+    try:
+        message = export_account.send("acme-42")
+        assert wait_for(lambda: len(broker.running()) == 1)
+
+        # When the operator opens Running from the navigation
+        page.goto(dashboard)
+        page.click("header.top >> text=Running")
+
+        # Then the export is listed, with its actor, queue, worker and how long it runs
+        row = page.locator(f'#running tr[data-id="{message.message_id}"]')
+        assert row.locator('td[data-field="actor"]').inner_text() == "export_account"
+        assert row.locator('td[data-field="queue"]').inner_text() == "exports"
+        host, _, pid = row.locator('td[data-field="worker"]').inner_text().rpartition(":")
+        assert host and int(pid) == os.getpid()
+        assert int(row.locator('td[data-field="age"]').get_attribute("data-ms") or "-1") >= 0
+        assert page.locator("#running-total").inner_text() == "(1)"
+
+        # When filtered to another queue, then nothing is running there
+        page.select_option("#running-queue", "reports")
+        page.locator("#running-filter button[type=submit]").click()
+        page.wait_for_url(lambda url: "queue=reports" in url)
+        assert page.locator("#empty").inner_text() == "Nothing is running on queue reports."
+
+        # When the export finishes, then the page no longer lists it
+        release.set()
+        assert wait_for(lambda: broker.running() == [])
+        page.goto(dashboard + "running")
+        assert page.locator("#empty").inner_text() == "Nothing is running."
+    finally:
+        release.set()
         worker.stop()

@@ -1,6 +1,8 @@
 """A web dashboard of a :class:`~dramatiq_redisson.RedissonBroker`'s queues: counts,
-scheduled messages (paged, searchable, cancel / run now / reschedule, one or in bulk)
-and dead letters (with the traceback of their last failure; requeue, delete).
+scheduled messages (paged, searchable, cancel / run now / reschedule, one or in bulk),
+dead letters (with the traceback of their last failure; requeue, delete), pausing and
+resuming a queue, the messages running now, and each queue's activity (processed,
+retried and failed per minute and per hour, as server-drawn SVG charts).
 
 It is a framework-free WSGI application: mount :func:`make_app`'s result in any WSGI
 server or web framework, or run ``dramatiq-redisson dashboard`` (:func:`serve`). Needs
@@ -46,8 +48,8 @@ def make_app(
       page_size: Scheduled messages and dead letters per page by default: 25, 50 or 100.
 
     Every action is a POST carrying a CSRF token (a GET never changes anything), bulk
-    actions ask for a confirmation first, and every value read from Redis is
-    HTML-escaped.
+    actions and pausing or resuming a queue ask for a confirmation first, and every
+    value read from Redis is HTML-escaped.
 
     Raises:
       ImportError: Jinja2 is not installed.

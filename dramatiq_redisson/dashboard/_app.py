@@ -24,8 +24,8 @@ from .. import _format
 from .._broker import RedissonBroker
 from .._dead_letters import SEARCH_LIMIT
 from .._delayed_queue import DelayedQueue
-from . import _schedule_pages
-from ._http import Body, HTTPError, Redirect, Request
+from . import _charts, _live_pages, _schedule_pages
+from ._http import REFRESH_CHOICES, Body, HTTPError, Redirect, Request, refresh_arg
 
 #: Scheduled messages and dead letters per page.
 PAGE_SIZE = 25
@@ -33,8 +33,6 @@ PAGE_SIZE = 25
 PAGE_SIZES = (25, 50, 100)
 #: The largest form body accepted (bytes): a bulk selection of a page is a few kB.
 MAX_BODY = 1 << 20
-#: Auto-refresh intervals (seconds) offered on the overview.
-REFRESH_CHOICES = (0, 2, 5, 15, 60)
 #: Reschedule buttons: label and delay.
 RESCHEDULE_PRESETS = (("+1 min", "1m"), ("+1 h", "1h"))
 #: What a schedule's buttons do: its name goes in the form (``name``), not in the path (a
@@ -114,6 +112,7 @@ class Dashboard:
         self.templates.filters["iso"] = lambda ms: _format.iso(ms, precise=False)
         self.templates.filters["iso_ms"] = _format.iso
         self.templates.filters["num"] = lambda n: f"{n:,}"
+        self.templates.filters["span"] = _format.span
         self.templates.filters["call"] = lambda message, width=120: _format.call_text(message, width)
         self.templates.filters["error"] = _format.last_error
         self.templates.filters["part"] = _quote
@@ -135,6 +134,9 @@ class Dashboard:
             (_GET, ("queues", "*", "dead", "*"), self.dead_letter),
             (_POST, ("queues", "*", "dead", "*", "*"), self.dead_action),
             (_POST, ("queues", "*", "dead-bulk"), self.dead_bulk),
+            (_POST, ("queues", "*", "pause"), functools.partial(_live_pages.queue_action, self, action="pause")),
+            (_POST, ("queues", "*", "resume"), functools.partial(_live_pages.queue_action, self, action="resume")),
+            (_GET, ("running",), functools.partial(_live_pages.running, self)),
             (_GET, ("schedules",), functools.partial(_schedule_pages.page, self)),
             (_POST, ("schedules", "*"), functools.partial(_schedule_pages.action, self)),
         ]
@@ -313,9 +315,7 @@ class Dashboard:
     # -- pages -------------------------------------------------------------------------
 
     def overview(self, request: Request) -> str:
-        refresh = request.arg("refresh", "0")
-        if not refresh.isdigit() or int(refresh) not in REFRESH_CHOICES:
-            raise HTTPError(HTTPStatus.BAD_REQUEST, f"refresh must be one of {REFRESH_CHOICES} (seconds).")
+        refresh = refresh_arg(request)
         started = time.perf_counter()
         stats = self.broker.stats()
         return self.render(
@@ -323,12 +323,13 @@ class Dashboard:
             "overview.html",
             stats=stats,
             now=stats["time_ms"],
-            refresh=int(refresh),
+            refresh=refresh,
             refresh_choices=REFRESH_CHOICES,
             totals={
                 key: sum(int(queue[key]) for queue in stats["queues"].values())
                 for key in ("ready", "in_flight", "scheduled", "overdue", "dead")
             },
+            last_hour=_charts.totals([queue["last_hour"] for queue in stats["queues"].values()]),
             elapsed_ms=(time.perf_counter() - started) * 1000,
         )
 
@@ -383,7 +384,9 @@ class Dashboard:
                 after=request.arg("after"),
                 n=request.arg("n"),
                 page=request.arg("page"),
+                hours=request.arg("hours"),
             ),
+            **_live_pages.activity(self, request, queue),
             elapsed_ms=(time.perf_counter() - started) * 1000,
         )
 

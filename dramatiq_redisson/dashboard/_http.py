@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+#: Auto-refresh intervals (seconds) offered on the overview and the Running page.
+REFRESH_CHOICES = (0, 2, 5, 15, 60)
+
 
 class HTTPError(Exception):
     """Ends a request with an error page of ``status``."""
@@ -66,3 +69,15 @@ class Request:
         url = self.base + path.lstrip("/")
         query = {k: v for k, v in params.items() if v is not None and v != ""}
         return url + ("?" + urllib.parse.urlencode(query) if query else "")
+
+
+def refresh_arg(request: Request) -> int:
+    """The page's auto-refresh interval (``?refresh=``, seconds; 0: off).
+
+    Raises:
+      HTTPError: 400, not one of :data:`REFRESH_CHOICES`.
+    """
+    refresh = request.arg("refresh", "0")
+    if not refresh.isdigit() or int(refresh) not in REFRESH_CHOICES:
+        raise HTTPError(HTTPStatus.BAD_REQUEST, f"refresh must be one of {REFRESH_CHOICES} (seconds).")
+    return int(refresh)
