@@ -499,7 +499,7 @@ class RedissonBroker(RedisBroker):
                 replies = pipe.execute()
             now_ms = epoch_ms(replies.pop())
             workers = int(self.client.zcount(heartbeats_key(self.namespace), now_ms - self.heartbeat_timeout, "+inf"))
-        histories = self._histories(names, 60, 24)
+        histories = self._histories(names, 60, 24)[1]
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
             _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply
@@ -515,7 +515,7 @@ class RedissonBroker(RedisBroker):
                 transfer_holder=holder.decode() or None,
                 legacy_delayed=int(legacy),
                 paused=int(paused) >= 0,
-                paused_since_ms=int(paused) if int(paused) >= 0 else None,
+                paused_since_ms=int(paused) if int(paused) > 0 else None,
                 last_hour=totals(history["minutes"]),
                 last_day=totals(history["hours"]),
             )
@@ -524,8 +524,9 @@ class RedissonBroker(RedisBroker):
     def _queue_names(self, queue_name: str | None) -> list[str]:
         return [q_name(queue_name)] if queue_name is not None else self.known_queues()
 
-    def _histories(self, names: list[str], minutes: int, hours: int) -> dict[str, QueueHistory]:
-        """The history of each of ``names`` (one round trip on a single server)."""
+    def _histories(self, names: list[str], minutes: int, hours: int) -> tuple[int | None, dict[str, QueueHistory]]:
+        """The history of each of ``names`` (one round trip on a single server), and the
+        server time the first was read at (None without names)."""
         if self.cluster:
             replies = [self.redisson_scripts.history(self.keys(name), minutes, hours) for name in names]
         else:
@@ -533,7 +534,10 @@ class RedissonBroker(RedisBroker):
                 for name in names:
                     self.redisson_scripts.history(self.keys(name), minutes, hours, client=pipe)
                 replies = pipe.execute()
-        return {name: parse(reply)[1] for name, reply in zip(names, replies, strict=True)}
+        parsed = [parse(reply) for reply in replies]
+        return (parsed[0][0] if parsed else None), {
+            name: history for name, (_, history) in zip(names, parsed, strict=True)
+        }
 
     def history(self, queue_name: str | None = None, *, minutes: int = 60, hours: int = 24) -> History:
         """The activity history of one queue, or of every known queue: processed, failed
@@ -547,8 +551,9 @@ class RedissonBroker(RedisBroker):
         """
         minutes, hours = check_window(minutes, hours)
         names = self._queue_names(queue_name)
-        histories = self._histories(names, minutes, hours)
-        return History(time_ms=self._server_ms(), queues=histories)
+        read_at, histories = self._histories(names, minutes, hours)
+        # The time the buckets were cut at (the current minute is the last one).
+        return History(time_ms=read_at if read_at is not None else self._server_ms(), queues=histories)
 
     def running(self, queue_name: str | None = None) -> list[RunningMessage]:
         """The messages in flight on one queue, or on every known queue, oldest fetch

@@ -146,6 +146,7 @@ def stats_doc(stats: Stats, namespace: str) -> dict[str, Any]:
         due = counts["next_due_ms"]
         entry["next_due"] = iso(due)
         entry["next_due_in_ms"] = None if due is None else due - now
+        entry["paused_since"] = iso(counts["paused_since_ms"])
         queues[name] = entry
     return {"namespace": namespace, "time_ms": now, "time": iso(now), "workers": stats["workers"], "queues": queues}
 

@@ -192,6 +192,11 @@ def test_stats_table_and_json(
         "consumers": 0,
         "transfer_holder": None,
         "legacy_delayed": 0,
+        "paused": False,
+        "paused_since_ms": None,
+        "paused_since": None,
+        "last_hour": {"processed": 0, "failed": 0, "retried": 0},
+        "last_day": {"processed": 0, "failed": 0, "retried": 0},
     }
     assert 590_000 < default["next_due_in_ms"] <= 600_000
     assert document["queues"]["emails"]["scheduled"] == 1
@@ -203,12 +208,13 @@ def test_stats_table_and_json(
     lines = table.stdout.splitlines()
     assert "namespace 'dramatiq'" in lines[0] and "0 live workers" in lines[0]
     header = next(line for line in lines if line.startswith("queue"))
-    for title in ("ready", "in flight", "scheduled", "overdue", "next due", "dead", "consumers", "lease holder"):
+    titles = ("ready", "in flight", "scheduled", "overdue", "next due", "dead", "processed 1h", "failed 1h")
+    for title in (*titles, "retried 1h", "consumers", "paused", "lease holder"):
         assert title in header
     row = next(line for line in lines if line.startswith("default")).split()
     assert row[:5] == ["default", "1", "0", "3", "0"]
     assert row[5] == iso_s(next_due)  # type: ignore[arg-type]
-    assert re.fullmatch(r"\(in (9m [2-5]\ds|10m)\) 1 0 -", " ".join(row[6:])), row
+    assert re.fullmatch(r"\(in (9m [2-5]\ds|10m)\) 1 0 0 0 0 no -", " ".join(row[6:])), row
     assert "\x1b[" not in table.stdout  # no colour off a terminal
 
 
@@ -233,7 +239,7 @@ def test_plain_fallback_and_rich_tables(cli: Run, actors: tuple[Actor[..., None]
         # Columns line up: each header starts where its dashes start, numbers end where they end.
         starts = [m.start() for m in re.finditer(r"-+", rule)]
         ends = [m.end() for m in re.finditer(r"-+", rule)]
-        assert [header.index(t) for t in ("queue", "next due", "lease holder")] == [starts[0], starts[5], starts[8]]
+        assert [header.index(t) for t in ("queue", "next due", "lease holder")] == [starts[0], starts[5], starts[12]]
         assert row[ends[3] - 1] == "1" and row.startswith("default")
         assert all(line == line.rstrip() for line in lines)
 
@@ -295,7 +301,7 @@ def test_list_table_json_filters_and_limit(
         assert title in lines[1]
     rows = [line for line in lines if any(i in line for i in ids)]
     assert [next(i for i in ids if i in row) for row in rows] == in_due_order[:3]
-    assert rows[0].startswith(iso_s(due)) and re.search(r"\bin (1m [0-5]s|[3-5]\ds)\b", rows[0])
+    assert rows[0].startswith(iso_s(due)) and re.search(r"\bin (1m( [0-5]s)?|[3-5]\ds)\b", rows[0])
     assert "beta" in rows[0] and '5, tag="xxxx' in rows[0] and rows[0].endswith("…")
     assert re.search(r"in (10m|9m [2-5]\ds)\s+" + ids[0] + r"\s+alpha\s+0\s+0, tag=\"invoice-0\"$", rows[2])
     assert "--limit 0 lists all" in lines[-1]

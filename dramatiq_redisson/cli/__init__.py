@@ -32,7 +32,7 @@ import redis
 
 from .. import __version__
 from .._format import one_line, parse_duration, span
-from . import _acl, _dead, _scheduled, _schedules, _serve, _stats
+from . import _acl, _dead, _live, _scheduled, _schedules, _serve, _stats
 from ._base import DEBUG_ENV, EXIT_NOT_FOUND, EXIT_USAGE, PLAIN_ENV, PROG, Command, Context, UsageError
 from ._connect import connect, server_address, split_broker_path
 from ._output import Output
@@ -48,6 +48,10 @@ REGISTRY: tuple[Command, ...] = (
     _scheduled.RESCHEDULE,
     _dead.DEAD,
     _schedules.SCHEDULES,
+    _live.PAUSE,
+    _live.RESUME,
+    _live.RUNNING,
+    _live.HISTORY,
     _stats.WATCH,
     _serve.METRICS,
     _acl.ACL_RULE,
@@ -70,7 +74,7 @@ class Parser(argparse.ArgumentParser):
 
 DESCRIPTION = """\
 Look at and operate the queues of a dramatiq-redisson broker: counts, scheduled
-messages and dead letters.
+messages, dead letters, what runs now and what ran; pause and resume queues.
 
 BROKER is a broker import path as Dramatiq's CLI takes it (app.tasks:broker, or
 app.tasks for the broker that module sets up); importing it also declares the app's
@@ -84,6 +88,8 @@ examples:
   dramatiq-redisson --url redis://localhost:6379/0 list default --actor send_email
   dramatiq-redisson reschedule default MESSAGE_ID --in 1h30m
   dramatiq-redisson dead requeue default --all --yes
+  dramatiq-redisson pause emails
+  dramatiq-redisson history default --minutes 30
 
 exit status: 0 success; 1 a message id was not found, or a confirmation was declined;
 2 usage or connection error. Times are on the Redis server's clock, shown in UTC.

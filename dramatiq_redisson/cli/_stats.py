@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from .. import QueueStats, Stats
-from .._format import iso, one_line, stats_doc, until
+from .._format import iso, one_line, span, stats_doc, until
 from ._base import EXIT_OK, Command, Context, non_negative_int, positive_float
 from ._output import Block, Cell, Output, Table
 
@@ -19,9 +19,10 @@ from ._output import Block, Cell, Output, Table
 def stats_blocks(stats: Stats, namespace: str) -> list[Block]:
     now = stats["time_ms"]
     workers = stats["workers"]
+    paused = sum(q["paused"] for q in stats["queues"].values())
     header = Cell(
         f"Server time {iso(now, precise=False)} · namespace {namespace!r} · "
-        f"{workers} live worker{'s' if workers != 1 else ''}",
+        f"{workers} live worker{'s' if workers != 1 else ''}" + (f" · {paused} paused" if paused else ""),
         "bold",
     )
     if not stats["queues"]:
@@ -33,10 +34,24 @@ def stats_blocks(stats: Stats, namespace: str) -> list[Block]:
             ),
         ]
     legacy = any(q["legacy_delayed"] for q in stats["queues"].values())
-    headers = ["queue", "ready", "in flight", "scheduled", "overdue", "next due", "dead", "consumers", "lease holder"]
+    headers = [
+        "queue",
+        "ready",
+        "in flight",
+        "scheduled",
+        "overdue",
+        "next due",
+        "dead",
+        "processed 1h",
+        "failed 1h",
+        "retried 1h",
+        "consumers",
+        "paused",
+        "lease holder",
+    ]
     if legacy:
         headers.append("legacy .DQ")
-    table = Table(headers, numeric={1, 2, 3, 4, 6, 7, 9})
+    table = Table(headers, numeric={1, 2, 3, 4, 6, 7, 8, 9, 10, 13})
     for name, q in stats["queues"].items():
         table.add(*queue_row(name, q, now, legacy))
     return [header, table]
@@ -49,6 +64,12 @@ def queue_row(name: str, q: QueueStats, now: int, legacy: bool) -> list[Cell]:
     else:
         next_due = Cell(f"{iso(due, precise=False)} ({until(due, now)})", "red" if due < now - 1000 else None)
     stuck = q["overdue"] > 0 and q["consumers"] == 0
+    hour = q["last_hour"]
+    since = q["paused_since_ms"]
+    if q["paused"]:
+        paused = Cell("yes" if since is None else f"yes ({span(now - since)})", "bold yellow")
+    else:
+        paused = Cell("no")
     row = [
         Cell(name, "bold"),
         Cell(str(q["ready"])),
@@ -57,7 +78,11 @@ def queue_row(name: str, q: QueueStats, now: int, legacy: bool) -> list[Cell]:
         Cell(str(q["overdue"]), "bold red" if q["overdue"] else None),
         next_due,
         Cell(str(q["dead"]), "yellow" if q["dead"] else None),
+        Cell(str(hour["processed"])),
+        Cell(str(hour["failed"]), "red" if hour["failed"] else None),
+        Cell(str(hour["retried"]), "yellow" if hour["retried"] else None),
         Cell(str(q["consumers"]), "bold red" if stuck else None),
+        paused,
         Cell(q["transfer_holder"] or "-", None if q["transfer_holder"] else "dim"),
     ]
     if legacy:

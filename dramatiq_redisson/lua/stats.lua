@@ -17,7 +17,7 @@
 -- Returns: {server now (epoch ms), ready, ready + in flight (messages with data in the
 --           ready queue's hash), scheduled, overdue, earliest due time or -1, dead,
 --           lease holder's token or "", live consumers, built-in delay-queue length,
---           since when the queue is paused (epoch ms) or -1}
+--           since when the queue is paused (epoch ms; 0: unknown) or -1 if it is not}
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -36,5 +36,5 @@ return {
     holder and string.match(holder, "^(.*) %d+$") or "",
     redis.call("ZCOUNT", KEYS[6], now_ms - live, "+inf"),
     redis.call("LLEN", KEYS[7]),
-    paused and tonumber(paused) or -1,
+    paused and (tonumber(paused) or 0) or -1,
 }
