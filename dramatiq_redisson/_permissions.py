@@ -58,7 +58,6 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "del",
     "exists",
     "get",
-    "getrange",
     "hdel",
     "hexists",
     "hget",

@@ -820,3 +820,33 @@ def test_a_consumer_missing_a_permission_says_so_once_and_keeps_running(
     finally:
         worker.stop()
         broker.close()
+
+
+def test_the_previous_releases_rule_still_acks_and_nacks_without_counting_history(
+    make_user: Callable[[list[str]], str], rule_tokens: Callable[..., list[str]], redis_client: redis.Redis
+) -> None:
+    """The activity history added BITFIELD to the rule. A user still on the rule before it
+    (no +bitfield) must lose nothing: acks and nacks go through (the count is skipped),
+    stats and the history read work (all zeros), and the probe names what is missing."""
+    old_rule = [t for t in rule_tokens() if t != "+bitfield"]
+    assert len(old_rule) == len(rule_tokens()) - 1
+    url = make_user(old_rule)
+    broker = RedissonBroker(url=url)
+    try:
+        keys = broker.keys("old-rule")
+        broker.declare_queue("old-rule")
+        with pytest.raises(MissingPermission, match="bitfield"):
+            check_permissions(broker.client, keys, server_version=broker.server_version)
+        for i in range(2):
+            broker.enqueue(dramatiq.Message(queue_name="old-rule", actor_name="a", args=(i,), kwargs={}, options={}))
+        fetched = broker.redisson_scripts.fetch(keys, broker.broker_id, 2)
+        assert fetched is not None and len(fetched) == 2
+        assert broker.do_ack("old-rule", fetched[0][0]) == 1
+        assert broker.do_nack("old-rule", fetched[1][0]) == 1
+        stats = broker.stats("old-rule")["queues"]["old-rule"]
+        assert stats["in_flight"] == 0 and stats["dead"] == 1
+        assert stats["last_hour"] == {"processed": 0, "failed": 0, "retried": 0}
+        assert redis_client.exists(keys.minutes) == 0
+    finally:
+        broker.flush_all()
+        broker.close()

@@ -56,6 +56,7 @@ def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
                     "offered/s": res["offer_rate"],
                     "server CPU us/msg": res["server_cpu_us_per_msg"],
                     "commands/msg": res["commands_per_msg"],
+                    "script us/msg": res["script_us_per_msg"],
                 },
             )
         )
@@ -67,6 +68,7 @@ def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
                 ours, theirs = data["redisson"], data["builtin"]
                 row["CPU vs builtin"] = _ratio(ours["server_cpu_us_per_msg"], theirs["server_cpu_us_per_msg"])
                 row["commands vs builtin"] = _ratio(ours["commands_per_msg"], theirs["commands_per_msg"])
+                row["script us vs builtin"] = _ratio(ours["script_us_per_msg"], theirs["script_us_per_msg"])
     targets = []
     if "redisson" in data:
         lat = data["redisson"]["lateness_ms"]

@@ -193,8 +193,6 @@ def _tick_window(
             "window_s": round(seconds, 3),
             "per_s": round(n / seconds, 2),
             "server_cpu_us_per_msg": round(cpu_s * 1e6 / n, 1) if n else None,
-            "script_calls_per_msg": round(stats.get("evalsha", (0, 0))[0] / n, 3) if n else None,
-            "script_us_per_msg": round(stats.get("evalsha", (0, 0))[1] / n, 1) if n else None,
             "server_cpu_ms_per_s": round(cpu_s * 1000 / seconds, 2),
             "window_ms": [round(w0, 3), round(w1, 3)],
             "removed_at_ms": round(removed_at, 3),
@@ -250,8 +248,6 @@ def _delayed_stream(
             "per_s": round(rate, 2),
             "measured_s": round(seconds, 3),
             "server_cpu_us_per_msg": round(cpu_s * 1e6 / n, 1),
-            "script_calls_per_msg": round(stats.get("evalsha", (0, 0))[0] / n, 3),
-            "script_us_per_msg": round(stats.get("evalsha", (0, 0))[1] / n, 1),
             "server_cpu_ms_per_s": round(cpu_s * 1000 / seconds, 2),
             "delay_ms": [lo, hi],
         }

@@ -17,6 +17,9 @@
 -- since the epoch, on the server clock, that the counts belong to; a slot whose stamp is
 -- another number is stale (left from a lap before) and reads as zeros.
 --
+-- The history never fails the ack or nack that records it: a refused BITFIELD (a user
+-- whose ACL rule predates the history) skips the count.
+--
 -- The common case costs one BITFIELD: read the slot's stamp and add 1 to its counter.
 -- The first event of a minute finds a stale stamp and resets the slot; it also adds the
 -- previous active minute, now complete, to its hour slot (once: the header then names
@@ -38,8 +41,10 @@ local function record_history(minutes, hours, now_ms, kind)
     local minute = math.floor(now_ms / 60000)
     local at = history_minute_at(minute)
     -- (u32 wraps after 4 294 967 295 events in one minute: no saturation check needed)
-    local got = redis.call("BITFIELD", minutes, "GET", "u32", at, "INCRBY", "u32", at + 32 * kind, 1)
-    if got[1] == minute then
+    local got = redis.pcall("BITFIELD", minutes, "GET", "u32", at, "INCRBY", "u32", at + 32 * kind, 1)
+    if got.err or got[1] == minute then
+        -- (An error: a user whose ACL rule predates the history, without +bitfield. The
+        -- ack or nack itself must go on; the worker's permission probe said so at start.)
         return
     end
     -- The first event of this minute. Add the last active minute to its hour first.

@@ -73,7 +73,6 @@ local read = {
     end,
     string = function(k)
         check("GET", k, k)
-        check("GETRANGE", k, k, 1, 0)
         check("EXISTS", k, k)
     end,
     none = function(k)
