@@ -55,6 +55,10 @@ DEFAULT_TRANSFER_LEASE = 2000
 #: (see :func:`client_retry_span_ms`).
 DEFAULT_DEDUPE_WINDOW = 120_000
 
+#: The history :meth:`RedissonBroker.stats` reads for ``last_hour`` and ``last_day``:
+#: the last 60 minutes and the last 24 hours.
+_STATS_HISTORY = (60, 24)
+
 #: Default ``wait_timeout`` (ms): how long a write waits for ``wait_for_replicas`` replicas.
 DEFAULT_WAIT_TIMEOUT = 1000
 
@@ -491,15 +495,19 @@ class RedissonBroker(RedisBroker):
                     pipe.zrangebyscore(self.keys(name).heartbeats, now_ms - self.heartbeat_timeout, "+inf")
                 beats = cast("list[list[bytes]]", pipe.execute())
             workers = len(set().union(*beats))
+            histories = self._histories(names, *_STATS_HISTORY)[1]
         else:
+            # Each queue's counts and its history's last hour and day, in the same round trip.
             with self.client.pipeline(transaction=False) as pipe:
                 for name in names:
                     self.redisson_scripts.stats(self.keys(name), overdue_grace, live_ms, client=pipe)
+                    self.redisson_scripts.history(self.keys(name), *_STATS_HISTORY, client=pipe)
                 pipe.time()
-                replies = pipe.execute()
-            now_ms = epoch_ms(replies.pop())
+                out = pipe.execute()
+            now_ms = epoch_ms(out.pop())
+            replies = out[0::2]
+            histories = {name: parse(reply)[1] for name, reply in zip(names, out[1::2], strict=True)}
             workers = int(self.client.zcount(heartbeats_key(self.namespace), now_ms - self.heartbeat_timeout, "+inf"))
-        histories = self._histories(names, 60, 24)[1]
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
             _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply

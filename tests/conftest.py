@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,7 +20,7 @@ from dramatiq_redisson._server import server_versions
 from dramatiq_redisson.embedded import SERVER_ENV, binary_version
 from dramatiq_redisson.embedded import redis_url as _redis_url
 
-from .helpers import record
+from .helpers import record, wait_for
 
 
 @pytest.fixture(scope="session")
@@ -192,3 +193,23 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"{len(_deselected)} tests deselected (server and server_binary markers: not for this server's version)"
         )
+
+
+@pytest.fixture
+def sleeper(broker: RedissonBroker, redis_client: redis.Redis) -> Iterator[tuple[Actor[[], None], threading.Event]]:
+    """``sleepy`` on queue ``slow`` holds its message until the event is set, in a worker
+    of this process (one thread), whose consumer runs (registered as idle) when it is given."""
+    release = threading.Event()
+
+    @dramatiq.actor(queue_name="slow", max_retries=0)
+    def sleepy() -> None:
+        release.wait(10)
+
+    worker = Worker(broker, worker_threads=1, worker_timeout=100)
+    worker.start()
+    try:
+        assert wait_for(lambda: bool(redis_client.zcard(broker.keys("slow").idle)), timeout=5)
+        yield sleepy, release
+    finally:
+        release.set()
+        worker.stop()

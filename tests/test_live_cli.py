@@ -10,7 +10,6 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import dramatiq
@@ -201,28 +200,6 @@ def test_an_unknown_queue_is_refused_with_one_line_and_nothing_written(
 
 
 # -- running -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sleeper(broker: RedissonBroker, redis_client: redis.Redis) -> Iterator[tuple[Actor[[], None], threading.Event]]:
-    """``sleepy`` on queue ``slow`` holds its message until the event is set, in a worker
-    of this process (one thread) whose consumer is listening (it fetches with its token)."""
-    release = threading.Event()
-
-    @dramatiq.actor(queue_name="slow", max_retries=0)
-    def sleepy() -> None:
-        release.wait(10)
-
-    worker = Worker(broker, worker_threads=1, worker_timeout=100)
-    worker.start()
-    try:
-        # The consumer registers as idle once its wake channel is subscribed: from then on
-        # its fetches carry its token (host:pid).
-        assert wait_for(lambda: bool(redis_client.zcard(broker.keys("slow").idle)), timeout=5)
-        yield sleepy, release
-    finally:
-        release.set()
-        worker.stop()
 
 
 def test_running_shows_a_sleeping_actors_message_with_its_worker_and_age_then_drops_it(

@@ -289,9 +289,7 @@ class Dashboard:
     def _back(self, request: Request, default: str, flash: str) -> Redirect:
         """A redirect to the form's ``next`` page (only a page of this dashboard), or
         ``default``, telling what was done."""
-        target = request.field("next")
-        if not target.startswith(request.base) or target.startswith("//") or "\\" in target:
-            target = default
+        target = request.next_page(default)
         parts = urllib.parse.urlsplit(target)
         query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "flash"] + [("flash", flash)]
         return Redirect(urllib.parse.urlunsplit(("", "", parts.path, urllib.parse.urlencode(query), "")))

@@ -63,6 +63,14 @@ class Request:
     def fields(self, name: str) -> list[str]:
         return [value for value in self.form.get(name, []) if value]
 
+    def next_page(self, default: str) -> str:
+        """The form's ``next`` page when it is a page of this dashboard (no other site,
+        no scheme-relative or backslashed path: no open redirect), else ``default``."""
+        target = self.field("next")
+        if not target.startswith(self.base) or target.startswith("//") or "\\" in target:
+            return default
+        return target
+
     def url(self, path: str, **params: Any) -> str:
         """A URL of the dashboard: ``path`` below its root, with query ``params`` (those
         that are None or "" are left out)."""

@@ -89,9 +89,7 @@ def queue_action(dash: Dashboard, request: Request, name: str, action: str) -> s
             ),
             "resume": ("Resume", f"Resume queue {queue}? Its consumers start its messages again within a second."),
         }[action]
-        back = request.field("next")
-        if not back.startswith(request.base) or back.startswith("//") or "\\" in back:
-            back = page  # only a page of this dashboard, as _back
+        back = request.next_page(page)
         return dash.render(
             request,
             "confirm.html",

@@ -83,9 +83,7 @@ def action(dash: Dashboard, request: Request, action: str) -> str:
                 "stores it again when it starts.",
             ),
         }[action]
-        back = request.field("next")
-        if not back.startswith(request.base) or back.startswith("//") or "\\" in back:
-            back = page  # only a page of this dashboard, as _back
+        back = request.next_page(page)
         carried = [("name", named), ("next", back)]
         return dash.render(
             request,
