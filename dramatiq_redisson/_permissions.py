@@ -65,6 +65,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "hlen",
     "hmget",
     "hset",
+    "hsetnx",
     "lindex",
     "llen",
     "lpop",
@@ -72,6 +73,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "lrange",
     "lrem",
     "ltrim",
+    "mget",
     "pexpire",
     "publish",
     "rename",
@@ -349,7 +351,8 @@ _CHANNEL_COMMANDS = frozenset({"publish", "subscribe", "spublish", "ssubscribe"}
 
 #: Commands in the probe that only read their key (for "(read)" / "(write)" notes).
 _READS = frozenset(
-    "exists get hexists hget hlen hmget lindex llen lrange smembers zcard zmscore zrange zrangebyscore zscore".split()
+    "exists get hexists hget hlen hmget lindex llen lrange mget smembers zcard zmscore zrange zrangebyscore"
+    " zscore".split()
 )
 
 

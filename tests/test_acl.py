@@ -25,6 +25,7 @@ from dramatiq.middleware import default_middleware
 
 import dramatiq_redisson
 from dramatiq_redisson import QueueKeys, RedissonBroker, periodic
+from dramatiq_redisson._ids import next_sort_key
 from dramatiq_redisson._permissions import (
     CLIENT_COMMANDS,
     CLUSTER_COMMANDS,
@@ -630,8 +631,9 @@ def test_probe_with_read_only_keys_and_no_way_to_delete(
     assert set(error.commands) == {"del", "ltrim", "srem", "unlink"}
     assert "redisson_delay_queue_timeout:{dramatiq:default} (write)" in error.keys
     assert "dramatiq:default (write)" in error.keys
-    assert set(error.unchecked) == {"lpush", "rpush", "sadd"}
-    assert "Not checked until those are granted: lpush, rpush, sadd" in str(error)
+    # (HDEL is refused too: the scratch key is read-only, so HSETNX cannot be undone)
+    assert set(error.unchecked) == {"hsetnx", "lpush", "rpush", "sadd"}
+    assert "Not checked until those are granted: hsetnx, lpush, rpush, sadd" in str(error)
     assert redis_client.keys("*") == []  # nothing left behind
 
 
@@ -822,31 +824,68 @@ def test_a_consumer_missing_a_permission_says_so_once_and_keeps_running(
         broker.close()
 
 
-def test_the_previous_releases_rule_still_acks_and_nacks_without_counting_history(
-    make_user: Callable[[list[str]], str], rule_tokens: Callable[..., list[str]], redis_client: redis.Redis
+#: Commands later releases added to the rule, each behind a fallback in the scripts: the
+#: activity history's BITFIELD (skipped), the single-call MGET and HSETNX (the earlier
+#: commands one by one).
+_NEWER_COMMANDS = ("+bitfield", "+hsetnx", "+mget")
+
+
+@pytest.mark.parametrize("without", [_NEWER_COMMANDS, ("+hsetnx", "+mget")])
+def test_an_earlier_releases_rule_still_sends_moves_acks_and_nacks(
+    make_user: Callable[[list[str]], str],
+    rule_tokens: Callable[..., list[str]],
+    redis_client: redis.Redis,
+    without: tuple[str, ...],
 ) -> None:
-    """The activity history added BITFIELD to the rule. A user still on the rule before it
-    (no +bitfield) must lose nothing: acks and nacks go through (the count is skipped),
-    stats and the history read work (all zeros), and the probe names what is missing."""
-    old_rule = [t for t in rule_tokens() if t != "+bitfield"]
-    assert len(old_rule) == len(rule_tokens()) - 1
+    """A user still on a rule before BITFIELD (history), HSETNX and MGET (fewer commands
+    per send and move) must lose nothing: delayed sends, a resend and a reschedule, moves,
+    acks and nacks go through (the history count is skipped), stats and the history read
+    work, and the probe names what is missing."""
+    old_rule = [t for t in rule_tokens() if t not in without]
+    assert len(old_rule) == len(rule_tokens()) - len(without)
     url = make_user(old_rule)
     broker = RedissonBroker(url=url)
     try:
         keys = broker.keys("old-rule")
         broker.declare_queue("old-rule")
-        with pytest.raises(MissingPermission, match="bitfield"):
+        with pytest.raises(MissingPermission, match="hsetnx") as missing:
             check_permissions(broker.client, keys, server_version=broker.server_version)
-        for i in range(2):
-            broker.enqueue(dramatiq.Message(queue_name="old-rule", actor_name="a", args=(i,), kwargs={}, options={}))
-        fetched = broker.redisson_scripts.fetch(keys, broker.broker_id, 2)
+        assert set(missing.value.commands) == {t[1:] for t in without}
+        scripts = broker.redisson_scripts
+        messages = [
+            dramatiq.Message(queue_name="old-rule", actor_name="a", args=(i,), kwargs={}, options={}) for i in range(2)
+        ]
+        delayed = [broker.enqueue(message, delay=1) for message in messages]
+        # The same member offered again (a resend) stays scheduled once; a later offer of
+        # the same message id moves it (a reschedule, through offer.lua)
+        member = delayed[0].options["redis_message_id"]
+        sort_key = member[: -len(delayed[0].message_id)]
+        data = redis_client.hget(keys.payloads, delayed[0].message_id)
+        assert data is not None
+        assert scripts.offer_one(keys, 1, sort_key, delayed[0].message_id, data[len(sort_key) :], "both") > 0
+        assert redis_client.zcard(keys.timeout_zset) == 2 and redis_client.llen(keys.backup_list) == 2
+        assert scripts.offer_one(keys, 1, next_sort_key(), delayed[0].message_id, b"x", "both") == -4
+        assert wait_for(lambda: _move_all(broker, "old-rule") == 0 and redis_client.zcard(keys.timeout_zset) == 0)
+        assert redis_client.llen(keys.ready) == 2
+        fetched = scripts.fetch(keys, broker.broker_id, 2)
         assert fetched is not None and len(fetched) == 2
         assert broker.do_ack("old-rule", fetched[0][0]) == 1
         assert broker.do_nack("old-rule", fetched[1][0]) == 1
         stats = broker.stats("old-rule")["queues"]["old-rule"]
         assert stats["in_flight"] == 0 and stats["dead"] == 1
-        assert stats["last_hour"] == {"processed": 0, "failed": 0, "retried": 0}
-        assert redis_client.exists(keys.minutes) == 0
+        if "+bitfield" in without:
+            assert stats["last_hour"] == {"processed": 0, "failed": 0, "retried": 0}
+            assert redis_client.exists(keys.minutes) == 0
+        else:
+            assert stats["last_hour"] == {"processed": 1, "failed": 1, "retried": 0}
     finally:
         broker.flush_all()
         broker.close()
+
+
+def _move_all(broker: RedissonBroker, queue_name: str) -> int:
+    """One transfer (as an operator's, no lease); returns how many stay scheduled."""
+    broker.redisson_scripts.transfer(
+        broker.keys(queue_name), limit=100, trim_budget=100, compact_step=100, compact_slack=100
+    )
+    return int(broker.client.zcard(broker.keys(queue_name).timeout_zset))

@@ -1,6 +1,6 @@
 -- offer_one: schedule one fresh message, the common send (offer.lua's "rel" mode for one
 -- entry without a dedupe key, a claim or a retry's "move:"), with 6 keys and 5 arguments
--- instead of 12 and 9, and 6 commands instead of 9.
+-- instead of 12 and 9, and 6 commands instead of 9 (5 since HSETNX).
 --
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms, server clock)
 -- KEYS[2]  LIST  redisson_delay_queue:{N}           members in offer order (backup list)
@@ -25,10 +25,14 @@
 -- A message id scheduled under another member (a reschedule, which may release a dedupe
 -- key the id held) is left to offer.lua: nothing is written and -4 is returned.
 --
--- Reads first, then writes: ZRANGE (the head, before this entry), HGET and ZSCORE/HEXISTS
--- type-check KEYS[1], [3], [5]/[6]; the first write is the RPUSH of a new member, so a
--- backup list of the wrong type, or a server at its maxmemory limit (noeviction), fails
--- the call with nothing written.
+-- Reads first, then writes: ZRANGE (the head, before this entry) and ZSCORE/HEXISTS
+-- type-check KEYS[1] and KEYS[5]/[6]; the first write is the HSETNX of the payload, which
+-- also tells a new message id from one already scheduled (one command for the HGET and
+-- HSET of the previous release), so a payload hash of the wrong type, or a server at its
+-- maxmemory limit (noeviction), fails the call with nothing written. A backup list of the
+-- wrong type fails the RPUSH after it: the payload is taken back (pcall), nothing stays.
+-- HSETNX is newer in the ACL rule than the other commands: a user still on the rule
+-- before it gets the previous release's HGET and HSET (same outcome).
 --
 -- Returns: the due time in epoch ms, -2 when the member had already moved to the ready
 --          queue, -4 when the message id is scheduled under another member.
@@ -42,21 +46,42 @@ local member = sort_key .. message_id
 local t = redis.call("TIME")
 local due_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
-local previous = redis.call("HGET", payloads, message_id)
-if previous then
-    if stored_key(previous) .. message_id ~= member then
+-- A member that already came due (this call resent after its reply was lost) is not
+-- scheduled again. (It is in neither the schedule nor the payload hash any more, so the
+-- order of this read and the HSETNX below does not matter; reading first keeps the
+-- type check before the first write.)
+if (look ~= "ready" and redis.call("ZSCORE", sent, member))
+    or (look ~= "sent" and redis.call("HEXISTS", ready_msgs, member) == 1) then
+    return -2
+end
+local added = redis.pcall("HSETNX", payloads, message_id, sort_key .. data)
+if type(added) == "table" then
+    if string.find(added.err, "OOM", 1, true) or string.find(added.err, "WRONGTYPE", 1, true) then
+        return redis.error_reply(added.err) -- nothing written
+    end
+    -- Refused (a user on the rule before HSETNX; the calls below raise any other error).
+    local stored = redis.call("HGET", payloads, message_id)
+    if not stored then
+        redis.call("RPUSH", backup, member) -- the first write: a full server refuses it
+        redis.call("HSET", payloads, message_id, sort_key .. data)
+        added = 2
+    elseif stored_key(stored) .. message_id ~= member then
         return -4
     end
-elseif
-    (look ~= "ready" and redis.call("ZSCORE", sent, member))
-    or (look ~= "sent" and redis.call("HEXISTS", ready_msgs, member) == 1)
-then
-    return -2
-else
-    redis.call("RPUSH", backup, member)
+end
+if added == 0 then
+    if stored_key(redis.call("HGET", payloads, message_id)) .. message_id ~= member then
+        return -4 -- scheduled under another member (a reschedule: offer.lua)
+    end
+    -- The same member offered again (this call resent): its due time moves, once scheduled.
+elseif added == 1 then
+    local pushed = redis.pcall("RPUSH", backup, member)
+    if type(pushed) == "table" then
+        redis.call("HDEL", payloads, message_id)
+        return redis.error_reply(pushed.err)
+    end
 end
 redis.call("ZADD", zset, string.format("%d", due_ms), member)
-redis.call("HSET", payloads, message_id, sort_key .. data)
 -- A new earliest entry is announced: before the ZADD the head was later (or there was none).
 local head_due = tonumber(head[2])
 if not head_due or due_ms < head_due or (due_ms == head_due and member < head[1]) then

@@ -73,6 +73,7 @@ local read = {
     end,
     string = function(k)
         check("GET", k, k)
+        check("MGET", k, k)
         check("EXISTS", k, k)
     end,
     none = function(k)
@@ -123,6 +124,7 @@ local del = check("DEL", scratch, scratch)
 local unlink = check("UNLINK", scratch, scratch)
 local ltrim = check("LTRIM", scratch, scratch, 0, -1)
 local srem = check("SREM", scratch, scratch, token)
+local hdel = check("HDEL", scratch, scratch, token)
 check("LREM", scratch, scratch, 0, token)
 check("PEXPIRE", scratch, scratch, 60000)
 
@@ -151,6 +153,13 @@ if del or unlink or srem then
     remove("SREM", token)
 else
     unchecked[#unchecked + 1] = "sadd"
+end
+
+if del or unlink or hdel then
+    check("HSETNX", scratch, scratch, token, "")
+    remove("HDEL", token)
+else
+    unchecked[#unchecked + 1] = "hsetnx"
 end
 
 return { denied, unchecked }

@@ -145,7 +145,14 @@ local function seen()
     redis.call("ZADD", consumers, now_ms, token)
 end
 
-local holder = token ~= "" and redis.call("GET", lease)
+-- The three STRING keys of the queue's state in one read: the lease, the compaction cursor
+-- (or upkeep marker) and the pause. MGET is newer in the ACL rule than this script's other
+-- commands: a user still on the rule before it reads them one by one (same values).
+local state = redis.pcall("MGET", lease, cursor_key, KEYS[22])
+if state.err then
+    state = { redis.call("GET", lease), redis.call("GET", cursor_key), redis.call("EXISTS", KEYS[22]) == 1 }
+end
+local holder = token ~= "" and state[1]
 local lease_end = holder and tonumber(string.match(holder, " (%d+)$"))
 if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
     seen()
@@ -208,7 +215,19 @@ local handed = {}
 local wrote = false
 local lateness = {}
 local due, due_at = {}, {}
-local due_flat = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "WITHSCORES", "LIMIT", 0, limit)
+-- The first two entries. When at most one of them is due (one message per due time, the
+-- common case) they tell both what moves and the next due time, and the reply needs no
+-- second read of the head at the end (unless a periodic tick adds an entry meanwhile).
+local probe = redis.call("ZRANGE", zset, 0, 1, "WITHSCORES")
+local due_flat, next_known = {}, nil
+if probe[3] and limit > 1 and tonumber(probe[4]) <= now_ms then
+    due_flat = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "WITHSCORES", "LIMIT", 0, limit)
+elseif probe[1] and limit >= 1 and tonumber(probe[2]) <= now_ms then
+    due_flat = { probe[1], probe[2] }
+    next_known = tonumber(probe[4] or "-1")
+else
+    next_known = tonumber(probe[2] or "-1")
+end
 for i = 1, #due_flat, 2 do
     due[#due + 1] = due_flat[i]
     due_at[#due_at + 1] = tonumber(due_flat[i + 1])
@@ -259,8 +278,7 @@ if #due > 0 then
         variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
         local take = 0
-        if own_slots > 0 and token ~= "" and redis.call("LLEN", ready) == 0
-            and redis.call("EXISTS", KEYS[22]) == 0 then
+        if own_slots > 0 and token ~= "" and not state[3] and redis.call("LLEN", ready) == 0 then
             take = math.min(own_slots, moved)
             local record, records = now_ms .. "|" .. (ARGV[14] or ""), {}
             for i = 1, take do
@@ -318,7 +336,7 @@ if #due > 0 then
     end
 end
 
-local cursor = redis.call("GET", cursor_key)
+local cursor = state[2]
 local tick = cursor ~= "-" -- "-": between upkeep ticks (a compaction pass steps on every call)
 if not tick then
     -- Between upkeep ticks: nothing to look at.
@@ -414,9 +432,9 @@ if token ~= "" and (not lease_end or lease_end - now_ms < lease_ms * 2 / 3) then
     redis.call("ZREMRANGEBYSCORE", consumers, "-inf", "(" .. (now_ms - 3 * lease_ms))
 end
 
-local next_due = -1
-local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
-if first[1] then
-    next_due = tonumber(first[2])
+local next_due = next_known
+if not next_due or #chain_writes > 0 then
+    local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
+    next_due = first[1] and tonumber(first[2]) or -1
 end
 return {moved, next_due, now_us, dead, 0, handed, registered, lateness, "", attend}
