@@ -152,6 +152,11 @@ class TransferResult:
         )
 
 
+#: Seconds an estimate of the server clock (see :meth:`Scripts.server_now_ms`) is used
+#: for: a consumer transfers at least every third of a lease, so its estimate stays fresh.
+CLOCK_ESTIMATE_TTL = 10.0
+
+
 class Scripts(ScriptRunner):
     """One client's registered scripts, each behind one typed wrapper (how they run:
     :class:`._script_runner.ScriptRunner`)."""
@@ -177,6 +182,23 @@ class Scripts(ScriptRunner):
         #: its ``heartbeat_timeout``).
         self.beat_interval = beat_interval
         self._beats: dict[str, float] = {}
+        #: Per queue: the server clock (epoch µs) in its last transfer's reply, and the
+        #: monotonic time it was read (see :meth:`server_now_ms`).
+        self._clocks: dict[str, tuple[int, float]] = {}
+
+    def server_now_ms(self, queue_name: str) -> str:
+        """An estimate of the clock of the server holding ``queue_name`` (epoch ms, as
+        text), from its last transfer's reply and the monotonic clock since; "" when there
+        is none younger than :data:`CLOCK_ESTIMATE_TTL` s. The ack takes it instead of a
+        TIME call (one command less per message). It runs a moment behind the server's
+        (by the reply's way back), which the history allows for (``_history.lua``)."""
+        seen = self._clocks.get(queue_name)
+        if seen is None:
+            return ""
+        elapsed = time.monotonic() - seen[1]
+        if elapsed > CLOCK_ESTIMATE_TTL:
+            return ""
+        return str((seen[0] + int(elapsed * 1_000_000)) // 1000)
 
     def _beat(self, heartbeats: str) -> str:
         """``"1"`` when this process's heartbeat in ``heartbeats`` is due (then counted as
@@ -321,6 +343,7 @@ class Scripts(ScriptRunner):
             run = self._run if own_slots else self._run_idempotent
             reply = run("transfer", transfer_keys, args)
         moved, next_due, now_us, dead, lease_until, handed, registered, lateness, holder, attend = reply
+        self._clocks[keys.queue_name] = (int(now_us), time.monotonic())
         result = TransferResult(
             int(moved),
             None if int(next_due) < 0 else int(next_due),
@@ -411,7 +434,13 @@ class Scripts(ScriptRunner):
             self._run_idempotent(
                 "ack",
                 (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats, keys.fetched, *keys.history_keys),
-                (redis_message_id, worker_id, self._beat(keys.heartbeats), "3" if retried else "1"),
+                (
+                    redis_message_id,
+                    worker_id,
+                    self._beat(keys.heartbeats),
+                    "3" if retried else "1",
+                    self.server_now_ms(keys.queue_name),
+                ),
             )
         )
 

@@ -260,3 +260,43 @@ def test_history_rolls_a_finished_minute_into_its_hour_once_and_reads_past_stale
     # A repeated ack (a retry after a lost reply) counts nothing.
     assert broker.redisson_scripts.ack(keys, "w1", redis_id) == 0
     assert broker.stats("default")["queues"]["default"]["last_hour"]["processed"] == 1
+
+
+def test_an_acks_clock_estimate_behind_or_ahead_counts_each_event_once_per_minute_and_hour(
+    broker: RedissonBroker,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,  # type: ignore[type-arg]
+) -> None:
+    """An ack takes the consumer's estimate of the server clock instead of TIME; two
+    consumers' estimates can sit on either side of a minute's start. A late event of a
+    minute already rolled up into its hour still counts once in both rings."""
+    keys = broker.keys("default")
+    scripts = broker.redisson_scripts
+    minute = server_ms(redis_client) // 60_000 - 5
+
+    def ack_at(ms: int) -> None:
+        stamp.send(1)
+        [(redis_id, _)] = scripts.fetch(keys, "w1", 1) or []
+        scripts._clocks["default"] = (ms * 1000, time.monotonic())
+        assert scripts.server_now_ms("default") == str(ms)
+        assert scripts.ack(keys, "w1", redis_id) == 1
+
+    def totals() -> tuple[int, int]:
+        history = broker.history("default", minutes=60, hours=3)["queues"]["default"]
+        return sum(b["processed"] for b in history["minutes"]), sum(b["processed"] for b in history["hours"])
+
+    ack_at(minute * 60_000 + 10)  # minute M opens (the header names it)
+    ack_at(minute * 60_000 - 5)  # a late first event of M-1: its hour gets it directly
+    ack_at(minute * 60_000 - 1)  # a late event of M-1 again
+    assert _slot(redis_client, keys.minutes, 16 + SLOT * ((minute - 1) % RING_MINUTES)) == (minute - 1, 2, 0, 0)
+    assert _slot(redis_client, keys.minutes, 0)[0] == minute  # the header still names M
+    assert totals() == (3, 3)
+    ack_at((minute + 1) * 60_000)  # M+1 opens: M is rolled up into its hour, once
+    assert totals() == (4, 4)
+    # No estimate (none yet, or older than CLOCK_ESTIMATE_TTL): the ack reads TIME.
+    scripts._clocks.pop("default")
+    assert scripts.server_now_ms("default") == ""
+    stamp.send(1)
+    [(redis_id, _)] = scripts.fetch(keys, "w1", 1) or []
+    assert scripts.ack(keys, "w1", redis_id) == 1
+    assert totals() == (5, 5)

@@ -36,19 +36,48 @@ local function history_hour_at(hour)
     return 16 * (hour % HISTORY_HOURS) * 8
 end
 
--- kind: 1 processed, 2 failed, 3 retried.
+-- Adds one event of `kind` to the hour slot of `minute` (when that slot is the hour's).
+local function add_to_hour(hours, minute, kind)
+    local hour = math.floor(minute / 60)
+    local hour_at = history_hour_at(hour)
+    if redis.call("BITFIELD", hours, "GET", "u32", hour_at)[1] == hour then
+        redis.call("BITFIELD", hours, "OVERFLOW", "SAT", "INCRBY", "u32", hour_at + 32 * kind, 1)
+    else
+        redis.call("BITFIELD", hours, "SET", "u32", hour_at, hour, "SET", "u32", hour_at + 32 * kind, 1)
+    end
+end
+
+-- kind: 1 processed, 2 failed, 3 retried. now_ms: the server clock, or an ack's estimate
+-- of it (ack.lua), which may be a moment behind: an event can then arrive for a minute
+-- that another call already closed (the header names a later one). Such a late event
+-- counts in its minute and, since that minute's roll-up is done, in its hour directly.
 local function record_history(minutes, hours, now_ms, kind)
     local minute = math.floor(now_ms / 60000)
     local at = history_minute_at(minute)
     -- (u32 wraps after 4 294 967 295 events in one minute: no saturation check needed)
-    local got = redis.pcall("BITFIELD", minutes, "GET", "u32", at, "INCRBY", "u32", at + 32 * kind, 1)
-    if got.err or got[1] == minute then
-        -- (An error: a user whose ACL rule predates the history, without +bitfield. The
-        -- ack or nack itself must go on; the worker's permission probe said so at start.)
+    local got = redis.pcall("BITFIELD", minutes, "GET", "u32", at, "INCRBY", "u32", at + 32 * kind, 1,
+        "GET", "u32", 0)
+    if got.err then
+        -- (A user whose ACL rule predates the history, without +bitfield. The ack or nack
+        -- itself must go on; the worker's permission probe said so at start.)
+        return
+    end
+    local last = got[3]
+    if got[1] == minute then
+        if last > minute then
+            add_to_hour(hours, minute, kind) -- late: its minute was rolled up already
+        end
+        return
+    end
+    if last > minute then
+        -- The late first event of a closed minute: start its slot; the hour gets it directly.
+        redis.call("BITFIELD", minutes, "SET", "u32", at, minute,
+            "SET", "u32", at + 32, kind == 1 and 1 or 0, "SET", "u32", at + 64, kind == 2 and 1 or 0,
+            "SET", "u32", at + 96, kind == 3 and 1 or 0)
+        add_to_hour(hours, minute, kind)
         return
     end
     -- The first event of this minute. Add the last active minute to its hour first.
-    local last = redis.call("BITFIELD", minutes, "GET", "u32", 0)[1]
     if last ~= 0 and last < minute then
         local last_at = history_minute_at(last)
         local c = redis.call("BITFIELD", minutes, "GET", "u32", last_at, "GET", "u32", last_at + 32,

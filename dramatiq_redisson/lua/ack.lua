@@ -11,6 +11,10 @@
 -- ARGV[2]  worker id
 -- ARGV[3]  "0": leave the heartbeat alone (see fetch.lua); else write it
 -- ARGV[4]  "1": the message was processed; "3": it failed and a retry is scheduled
+-- ARGV[5]  optional: the caller's estimate of the server clock (epoch ms), from its last
+--          transfer's reply and a monotonic clock since: the history's minute and the
+--          heartbeat take it instead of a TIME call; "" or absent: TIME. (An estimate a
+--          moment behind the server's at a minute's start is handled by _history.lua.)
 --
 -- Memory: the first write is the SREM (never grows memory), so acks run on a server
 -- at its maxmemory limit, where they are what frees memory.
@@ -21,8 +25,11 @@
 -- include: _history.lua
 
 local removed = redis.call("SREM", KEYS[1], ARGV[1])
-local t = redis.call("TIME")
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_ms = tonumber(ARGV[5] or "")
+if not now_ms and (removed == 1 or ARGV[3] ~= "0") then
+    local t = redis.call("TIME")
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 if removed == 1 then
     redis.call("HDEL", KEYS[2], ARGV[1])
     redis.call("HDEL", KEYS[4], ARGV[1])
