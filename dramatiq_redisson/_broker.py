@@ -201,6 +201,10 @@ class RedissonBroker(RedisBroker):
         #: Where a resent offer finds a member that already came due (offer_one.lua): the
         #: dedupe window's record covers every resend when it spans the client's retries.
         self.resend_lookup = "ready" if not dedupe_window else "both" if span is None else "sent"
+        #: The longest time (ms) from an offer's first run to the client's last automatic
+        #: retry of it (None: unbounded). An offer delayed by more than this (and a margin)
+        #: cannot have come due before a resend of it runs, so it skips that lookup.
+        self.client_retry_span = span
         self.transfer_batch_size = transfer_batch_size
         self.safety_interval = safety_interval
         self.maintenance_interval = maintenance_interval

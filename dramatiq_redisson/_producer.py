@@ -78,6 +78,12 @@ class Packed:
     keyed: dict[int, str] = field(default_factory=dict)
 
 
+#: Added to the client's retry span before a delayed send skips the lookup of a member
+#: that already came due (see ``Producer._resend_lookup``): the first run of the call
+#: may reach the server a moment after the client sent it.
+RESEND_MARGIN_MS = 1000
+
+
 def pack(
     prepared: list[Message[Any]],
     sort_keys: list[str],
@@ -388,7 +394,9 @@ class Producer:
             if not dedupe and not replacing:
                 # The common send: a fresh message, no key (offer_one.lua); a reschedule of a
                 # scheduled message id (-4, nothing written) goes through the full offer.
-                due = scripts.offer_one(keys, delay_ms, sort_key, message.message_id, data, self.broker.resend_lookup)
+                due = scripts.offer_one(
+                    keys, delay_ms, sort_key, message.message_id, data, self._resend_lookup(delay_ms)
+                )
                 if due != -4:
                     return due if due >= 0 else None
             entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
@@ -403,6 +411,16 @@ class Producer:
         if not pushed:
             self._log_duplicates(keys.queue_name, [redis_id])
         return None
+
+    def _resend_lookup(self, delay_ms: int) -> str:
+        """Where offer_one.lua looks for a resent member that already came due: nowhere
+        ("") when the delay outlasts every automatic retry of the call by the client (and
+        :data:`RESEND_MARGIN_MS`): the member cannot have moved before a resend of this
+        call runs, and the payload hash then tells a resend (one command less per send)."""
+        span = self.broker.client_retry_span
+        if span is not None and delay_ms > span + RESEND_MARGIN_MS:
+            return ""
+        return self.broker.resend_lookup
 
     def _log_duplicates(self, queue_name: str, redis_ids: list[str]) -> None:
         self.logger.info(

@@ -17,10 +17,12 @@ import pytest
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.message import Message
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from dramatiq_redisson import EnqueueError, RedissonBroker, ServerMemoryFull
 from dramatiq_redisson._ids import message_id_of
-from dramatiq_redisson._producer import BULK_CHUNK_SIZE
+from dramatiq_redisson._producer import BULK_CHUNK_SIZE, RESEND_MARGIN_MS
 
 from .helpers import fill_to_maxmemory, wait_for
 
@@ -506,6 +508,34 @@ def test_the_one_message_offer_sent_again_after_its_member_came_due_does_not_sch
     # Then it was never scheduled a second time
     assert redis_client.zcard(keys.timeout_zset) == 0
     assert redis_client.hlen(keys.payloads) == 0
+
+
+def test_a_send_delayed_past_every_retry_of_the_client_skips_the_lookup_and_stays_scheduled_once(
+    broker: RedissonBroker, redis_client: redis.Redis, redis_url: str
+) -> None:
+    @dramatiq.actor
+    def noop() -> None: ...
+
+    # The broker's own client retries nothing (span 0): a send delayed by more than the
+    # margin cannot have come due before a resend of its call, so it looks nowhere
+    assert broker.client_retry_span == 0
+    producer = broker.producer
+    assert producer._resend_lookup(RESEND_MARGIN_MS + 1) == ""
+    assert producer._resend_lookup(RESEND_MARGIN_MS) == broker.resend_lookup == "sent"
+    # And that call sent again (a resend) keeps the message scheduled once, due later
+    message, sort_key = broker.prepare_scheduled(noop.message())
+    keys, scripts = broker.keys("default"), broker.redisson_scripts
+    call = (keys, 60_000, sort_key, message.message_id, message.encode(), "")
+    first = scripts.offer_one(*call)
+    assert scripts.offer_one(*call) >= first
+    assert redis_client.zcard(keys.timeout_zset) == 1 and redis_client.llen(keys.backup_list) == 1
+    # A client whose retries have no bound always looks, wherever the window says
+    unbounded = RedissonBroker(client=redis.Redis.from_url(redis_url, retry=Retry(NoBackoff(), -1)))
+    try:
+        assert unbounded.client_retry_span is None
+        assert unbounded.producer._resend_lookup(3_600_000) == "both"
+    finally:
+        unbounded.close()
 
 
 def test_the_one_message_offer_leaves_a_reschedule_to_the_full_offer(

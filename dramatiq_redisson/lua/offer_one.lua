@@ -18,14 +18,15 @@
 --          only (the dedupe window covers the client's retry span: a member that moved
 --          before the resend is still recorded there), "ready" in KEYS[6] only (no
 --          window: while it is queued or in flight), "both" (a client whose retries
---          have no bound)
+--          have no bound), or "" nowhere (a delay longer than every retry of this call
+--          by the client: the member cannot have come due before a resend runs)
 --
 -- As offer.lua: the same member offered again (a resend of this call) moves its due time
 -- and stays scheduled once; a member that already came due is not scheduled again.
 -- A message id scheduled under another member (a reschedule, which may release a dedupe
 -- key the id held) is left to offer.lua: nothing is written and -4 is returned.
 --
--- Reads first, then writes: ZRANGE (the head, before this entry) and ZSCORE/HEXISTS
+-- Reads first, then writes: ZRANGE (the head, before this entry) and ZSCORE/HEXISTS (if looked up)
 -- type-check KEYS[1] and KEYS[5]/[6]; the first write is the HSETNX of the payload, which
 -- also tells a new message id from one already scheduled (one command for the HGET and
 -- HSET of the previous release), so a payload hash of the wrong type, or a server at its
@@ -50,8 +51,8 @@ local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
 -- scheduled again. (It is in neither the schedule nor the payload hash any more, so the
 -- order of this read and the HSETNX below does not matter; reading first keeps the
 -- type check before the first write.)
-if (look ~= "ready" and redis.call("ZSCORE", sent, member))
-    or (look ~= "sent" and redis.call("HEXISTS", ready_msgs, member) == 1) then
+if look ~= "" and ((look ~= "ready" and redis.call("ZSCORE", sent, member))
+    or (look ~= "sent" and redis.call("HEXISTS", ready_msgs, member) == 1)) then
     return -2
 end
 local added = redis.pcall("HSETNX", payloads, message_id, sort_key .. data)
