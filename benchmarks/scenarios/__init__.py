@@ -15,7 +15,7 @@ from .cluster import cluster
 from .fleet import fleet
 from .head_of_line import head_of_line
 from .idle import idle_pickup
-from .lateness import lateness, lateness_paced
+from .lateness import lateness, lateness_paced, script_profile
 from .memory import memory
 from .offer import offer_throughput
 from .operations import operations
@@ -37,6 +37,7 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "operations": operations,
     "cluster": cluster,
     "periodic": periodic,
+    "script-profile": script_profile,
 }
 
 __all__ = ["Ctx", "SCENARIOS", "pct"]

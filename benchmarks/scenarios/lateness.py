@@ -1,19 +1,58 @@
-"""``lateness`` and ``lateness-paced``: how late delayed messages run, side by side."""
+"""``lateness`` and ``lateness-paced``: how late delayed messages run, side by side;
+``script-profile``: lateness-paced's workload with each script's server time per call."""
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import Any
 
-from .._common import due_of
-from .._measure import analyze, read_records, server_work, wait_records
+from .._common import due_of, script_names
+from .._measure import analyze, classify_slowlog, read_records, server_work, wait_records
 from ._shared import Ctx, _add_ratio_rows, _lat_row, _ratio
 
 
-def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
+class _SlowlogPoller:
+    """Every command the server runs, with its time, over a run: SLOWLOG at 0 µs, read and
+    reset every :attr:`interval` s (so the log never overflows) from a thread of its own."""
+
+    interval = 0.25
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.entries: list[tuple[int, list[bytes]]] = []
+        self.overflowed = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slowlog-poller", daemon=True)
+
+    def __enter__(self) -> _SlowlogPoller:
+        self.ctx.server.slowlog_on(max_len=1_000_000, slower_than_us=0)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._drain()
+        self.ctx.server.slowlog_off()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._drain()
+
+    def _drain(self) -> None:
+        entries, overflowed = self.ctx.server.slowlog()
+        self.ctx.server.r.slowlog_reset()
+        self.entries.extend(entries)
+        self.overflowed = self.overflowed or overflowed
+
+
+def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dict[str, Any]:
     """How late delayed messages run; with each broker's server CPU and server commands per
-    message over the run (workers idle-polling included, the recorder's commands not)."""
+    message over the run (workers idle-polling included, the recorder's commands not).
+    ``profile``: also each script's calls and server time (SLOWLOG, which slows every
+    command down: CPU and lateness are then not comparable with an unprofiled run)."""
     p = ctx.p[which]
     pace = p.get("rate")  # offers per second, or None: as fast as one producer goes
     data: dict[str, Any] = {"params": p}
@@ -27,8 +66,11 @@ def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
             f"{which}/{kind}: {p['n']} messages, delays {p['delay_lo']}-{p['delay_hi']} ms"
             + (f", offered at {pace}/s" if pace else "")
         )
+        poller = _SlowlogPoller(ctx) if profile else None
         with ctx.workers(kind) as w:
             ctx.server.reset_stats()
+            if poller is not None:
+                poller.__enter__()
             cpu0 = ctx.server.cpu_seconds()
             t0 = time.monotonic()
             for seq in range(p["n"]):
@@ -41,7 +83,12 @@ def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
             complete = wait_records(ctx.r, dues, deadline, check=w.check)
             cpu_s = ctx.server.cpu_seconds() - cpu0
             per_message = server_work(ctx.server.commandstats(), p["n"])
+            if poller is not None:
+                poller.__exit__(None, None, None)
         ctx.check_crash(which, kind, w)
+        if poller is not None:
+            data[f"{kind} scripts"] = _script_rows(kind, classify_slowlog(poller.entries, script_names(broker)), p["n"])
+            data[f"{kind} scripts overflowed"] = poller.overflowed
         res = analyze(dues, read_records(ctx.r))
         res.update({"offer_seconds": round(offer_s, 3), "offer_rate": round(p["n"] / offer_s), "complete": complete})
         res.update(per_message, server_cpu_us_per_msg=round(cpu_s * 1e6 / p["n"], 1))
@@ -86,6 +133,36 @@ def lateness(ctx: Ctx, which: str = "lateness") -> dict[str, Any]:
             },
         ]
     return {"data": data, "rows": rows, "targets": targets}
+
+
+def _script_rows(kind: str, groups: dict[str, dict[str, float]], n: int) -> list[dict[str, Any]]:
+    """Per script (and per command, inside scripts or not): calls per message, µs per call
+    and per message, the longest call; the harness's own commands left out."""
+    rows = []
+    for name, g in sorted(groups.items(), key=lambda kv: -kv[1]["total_us"]):
+        if name.startswith("(harness)") or name in ("recorder", "SLOWLOG"):
+            continue
+        calls = int(g["count"])
+        rows.append(
+            {
+                "broker": kind,
+                "script or command": name,
+                "calls/msg": round(calls / n, 3),
+                "us/call": round(g["total_us"] / calls, 1) if calls else None,
+                "us/msg": round(g["total_us"] / n, 1),
+                "max us": g["max_us"],
+            }
+        )
+    return rows[:20]
+
+
+def script_profile(ctx: Ctx) -> dict[str, Any]:
+    """lateness-paced's workload with every command's server time logged: what each script
+    call costs in that regime (one call at a time, 200/s: every call starts cold), and
+    the commands inside it. For where server time goes, not for CPU or lateness figures."""
+    result = lateness(ctx, "lateness_paced", profile=True)
+    rows = [row for kind in ctx.brokers for row in result["data"].get(f"{kind} scripts", [])]
+    return {"data": result["data"], "rows": rows, "targets": []}
 
 
 def lateness_paced(ctx: Ctx) -> dict[str, Any]:
