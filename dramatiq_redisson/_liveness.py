@@ -165,6 +165,20 @@ class Liveness:
     def close(self) -> None:
         self._stop.set()
 
+    def subscriptions(self, keys: QueueKeys, channels: list[str]) -> dict[str, int]:
+        """Channel -> subscribers, as the server of ``keys`` counts them (PUBSUB NUMSUB; on
+        a cluster SHARDNUMSUB on the node of the queue's slot)."""
+        if not channels:
+            return {}
+        if self.broker.cluster:
+            node = self.broker.redisson_scripts.node_client(keys.channel)
+            reply = node.execute_command("PUBSUB", "SHARDNUMSUB", *channels)
+        else:
+            reply = self.broker.client.execute_command("PUBSUB", "NUMSUB", *channels)
+        flat = not reply or not isinstance(reply[0], (list, tuple))
+        pairs = list(zip(reply[::2], reply[1::2], strict=True)) if flat else reply
+        return {(c.decode() if isinstance(c, bytes) else str(c)): int(n) for c, n in pairs}
+
     def subscribed(self, keys: QueueKeys, token: str) -> None:
         """Consumer ``token`` subscribed to its wake channel: list it (see the module)."""
         if self.enabled:
@@ -332,18 +346,7 @@ class Reaper:
         ]
 
     def _subscriptions(self, channels: list[str]) -> dict[str, int]:
-        """Channel -> subscribers (PUBSUB NUMSUB; on a cluster SHARDNUMSUB on the node of
-        the queue's slot)."""
-        if not channels:
-            return {}
-        if self.broker.cluster:
-            node = self.broker.redisson_scripts.node_client(self.keys.channel)
-            reply = node.execute_command("PUBSUB", "SHARDNUMSUB", *channels)
-        else:
-            reply = self.broker.client.execute_command("PUBSUB", "NUMSUB", *channels)
-        flat = not reply or not isinstance(reply[0], (list, tuple))
-        pairs = list(zip(reply[::2], reply[1::2], strict=True)) if flat else reply
-        return {(c.decode() if isinstance(c, bytes) else str(c)): int(n) for c, n in pairs}
+        return self.broker.liveness.subscriptions(self.keys, channels)
 
     def _forget(self, others: dict[str, tuple[str, int | None]], now_ms: int) -> None:
         """Take off the list the consumers marked without a subscription for longer than

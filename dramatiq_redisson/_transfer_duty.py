@@ -50,6 +50,13 @@ MAX_ERROR_BACKOFF = 2000
 #: First back-off (ms) after a failure; it doubles (with jitter) up to the maxima above.
 ERROR_BACKOFF_FACTOR = 100
 
+#: How often (s) a subscribed consumer asks the server it sends its commands to whether it
+#: lists the subscription (PUBSUB NUMSUB of its wake channel, and of the queue's channel
+#: while it holds the lease): one that is missing twice in a row is made again there. A
+#: subscription can be lost without an error on its connection (after a failover it may
+#: sit on a node that is no longer the primary), and then announcements never arrive.
+SUBSCRIPTION_CHECK_INTERVAL = 1.0
+
 #: A failed connection, or (on a cluster) redis-py's cluster client giving up on a slot
 #: that keeps moving (``ClusterError: TTL exhausted``): back off and try again.
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
@@ -86,6 +93,9 @@ class TransferDuty:
         self.resubscribe_attempts = 0
         self.resubscribe_at = 0.0
         self.next_poll_transfer_at = 0.0
+        self.next_subscription_check_at = 0.0
+        #: Consecutive checks that found the subscription missing on the server.
+        self.subscription_missing = 0
         self.failures = 0
         self.pause = threading.Event()  # never set: an interruptible sleep
         #: While standing by: the holder's token and when its lease ends (server epoch
@@ -102,6 +112,28 @@ class TransferDuty:
             self.next_poll_transfer_at = now + UNSUBSCRIBED_TRANSFER_INTERVAL / 1000
             self.timer.force()
         self.drain()
+        if self.pubsub is not None and self.wake_ready and now >= self.next_subscription_check_at:
+            self.next_subscription_check_at = now + SUBSCRIPTION_CHECK_INTERVAL
+            self._check_subscription()
+
+    def _check_subscription(self) -> None:
+        """Ask the server the consumer's commands go to whether it lists our subscription
+        (see :data:`SUBSCRIPTION_CHECK_INTERVAL`); subscribe again where it is now when it
+        was missing at two checks in a row. Errors are left to the other calls."""
+        channels = [self.wake_channel, self.keys.channel] if self.announcements else [self.wake_channel]
+        try:
+            counts = self.broker.liveness.subscriptions(self.keys, channels)
+        except (*CONNECTION_ERRORS, redis.ResponseError):
+            return
+        if all(counts.get(channel, 0) > 0 for channel in channels):
+            self.subscription_missing = 0
+            return
+        self.subscription_missing += 1
+        if self.subscription_missing >= 2:
+            self.subscription_missing = 0
+            self.subscription_failed(
+                redis.ConnectionError("the server lists no subscription of this consumer (moved by a failover?)")
+            )
 
     def transfer_if_due(self) -> None:
         """Transfer when the timer says so; a server error (or too few replicas) is logged

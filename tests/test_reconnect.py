@@ -4,6 +4,7 @@ far above, since these machines are noisy)."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._client import Probe
+from dramatiq_redisson.embedded import redis_url as embedded_url
 
 from .faults.procs import ValkeyProcess
 from .helpers import records, wait_for
@@ -178,3 +180,49 @@ def test_an_ack_refused_by_a_restarting_server_goes_through_as_soon_as_it_is_bac
     finally:
         consumer.close()
         broker.close()
+
+
+def test_a_subscription_the_server_does_not_list_is_made_again_there_within_seconds(
+    broker: RedissonBroker, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A subscription can be lost with no error on its connection: after a failover it may
+    sit on a node that is no longer the primary, where no announcement arrives. The
+    consumer asks its server every second; missing twice in a row, it subscribes again."""
+    consumer = broker.consume("default", timeout=100)
+    duty = consumer.transfers
+    keys = broker.keys("default")
+
+    def listed() -> dict[str, int]:
+        return dict(redis_client.pubsub_numsub(duty.wake_channel, keys.channel))  # type: ignore[arg-type]
+
+    try:
+        # Given a consumer subscribed to its wake channel and, holding the lease, to the
+        # queue's channel
+        assert wait_for(lambda: next(consumer) is None and duty.wake_ready and duty.announcements, timeout=10)
+        assert listed() == {duty.wake_channel.encode(): 1, keys.channel.encode(): 1}
+        # When its subscription moves, unnoticed, to another server
+        with embedded_url() as other_url:
+            other = redis.Redis.from_url(other_url)
+            elsewhere = other.pubsub()
+            elsewhere.subscribe(duty.wake_channel, keys.channel)
+            duty.pubsub.close()
+            duty.pubsub = elsewhere
+            assert wait_for(lambda: listed() == {duty.wake_channel.encode(): 0, keys.channel.encode(): 0})
+            caplog.set_level(logging.WARNING)
+            began = time.monotonic()
+            # Then within about two checks it is made again on the consumer's server
+            assert wait_for(
+                lambda: next(consumer) is None and duty.pubsub is not elsewhere and duty.announcements, timeout=5
+            )
+            assert wait_for(
+                lambda: (
+                    next(consumer) is None and listed() == {duty.wake_channel.encode(): 1, keys.channel.encode(): 1}
+                ),
+                timeout=5,
+            )
+            assert time.monotonic() - began < 4.0
+            elsewhere.close()
+            other.close()
+        assert [r for r in caplog.records if "lists no subscription" in r.getMessage()]
+    finally:
+        consumer.close()
