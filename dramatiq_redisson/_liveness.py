@@ -323,7 +323,7 @@ class Reaper:
         since when it is marked without a subscription) have had no wake-channel
         subscription for :data:`CONNECTION_GRACE`; marks and unmarks them on the way (the
         consumer whose lease ``lapsed`` is marked from its last renewal)."""
-        counts = self._subscriptions([self.keys.wake_channel(token) for token in others])
+        counts = self.broker.liveness.subscriptions(self.keys, [self.keys.wake_channel(token) for token in others])
         marks: dict[str, str] = {}
         for token, (worker, since) in list(others.items()):
             subscribed = counts.get(self.keys.wake_channel(token), 0) > 0
@@ -344,9 +344,6 @@ class Reaper:
             for worker, sinces in tokens_of.items()
             if all(since is not None and now_ms - since >= CONNECTION_GRACE for since in sinces)
         ]
-
-    def _subscriptions(self, channels: list[str]) -> dict[str, int]:
-        return self.broker.liveness.subscriptions(self.keys, channels)
 
     def _forget(self, others: dict[str, tuple[str, int | None]], now_ms: int) -> None:
         """Take off the list the consumers marked without a subscription for longer than

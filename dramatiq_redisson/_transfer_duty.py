@@ -130,7 +130,6 @@ class TransferDuty:
             return
         self.subscription_missing += 1
         if self.subscription_missing >= 2:
-            self.subscription_missing = 0
             self.subscription_failed(
                 redis.ConnectionError("the server lists no subscription of this consumer (moved by a failover?)")
             )
@@ -196,6 +195,7 @@ class TransferDuty:
         if self.resubscribe_attempts:
             self.logger.info("Subscribed to %r again.", self.keys.channel)
         self.resubscribe_attempts = 0
+        self.subscription_missing = 0  # a miss counts against this subscription only
         self.timer.force()  # anything announced while we were away is unknown
 
     def _check_permissions(self) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -66,25 +67,22 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
             f"{which}/{kind}: {p['n']} messages, delays {p['delay_lo']}-{p['delay_hi']} ms"
             + (f", offered at {pace}/s" if pace else "")
         )
-        poller = _SlowlogPoller(ctx) if profile else None
         with ctx.workers(kind) as w:
             ctx.server.reset_stats()
-            if poller is not None:
-                poller.__enter__()
-            cpu0 = ctx.server.cpu_seconds()
-            t0 = time.monotonic()
-            for seq in range(p["n"]):
-                if pace:
-                    time.sleep(max(0.0, t0 + seq / pace - time.monotonic()))
-                m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
-                dues[seq] = due_of(broker, kind, m)
-            offer_s = time.monotonic() - t0
-            deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["timeout"]
-            complete = wait_records(ctx.r, dues, deadline, check=w.check)
-            cpu_s = ctx.server.cpu_seconds() - cpu0
-            per_message = server_work(ctx.server.commandstats(), p["n"])
-            if poller is not None:
-                poller.__exit__(None, None, None)
+            poller = _SlowlogPoller(ctx) if profile else None
+            with poller or contextlib.nullcontext():
+                cpu0 = ctx.server.cpu_seconds()
+                t0 = time.monotonic()
+                for seq in range(p["n"]):
+                    if pace:
+                        time.sleep(max(0.0, t0 + seq / pace - time.monotonic()))
+                    m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
+                    dues[seq] = due_of(broker, kind, m)
+                offer_s = time.monotonic() - t0
+                deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["timeout"]
+                complete = wait_records(ctx.r, dues, deadline, check=w.check)
+                cpu_s = ctx.server.cpu_seconds() - cpu0
+                per_message = server_work(ctx.server.commandstats(), p["n"])
         ctx.check_crash(which, kind, w)
         if poller is not None:
             data[f"{kind} scripts"] = _script_rows(kind, classify_slowlog(poller.entries, script_names(broker)), p["n"])

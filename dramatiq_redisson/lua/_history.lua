@@ -36,15 +36,22 @@ local function history_hour_at(hour)
     return 16 * (hour % HISTORY_HOURS) * 8
 end
 
--- Adds one event of `kind` to the hour slot of `minute` (when that slot is the hour's).
-local function add_to_hour(hours, minute, kind)
-    local hour = math.floor(minute / 60)
+-- Adds counts {processed, failed, retried} to the hour slot of `hour`; a slot left from
+-- a lap before (another stamp) starts again from these counts.
+local function add_to_hour(hours, hour, counts)
     local hour_at = history_hour_at(hour)
     if redis.call("BITFIELD", hours, "GET", "u32", hour_at)[1] == hour then
-        redis.call("BITFIELD", hours, "OVERFLOW", "SAT", "INCRBY", "u32", hour_at + 32 * kind, 1)
+        redis.call("BITFIELD", hours, "OVERFLOW", "SAT", "INCRBY", "u32", hour_at + 32, counts[1],
+            "INCRBY", "u32", hour_at + 64, counts[2], "INCRBY", "u32", hour_at + 96, counts[3])
     else
-        redis.call("BITFIELD", hours, "SET", "u32", hour_at, hour, "SET", "u32", hour_at + 32 * kind, 1)
+        redis.call("BITFIELD", hours, "SET", "u32", hour_at, hour, "SET", "u32", hour_at + 32, counts[1],
+            "SET", "u32", hour_at + 64, counts[2], "SET", "u32", hour_at + 96, counts[3])
     end
+end
+
+-- One event of `kind`, as counts.
+local function one_event(kind)
+    return { kind == 1 and 1 or 0, kind == 2 and 1 or 0, kind == 3 and 1 or 0 }
 end
 
 -- kind: 1 processed, 2 failed, 3 retried. now_ms: the server clock, or an ack's estimate
@@ -63,22 +70,16 @@ local function record_history(minutes, hours, now_ms, kind)
         return
     end
     local last = got[3]
+    local late = last > minute -- its minute was rolled up already
     if got[1] == minute then
-        if last > minute then
-            add_to_hour(hours, minute, kind) -- late: its minute was rolled up already
+        if late then
+            add_to_hour(hours, math.floor(minute / 60), one_event(kind))
         end
         return
     end
-    if last > minute then
-        -- The late first event of a closed minute: start its slot; the hour gets it directly.
-        redis.call("BITFIELD", minutes, "SET", "u32", at, minute,
-            "SET", "u32", at + 32, kind == 1 and 1 or 0, "SET", "u32", at + 64, kind == 2 and 1 or 0,
-            "SET", "u32", at + 96, kind == 3 and 1 or 0)
-        add_to_hour(hours, minute, kind)
-        return
-    end
-    -- The first event of this minute. Add the last active minute to its hour first.
-    if last ~= 0 and last < minute then
+    -- The first event of this minute (its slot holds a lap before). Unless it is late, add
+    -- the last active minute to its hour first, and name this one in the header.
+    if not late and last ~= 0 and last < minute then
         local last_at = history_minute_at(last)
         local c = redis.call("BITFIELD", minutes, "GET", "u32", last_at, "GET", "u32", last_at + 32,
             "GET", "u32", last_at + 64, "GET", "u32", last_at + 96)
@@ -86,18 +87,14 @@ local function record_history(minutes, hours, now_ms, kind)
             if last_at == at then
                 c[1 + kind] = c[1 + kind] - 1 -- the same slot, a lap later: counted just now
             end
-            local hour = math.floor(last / 60)
-            local hour_at = history_hour_at(hour)
-            if redis.call("BITFIELD", hours, "GET", "u32", hour_at)[1] == hour then
-                redis.call("BITFIELD", hours, "OVERFLOW", "SAT", "INCRBY", "u32", hour_at + 32, c[2],
-                    "INCRBY", "u32", hour_at + 64, c[3], "INCRBY", "u32", hour_at + 96, c[4])
-            else
-                redis.call("BITFIELD", hours, "SET", "u32", hour_at, hour, "SET", "u32", hour_at + 32, c[2],
-                    "SET", "u32", hour_at + 64, c[3], "SET", "u32", hour_at + 96, c[4])
-            end
+            add_to_hour(hours, math.floor(last / 60), { c[2], c[3], c[4] })
         end
     end
-    redis.call("BITFIELD", minutes, "SET", "u32", 0, minute, "SET", "u32", at, minute,
-        "SET", "u32", at + 32, kind == 1 and 1 or 0, "SET", "u32", at + 64, kind == 2 and 1 or 0,
-        "SET", "u32", at + 96, kind == 3 and 1 or 0)
+    local fresh = one_event(kind)
+    local header = late and {} or { "SET", "u32", 0, minute }
+    redis.call("BITFIELD", minutes, "SET", "u32", at, minute, "SET", "u32", at + 32, fresh[1],
+        "SET", "u32", at + 64, fresh[2], "SET", "u32", at + 96, fresh[3], unpack(header))
+    if late then
+        add_to_hour(hours, math.floor(minute / 60), fresh) -- the hour gets it directly
+    end
 end
