@@ -203,6 +203,23 @@ def read_junit(path: Path) -> list[tuple[str, str, str]]:
     return cases
 
 
+def failure_details(path: Path, lines: int = 25) -> list[str]:
+    """For each failed or errored test case of a JUnit XML report: its name, then the last
+    ``lines`` lines of its traceback (where pytest prints the assertion and its values), so
+    that a CI log that keeps only this output still says what differed."""
+    if not path.is_file():
+        return []
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        for bad in (case.find("failure"), case.find("error")):
+            if bad is None:
+                continue
+            out.append(f"{case.get('classname', '')}::{case.get('name', '')}:")
+            text = (bad.text or bad.get("message", "")).rstrip().splitlines()
+            out += [f"    {line[:400]}" for line in text[-lines:]]
+    return out
+
+
 def tally(cases: list[tuple[str, str, str]], keep: Callable[[str, str], bool] = lambda f, n: True) -> Tally:
     result = Tally()
     for stem, name, outcome in cases:
@@ -369,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
             for line in step_log.read_text(errors="replace").splitlines():
                 if line.startswith(("FAILED ", "ERROR ")):
                     log(f"compat: {row.server}: {line[:300]}")
+        for xml in sorted(work.glob(f"{row.server}.*.xml")):
+            for line in failure_details(xml):
+                log(f"compat: {row.server}: {line}")
     return 1 if bad else 0
 
 

@@ -45,10 +45,15 @@ def test_fault_scenario(name: str, records: ValkeyProcess) -> None:
 #: The scenarios whose figure issue 24 compares with Dramatiq's built-in broker: a kill -9
 #: (recovery), a kill during a server stop (recovery), a server restart (resume).
 SIDE_BY_SIDE = ("worker-kill9", "server-stop-kill", "server-sigterm")
+#: CI runs one of them (the built-in is not the product under test: this checks that the
+#: comparison still runs and delivers, ~25 s); ``FAULTS_SIDE_BY_SIDE=all`` runs the three
+#: (another ~90 s), as ``python -m tests.faults ... --broker redisson,builtin`` does at
+#: full size.
+SIDE_BY_SIDE_RUN = SIDE_BY_SIDE if os.environ.get("FAULTS_SIDE_BY_SIDE") == "all" else ("server-sigterm",)
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("name", SIDE_BY_SIDE)
+@pytest.mark.parametrize("name", SIDE_BY_SIDE_RUN)
 def test_builtin_side_by_side(name: str, records: ValkeyProcess) -> None:
     """The same scenario with Dramatiq's RedisBroker, for its figures beside ours (its
     criteria are reported, not enforced: it is not the product under test). It must run
