@@ -37,6 +37,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "threads": 4,
         "lateness": {"n": 200, "delay_lo": 200, "delay_hi": 1500, "timeout": 30},
         "lateness_paced": {"n": 60, "delay_lo": 200, "delay_hi": 800, "timeout": 30, "rate": 100},
+        "immediate_paced": {"n": 60, "delay_lo": 0, "delay_hi": 0, "timeout": 30, "rate": 100, "immediate": True},
         "hol": {"far": 2_000, "near": 100, "near_delay": 1000, "window": 5},
         "backlog": {"levels": [2_000], "due": 200, "delay": 1000, "window": 5, "timeout": 30, "ref_budget": 2},
         "memory": {"levels": [0, 2_000], "settle": 0.5},
@@ -81,6 +82,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "threads": 4,
         "lateness": {"n": 4_000, "delay_lo": 200, "delay_hi": 3000, "timeout": 60},
         "lateness_paced": {"n": 500, "delay_lo": 200, "delay_hi": 3000, "timeout": 60, "rate": 100},
+        "immediate_paced": {"n": 500, "delay_lo": 0, "delay_hi": 0, "timeout": 30, "rate": 100, "immediate": True},
         "hol": {"far": 20_000, "near": 200, "near_delay": 1000, "window": 10},
         "backlog": {
             "levels": [0, 10_000, 100_000],
@@ -139,6 +141,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "threads": 4,
         "lateness": {"n": 20_000, "delay_lo": 200, "delay_hi": 3000, "timeout": 120},
         "lateness_paced": {"n": 2_000, "delay_lo": 200, "delay_hi": 3000, "timeout": 60, "rate": 200},
+        "immediate_paced": {"n": 2_000, "delay_lo": 0, "delay_hi": 0, "timeout": 30, "rate": 200, "immediate": True},
         "hol": {"far": 100_000, "near": 1_000, "near_delay": 1000, "window": 30},
         "backlog": {
             "levels": [0, 100_000, 1_000_000],

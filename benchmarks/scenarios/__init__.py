@@ -15,7 +15,7 @@ from .cluster import cluster
 from .fleet import fleet
 from .head_of_line import head_of_line
 from .idle import idle_pickup
-from .lateness import lateness, lateness_paced, script_profile
+from .lateness import immediate_paced, lateness, lateness_paced, script_profile
 from .memory import memory
 from .offer import offer_throughput
 from .operations import operations
@@ -26,6 +26,7 @@ from .saturation import saturation
 SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "lateness": lateness,
     "lateness-paced": lateness_paced,
+    "immediate-paced": immediate_paced,
     "head-of-line": head_of_line,
     "backlog": backlog_cost,
     "memory": memory,

@@ -1,5 +1,7 @@
 """``lateness`` and ``lateness-paced``: how late delayed messages run, side by side;
-``script-profile``: lateness-paced's workload with each script's server time per call."""
+``immediate-paced``: the same for messages sent without a delay (what each costs the
+server); ``script-profile``: lateness-paced's workload with each script's server time per
+call."""
 
 from __future__ import annotations
 
@@ -56,15 +58,18 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
     command down: CPU and lateness are then not comparable with an unprofiled run)."""
     p = ctx.p[which]
     pace = p.get("rate")  # offers per second, or None: as fast as one producer goes
+    immediate = bool(p.get("immediate"))  # send() without a delay: "due" is the send time
     data: dict[str, Any] = {"params": p}
     rows = []
-    for kind in ctx.brokers:
+    # Without a delay the transfer plays no part: redisson-lrem would repeat redisson.
+    for kind in [k for k in ctx.brokers if not (immediate and k == "redisson-lrem")]:
         ctx.server.flush()
         broker, actor = ctx.producer(kind)
         rng = random.Random(20_000)
         dues: dict[int, float] = {}
         ctx.log(
-            f"{which}/{kind}: {p['n']} messages, delays {p['delay_lo']}-{p['delay_hi']} ms"
+            f"{which}/{kind}: {p['n']} messages, "
+            + ("sent without a delay" if immediate else f"delays {p['delay_lo']}-{p['delay_hi']} ms")
             + (f", offered at {pace}/s" if pace else "")
         )
         with ctx.workers(kind) as w:
@@ -76,6 +81,10 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
                 for seq in range(p["n"]):
                     if pace:
                         time.sleep(max(0.0, t0 + seq / pace - time.monotonic()))
+                    if immediate:
+                        dues[seq] = time.time() * 1000  # same host: the server's TIME reads this clock
+                        actor.send(seq)
+                        continue
                     m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
                     dues[seq] = due_of(broker, kind, m)
                 offer_s = time.monotonic() - t0
@@ -88,6 +97,8 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
             data[f"{kind} scripts"] = _script_rows(kind, classify_slowlog(poller.entries, script_names(broker)), p["n"])
             data[f"{kind} scripts overflowed"] = poller.overflowed
         res = analyze(dues, read_records(ctx.r))
+        if immediate:
+            res["early"] = 0  # "due" is the send time, taken just before send()
         res.update({"offer_seconds": round(offer_s, 3), "offer_rate": round(p["n"] / offer_s), "complete": complete})
         res.update(per_message, server_cpu_us_per_msg=round(cpu_s * 1e6 / p["n"], 1))
         ctx.check_delivery(which, kind, res)
@@ -130,6 +141,25 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
                 "met": lat["max"] is not None and lat["max"] <= 50,
             },
         ]
+    if immediate and "redisson" in data:
+        ours = data["redisson"]
+        targets.append(
+            {
+                "target": "server commands per immediate message (send -> run -> ack) <= 8",
+                "value": ours["commands_per_msg"],
+                "met": ours["commands_per_msg"] <= 8,
+            }
+        )
+        if "builtin" in data:
+            theirs = data["builtin"]
+            ratio = _ratio(ours["server_cpu_us_per_msg"], theirs["server_cpu_us_per_msg"])
+            targets.append(
+                {
+                    "target": "server CPU per immediate message <= 0.75x built-in",
+                    "value": f"{ours['server_cpu_us_per_msg']} vs {theirs['server_cpu_us_per_msg']} us ({ratio}x)",
+                    "met": ratio is not None and ratio <= 0.75,
+                }
+            )
     return {"data": data, "rows": rows, "targets": targets}
 
 
@@ -155,12 +185,25 @@ def _script_rows(kind: str, groups: dict[str, dict[str, float]], n: int) -> list
 
 
 def script_profile(ctx: Ctx) -> dict[str, Any]:
-    """lateness-paced's workload with every command's server time logged: what each script
-    call costs in that regime (one call at a time, 200/s: every call starts cold), and
-    the commands inside it. For where server time goes, not for CPU or lateness figures."""
-    result = lateness(ctx, "lateness_paced", profile=True)
-    rows = [row for kind in ctx.brokers for row in result["data"].get(f"{kind} scripts", [])]
-    return {"data": result["data"], "rows": rows, "targets": []}
+    """lateness-paced's and immediate-paced's workloads with every command's server time
+    logged: what each script call costs in that regime (one call at a time, 200/s: every
+    call starts cold), and the commands inside it. For where server time goes, not for CPU
+    or lateness figures."""
+    data: dict[str, Any] = {}
+    rows = []
+    for which, workload in (("lateness_paced", "delayed"), ("immediate_paced", "immediate")):
+        result = lateness(ctx, which, profile=True)
+        data[workload] = result["data"]
+        for kind in ctx.brokers:
+            rows += [{"workload": workload, **row} for row in result["data"].get(f"{kind} scripts", [])]
+    return {"data": data, "rows": rows, "targets": []}
+
+
+def immediate_paced(ctx: Ctx) -> dict[str, Any]:
+    """lateness-paced's pace and workers with messages sent without a delay (``send()``):
+    what an immediate message costs the server (commands and CPU per message, the
+    built-in side by side) and how soon it runs."""
+    return lateness(ctx, "immediate_paced")
 
 
 def lateness_paced(ctx: Ctx) -> dict[str, Any]:
