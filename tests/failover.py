@@ -82,6 +82,9 @@ class FailoverResult:
     consumer_restarts: int = 0
     #: The consumer is subscribed to the queue's channel where the queue now lives.
     resubscribed: bool = False
+    #: When it is not: where the consumer's pub/sub connection is, and what the topology
+    #: says (each server's role and subscriber count), so a CI log tells which side erred.
+    subscription_detail: str = ""
 
     def row(self) -> dict[str, Any]:
         s = self.stats
@@ -106,6 +109,7 @@ class FailoverResult:
             "sends_flow_ms": self.sends_flow_ms,
             "consumer_restarts": self.consumer_restarts,
             "resubscribed": self.resubscribed,
+            **({"subscription_detail": self.subscription_detail} if self.subscription_detail else {}),
         }
 
 
@@ -133,11 +137,13 @@ def run_failover(
     make_client: Callable[[], Any],
     fault: Callable[[RedissonBroker, Callable[[], int], Fault], None],
     subscribed: Callable[[RedissonBroker], bool],
+    describe: Callable[[RedissonBroker], str] | None = None,
 ) -> FailoverResult:
     """One run on clients from ``make_client``; ``fault(broker, now_ms, report)`` runs in a
     thread ``size.fault_after_s`` after the first send and fills ``report`` (``now_ms``
     reads the record server's clock); ``subscribed(broker)`` tells, after the run,
-    whether the consumer listens where the queue now lives."""
+    whether the consumer listens where the queue now lives (when not, ``describe(broker)``
+    says what the topology sees)."""
     prefix = f"{label}:{wait_for_replicas}:{uuid.uuid4().hex[:8]}"
     stamp = Stamper(records_url, prefix)
     rng = random.Random(7)
@@ -214,6 +220,7 @@ def run_failover(
         wait_for(done, timeout=DELAY_MAX_MS / 1000 + 20, interval=0.2)
         time.sleep(1.0)  # a late duplicate shows up
         resubscribed = wait_for(lambda: subscribed(broker), timeout=5, interval=0.1)
+        detail = "" if resubscribed else _pubsub_addresses(worker) + (f"; {describe(broker)}" if describe else "")
     finally:
         worker.stop()
         logging.getLogger("dramatiq").removeHandler(restarts)
@@ -246,7 +253,20 @@ def run_failover(
         refused_by=refused_by,
         consumer_restarts=restarts.count,
         resubscribed=resubscribed,
+        subscription_detail=detail,
     )
+
+
+def _pubsub_addresses(worker: Worker) -> str:
+    """Where each consumer's pub/sub connection is (host:port), or that it has none."""
+    where = []
+    for name, thread in worker.consumers.items():
+        consumer = getattr(thread, "consumer", None)
+        pubsub = getattr(getattr(consumer, "transfers", None), "pubsub", None)
+        connection = getattr(pubsub, "connection", None)
+        at = f"{connection.host}:{connection.port}" if connection is not None else "no pub/sub connection"
+        where.append(f"consumer {name}: {at}")
+    return ", ".join(where) or "no consumer"
 
 
 def check(result: FailoverResult, size: Size, *, max_lost: int | None = None) -> None:

@@ -168,13 +168,34 @@ def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> Failov
             setup.wait_for_replica(old)
             report.done_ms = now_ms()
 
-        def subscribed(broker: RedissonBroker) -> bool:
-            # On the primary the sentinels name now: on a loaded machine (down-after 1 s) they
-            # may fail over a second time, and the consumer follows that one too.
+        def counts(broker: RedissonBroker) -> dict[int, tuple[str, int]]:
+            """Each running data server's role (its own INFO) and subscribers of the
+            queue's channel."""
             channel = broker.keys(QUEUE).channel
-            _, port = setup.primary_address()
-            server = next(s for s in setup.data_servers if s.port == port)
-            return dict(setup.admin(server).pubsub_numsub(channel)).get(channel, 0) >= 1
+            seen = {}
+            for server in setup.data_servers:
+                if server.running:
+                    admin = setup.admin(server)
+                    role = str(admin.info("replication").get("role"))
+                    seen[server.port] = (role, dict(admin.pubsub_numsub(channel)).get(channel, 0))
+            return seen
+
+        def subscribed(broker: RedissonBroker) -> bool:
+            # On the server that is the primary now, by its own account: on a loaded
+            # machine (down-after 1 s) the sentinels may fail over a second time, and the
+            # consumer follows that one too; and one sentinel may still name the old one.
+            return any(role == "master" and n >= 1 for role, n in counts(broker).values())
+
+        def describe(broker: RedissonBroker) -> str:
+            views = []
+            for sentinel in setup.sentinel_servers:
+                if sentinel.running:
+                    reply = setup.admin(sentinel).execute_command(
+                        "SENTINEL", "GET-MASTER-ADDR-BY-NAME", setup.master_name
+                    )
+                    views.append(str(reply[1]))
+            servers = ", ".join(f"{port} {role} {n} subscribed" for port, (role, n) in counts(broker).items())
+            return f"servers: {servers}; the sentinels name: {', '.join(views)}"
 
         return failover.run_failover(
             records_url,
@@ -184,6 +205,7 @@ def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> Failov
             make_client=setup.client,
             fault=fault,
             subscribed=subscribed,
+            describe=describe,
         )
 
 
