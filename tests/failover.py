@@ -10,6 +10,7 @@ fault suite's analysis (``tests/faults/analysis.py``: lost, duplicated, early, l
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import random
@@ -123,6 +124,23 @@ class _RestartCounter(logging.Handler):
             self.count += 1
 
 
+class _SubscriptionLog(logging.Handler):
+    """The broker's log lines about subscriptions and the lease (DEBUG included), the
+    last ``keep`` of them with their times, for :attr:`FailoverResult.subscription_detail`."""
+
+    WORDS = ("subscri", "lease", "Subscribed")
+
+    def __init__(self, keep: int = 30) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if any(word in text for word in self.WORDS):
+            stamp = time.strftime("%H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"
+            self.lines.append(f"{stamp} {record.levelname} {text}")
+
+
 def epoch_ms(reply: tuple[int, int]) -> int:
     seconds, micros = reply
     return int(seconds) * 1000 + int(micros) // 1000
@@ -183,6 +201,11 @@ def run_failover(
 
     restarts = _RestartCounter()
     logging.getLogger("dramatiq").addHandler(restarts)
+    # The broker's DEBUG lines about its subscriptions, kept for a failure's detail.
+    ours = logging.getLogger("dramatiq_redisson")
+    subscription_log, level = _SubscriptionLog(), ours.level
+    ours.addHandler(subscription_log)
+    ours.setLevel(logging.DEBUG)
     worker = Worker(broker, worker_timeout=100, worker_threads=size.threads)
     worker.start()
     report = Fault()
@@ -220,10 +243,15 @@ def run_failover(
         wait_for(done, timeout=DELAY_MAX_MS / 1000 + 20, interval=0.2)
         time.sleep(1.0)  # a late duplicate shows up
         resubscribed = wait_for(lambda: subscribed(broker), timeout=5, interval=0.1)
-        detail = "" if resubscribed else _pubsub_addresses(worker) + (f"; {describe(broker)}" if describe else "")
+        detail = ""
+        if not resubscribed:
+            detail = _pubsub_addresses(worker) + (f"; {describe(broker)}" if describe else "")
+            detail += "; the broker's log: " + " | ".join(subscription_log.lines)
     finally:
         worker.stop()
         logging.getLogger("dramatiq").removeHandler(restarts)
+        ours.removeHandler(subscription_log)
+        ours.setLevel(level)
         broker.close()
         producer_broker.close()
     records = [Record.parse(r) for r in stamp.client.lrange(key, 0, -1)]
@@ -258,14 +286,24 @@ def run_failover(
 
 
 def _pubsub_addresses(worker: Worker) -> str:
-    """Where each consumer's pub/sub connection is (host:port), or that it has none."""
+    """Where each consumer's pub/sub connection is (host:port) and what it believes: the
+    channels its client holds, whether it holds the lease and listens for announcements,
+    and its subscription check's count of misses."""
     where = []
     for name, thread in worker.consumers.items():
-        consumer = getattr(thread, "consumer", None)
-        pubsub = getattr(getattr(consumer, "transfers", None), "pubsub", None)
+        duty = getattr(getattr(thread, "consumer", None), "transfers", None)
+        if duty is None:
+            where.append(f"consumer {name}: not running")
+            continue
+        pubsub = duty.pubsub
         connection = getattr(pubsub, "connection", None)
         at = f"{connection.host}:{connection.port}" if connection is not None else "no pub/sub connection"
-        where.append(f"consumer {name}: {at}")
+        channels = sorted(c.decode() if isinstance(c, bytes) else str(c) for c in getattr(pubsub, "channels", {}))
+        where.append(
+            f"consumer {name}: {at}, channels {channels}, owner {duty.timer.owner}, announcements "
+            f"{duty.announcements}, wake_ready {duty.wake_ready}, misses {duty.subscription_missing}, "
+            f"resubscribe attempts {duty.resubscribe_attempts}"
+        )
     return ", ".join(where) or "no consumer"
 
 
