@@ -405,9 +405,8 @@ class Producer:
                 return kept_message(due, keys.queue_name)
             return int(due) if int(due) >= 0 else None
         redis_id = message.options["redis_message_id"]
-        _, pushed = scripts.enqueue(
-            keys, [(redis_id, message.encode())], self.broker.dedupe_window, replacing=replacing
-        )
+        reply = scripts.enqueue(keys, [(redis_id, message.encode())], self.broker.dedupe_window, replacing=replacing)
+        pushed = int(reply[1])
         if not pushed:
             self._log_duplicates(keys.queue_name, [redis_id])
         return None

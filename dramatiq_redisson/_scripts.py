@@ -80,8 +80,10 @@ def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
     return (keys.ready, keys.ready_msgs, keys.channel, keys.sent, keys.idle)
 
 
-def _enqueue_args(pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight: str = "") -> list[Any]:
-    args: list[Any] = [window_ms, in_flight]
+def _enqueue_args(
+    pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight: str = "", clock_ms: str = ""
+) -> list[Any]:
+    args: list[Any] = [window_ms, in_flight, clock_ms if window_ms else ""]
     for pair in pairs:
         args.extend(pair)
     return args
@@ -182,16 +184,17 @@ class Scripts(ScriptRunner):
         #: its ``heartbeat_timeout``).
         self.beat_interval = beat_interval
         self._beats: dict[str, float] = {}
-        #: Per queue: the server clock (epoch µs) in its last transfer's reply, and the
-        #: monotonic time it was read (see :meth:`server_now_ms`).
+        #: Per queue: the server clock (epoch µs) in the last reply that carried it, and
+        #: the monotonic time it was read (see :meth:`server_now_ms`).
         self._clocks: dict[str, tuple[int, float]] = {}
 
     def server_now_ms(self, queue_name: str) -> str:
         """An estimate of the clock of the server holding ``queue_name`` (epoch ms, as
-        text), from its last transfer's reply and the monotonic clock since; "" when there
-        is none younger than :data:`CLOCK_ESTIMATE_TTL` s. The ack takes it instead of a
-        TIME call (one command less per message). It runs a moment behind the server's
-        (by the reply's way back), which the history allows for (``_history.lua``)."""
+        text), from the last reply that carried it (a transfer's, or an enqueue's that read
+        TIME) and the monotonic clock since; "" when there is none younger than
+        :data:`CLOCK_ESTIMATE_TTL` s. The enqueue, fetch and ack take it instead of a TIME
+        call (one command less each). It runs a moment behind the server's (by the
+        reply's way back), which the history allows for (``_history.lua``)."""
         seen = self._clocks.get(queue_name)
         if seen is None:
             return ""
@@ -265,7 +268,16 @@ class Scripts(ScriptRunner):
         streamed (see :meth:`stream`; duplicates are skipped as in :meth:`enqueue`).
 
         Returns per call its outcome; a reply is ``[queue length, ids pushed]``."""
-        return self.stream("enqueue", [(_enqueue_keys(keys), _enqueue_args(pairs, window_ms)) for keys, pairs in calls])
+        outcomes = self.stream(
+            "enqueue",
+            [
+                (_enqueue_keys(keys), _enqueue_args(pairs, window_ms, clock_ms=self.server_now_ms(keys.queue_name)))
+                for keys, pairs in calls
+            ],
+        )
+        for (keys, _), outcome in zip(calls, outcomes, strict=True):
+            self._read_clock(keys.queue_name, outcome)
+        return outcomes
 
     def transfer(
         self,
@@ -407,9 +419,21 @@ class Scripts(ScriptRunner):
     ) -> Any:
         """Push ``(redis_message_id, data)`` pairs, skipping ids already queued, in flight
         or enqueued within the last ``window_ms``; ``replacing`` as for :meth:`offer`.
-        Returns ``[queue length, ids pushed]``, or the pipeline when ``client`` is one."""
-        args = _enqueue_args(entries, window_ms, replacing)
-        return self._run_resending("enqueue", _enqueue_keys(keys), args, client)
+        Returns ``[queue length, ids pushed, server clock read or 0]``, or the pipeline
+        when ``client`` is one."""
+        clock_ms = "" if client is not None else self.server_now_ms(keys.queue_name)
+        args = _enqueue_args(entries, window_ms, replacing, clock_ms)
+        reply = self._run_resending("enqueue", _enqueue_keys(keys), args, client)
+        if client is None:
+            self._read_clock(keys.queue_name, reply)
+        return reply
+
+    def _read_clock(self, queue_name: str, reply: Any) -> None:
+        """An enqueue that read the server's clock (TIME, when no estimate was fresh)
+        returns it: the next ones take the estimate from it (see :meth:`server_now_ms`),
+        so a process that only sends reads TIME about once per :data:`CLOCK_ESTIMATE_TTL`."""
+        if isinstance(reply, list) and len(reply) > 2 and int(reply[2]) > 0:
+            self._clocks[queue_name] = (int(reply[2]) * 1000, time.monotonic())
 
     def fetch(
         self, keys: QueueKeys, worker_id: str, count: int, token: str = "", consumer: str = ""
@@ -421,7 +445,14 @@ class Scripts(ScriptRunner):
         flat = self._run(
             "fetch",
             (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats, keys.idle, keys.paused, keys.fetched),
-            (count, worker_id, token, self._beat(keys.heartbeats), f"{worker_id}|{consumer or token}"),
+            (
+                count,
+                worker_id,
+                token,
+                self._beat(keys.heartbeats),
+                f"{worker_id}|{consumer or token}",
+                self.server_now_ms(keys.queue_name),
+            ),
         )
         if flat is None:
             return None

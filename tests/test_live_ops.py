@@ -155,6 +155,23 @@ def test_running_shows_a_sleeping_actors_message_with_its_worker_and_age_then_dr
     assert redis_client.hlen(broker.keys("slow").fetched) == 0
 
 
+def test_a_fetch_takes_the_clock_estimate_for_its_record(
+    broker: RedissonBroker,
+    redis_client: redis.Redis,
+    stamp: dramatiq.Actor,  # type: ignore[type-arg]
+) -> None:
+    """With an estimate of the server clock (from a transfer or an enqueue), the fetch
+    records the fetch time from it instead of a TIME call."""
+    keys, scripts = broker.keys("default"), broker.redisson_scripts
+    stamp.send(1)
+    ms = server_ms(redis_client) - 3_600_000  # an estimate an hour behind, to tell it apart
+    scripts._clocks["default"] = (ms * 1000, time.monotonic())
+    [(redis_id, _)] = scripts.fetch(keys, "w1", 1) or []
+    record = redis_client.hget(keys.fetched, redis_id)
+    assert record is not None
+    assert 0 <= int(record.split(b"|")[0]) - ms < 1000
+
+
 def test_running_lists_oldest_first_and_ignores_a_record_whose_message_is_gone(
     broker: RedissonBroker,
     redis_client: redis.Redis,
@@ -302,9 +319,9 @@ def test_an_acks_clock_estimate_behind_or_ahead_counts_each_event_once_per_minut
     ack_at((minute + 1) * 60_000)  # M+1 opens: M is rolled up into its hour, once
     assert totals() == (4, 4)
     # No estimate (none yet, or older than CLOCK_ESTIMATE_TTL): the ack reads TIME.
-    scripts._clocks.pop("default")
-    assert scripts.server_now_ms("default") == ""
     stamp.send(1)
     [(redis_id, _)] = scripts.fetch(keys, "w1", 1) or []
+    scripts._clocks.pop("default")
+    assert scripts.server_now_ms("default") == ""
     assert scripts.ack(keys, "w1", redis_id) == 1
     assert totals() == (5, 5)

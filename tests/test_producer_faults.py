@@ -23,8 +23,9 @@ from redis.retry import Retry
 from dramatiq_redisson import EnqueueError, RedissonBroker, ServerMemoryFull
 from dramatiq_redisson._ids import message_id_of
 from dramatiq_redisson._producer import BULK_CHUNK_SIZE, RESEND_MARGIN_MS
+from dramatiq_redisson._scripts import CLOCK_ESTIMATE_TTL, _enqueue_args, _enqueue_keys
 
-from .helpers import fill_to_maxmemory, wait_for
+from .helpers import fill_to_maxmemory, server_ms, wait_for
 
 # -- helpers -------------------------------------------------------------------------
 
@@ -407,6 +408,53 @@ def test_the_dedupe_window_expires_and_is_trimmed(redis_url: str, redis_client: 
     broker.enqueue_many([noop.message(i) for i in range(5)])
     assert redis_client.zcard(keys.sent) == 6
     assert wait_for(lambda: redis_client.exists(keys.sent) == 0, timeout=3)
+
+
+def test_the_dedupe_window_reads_each_records_time_so_a_call_need_not_trim(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    """enqueue.lua trims the window's record on about one call in 8 (by its clock's
+    millisecond): a record older than the window that is still there must not hold a
+    message id back, and one inside it must."""
+    keys, window = broker.keys("default"), broker.dedupe_window
+    now = server_ms(redis_client)
+    redis_client.zadd(keys.sent, {"old": now - window - 1000, "stale": now - window - 1000, "recent": now - 1000})
+
+    def enqueue(clock: int, *ids: str) -> list[int]:
+        args = _enqueue_args([(i, b"{}") for i in ids], window, clock_ms=str(clock))
+        return [int(x) for x in broker.redisson_scripts._run_resending("enqueue", _enqueue_keys(keys), args)]
+
+    # When a call that does not trim (its clock's millisecond is not a multiple of 8)
+    # sends the ids of a record older than the window and of one inside it
+    clock = now - now % 8 + 1
+    assert enqueue(clock, "old", "recent")[1:] == [1, 0]  # 1 pushed; no TIME read: 0
+    # Then the first goes through, the second is a duplicate, and the old record of
+    # another id is still there (not trimmed)
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"old"]
+    assert redis_client.zscore(keys.sent, "stale") is not None
+    assert redis_client.zscore(keys.sent, "old") == clock
+    # And a call whose clock's millisecond is a multiple of 8 trims it
+    enqueue(clock + 7, "another")
+    assert redis_client.zscore(keys.sent, "stale") is None
+    assert redis_client.zscore(keys.sent, "recent") is not None
+
+
+def test_an_enqueue_reads_the_server_clock_once_per_estimate(broker: RedissonBroker) -> None:
+    """Without a fresh estimate of the server's clock, an enqueue with a dedupe window
+    reads TIME and returns it; the next ones take the estimate made from it (no TIME),
+    until it is older than CLOCK_ESTIMATE_TTL."""
+    keys, scripts = broker.keys("default"), broker.redisson_scripts
+    scripts._clocks.clear()
+    first = scripts.enqueue(keys, [("a", b"{}")], broker.dedupe_window)
+    assert int(first[2]) > 0
+    assert abs(int(scripts.server_now_ms("default")) - int(first[2])) < 1000
+    assert int(scripts.enqueue(keys, [("b", b"{}")], broker.dedupe_window)[2]) == 0
+    ms, _ = scripts._clocks["default"]
+    scripts._clocks["default"] = (ms, time.monotonic() - CLOCK_ESTIMATE_TTL - 1)
+    assert int(scripts.enqueue(keys, [("c", b"{}")], broker.dedupe_window)[2]) > 0
+    # Without a window the clock is not read at all.
+    scripts._clocks.clear()
+    assert int(scripts.enqueue(keys, [("d", b"{}")], 0)[2]) == 0
 
 
 def test_a_retry_from_the_retries_middleware_gets_a_fresh_redis_id(broker: RedissonBroker, make_worker: Any) -> None:

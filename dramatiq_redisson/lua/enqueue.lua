@@ -11,13 +11,18 @@
 -- ARGV[2]   "" or, for the retry of a message in flight on a full server, the redis
 --           message id of its in-flight copy: that copy's payload is dropped first, so
 --           the retry takes its place (see Memory)
--- ARGV[3..] repeated pairs: redis message id, encoded message
+-- ARGV[3]   the caller's estimate of the server clock (epoch ms: a TIME this script
+--           returned, or a transfer's, and the caller's monotonic clock since), or "":
+--           TIME is read (only with a window). One command less per call.
+-- ARGV[4..] repeated pairs: redis message id, encoded message
 --
 -- An id is skipped (a duplicate) when it is already in KEYS[2] (queued or in flight),
 -- when KEYS[4] recorded it within the window (the first copy may already be acked),
 -- or when it came earlier in the same call. So a call that runs twice (a client retry
 -- after a lost reply, a producer sending the same message again) enqueues it once.
--- KEYS[4] is trimmed to the window on every call and expires after a window of quiet.
+-- A record's score is compared with the window, so KEYS[4] need not be trimmed on every
+-- call: it is on about one in TRIM_EVERY (by the clock's millisecond) and on the transfer's
+-- upkeep ticks, and it expires after a window of quiet.
 --
 -- Memory: the first write is the RPUSH, which may grow memory: on a server at its
 -- maxmemory limit (noeviction) the whole call is refused with OOM and writes nothing.
@@ -35,7 +40,8 @@
 -- message wakes one consumer, not the whole fleet. Without idle consumers it costs one
 -- ZRANGE.
 --
--- Returns: {length of the ready queue afterwards, ids pushed by this call}.
+-- Returns: {length of the ready queue afterwards, ids pushed by this call, the server
+--          clock this call read with TIME (epoch ms), or 0 when it read none}.
 
 -- include: _wake.lua
 
@@ -45,23 +51,31 @@ local in_flight = ARGV[2]
 
 -- include: _chunked.lua
 
-local now_ms = 0
+local TRIM_EVERY = 8
+local now_ms, read_ms = 0, 0
 if window > 0 then
-    local t = redis.call("TIME")
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now_ms = tonumber(ARGV[3])
+    if not now_ms then
+        local t = redis.call("TIME")
+        now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        read_ms = now_ms
+    end
 end
 
 -- Reads: HEXISTS type-checks KEYS[2] and ZSCORE KEYS[4]; the first write, RPUSH,
 -- type-checks KEYS[1]. A key of the wrong type fails the call before anything is written.
 local pairs_, ids, recorded = {}, {}, {}
 local seen = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
     local id = ARGV[i]
     if not seen[id] then
         seen[id] = true
         local fresh = redis.call("HEXISTS", ready_msgs, id) == 0
-        if fresh and window > 0 and redis.call("ZSCORE", sent, id) then
-            fresh = false
+        if fresh and window > 0 then
+            local at = redis.call("ZSCORE", sent, id)
+            if at and tonumber(at) >= now_ms - window then
+                fresh = false
+            end
         end
         if fresh then
             pairs_[#pairs_ + 1] = id
@@ -73,7 +87,7 @@ for i = 3, #ARGV, 2 do
     end
 end
 if #ids == 0 then
-    return {redis.call("LLEN", ready), 0}
+    return {redis.call("LLEN", ready), 0, read_ms}
 end
 
 if in_flight ~= "" and redis.call("HEXISTS", ready_msgs, in_flight) == 1 then
@@ -86,9 +100,11 @@ for i = 1, #ids, CHUNK do
 end
 variadic("HSET", ready_msgs, pairs_)
 if window > 0 then
-    redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+    if now_ms % TRIM_EVERY == 0 then
+        redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+    end
     variadic("ZADD", sent, recorded)
     redis.call("PEXPIRE", sent, window)
 end
 wake(idle, channel .. ":wake:{", #ids)
-return {length, #ids}
+return {length, #ids, read_ms}

@@ -19,6 +19,8 @@
 -- ARGV[5]  "<worker id>|<consumer token>": who fetches, recorded with the fetch time
 --          (server clock) of each message in KEYS[7], for operators ("running now");
 --          the ack deletes the record
+-- ARGV[6]  optional: the caller's estimate of the server clock (epoch ms, see ack.lua),
+--          for the beat and the fetch records instead of a TIME call; "" or absent: TIME
 --
 -- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
 -- (enqueues do not wake it; it polls until the queue is resumed).
@@ -38,6 +40,10 @@ local idle, paused, fetched = KEYS[5], KEYS[6], KEYS[7]
 local count, worker_id, token = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
 local function server_ms()
+    local estimate = tonumber(ARGV[6] or "")
+    if estimate then
+        return estimate
+    end
     local t = redis.call("TIME")
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
