@@ -267,7 +267,8 @@ class Scripts(ScriptRunner):
         """Push ``(redis_message_id, data)`` pairs, one script call per ``(keys, pairs)``,
         streamed (see :meth:`stream`; duplicates are skipped as in :meth:`enqueue`).
 
-        Returns per call its outcome; a reply is ``[queue length, ids pushed]``."""
+        Returns per call its outcome; a reply is ``[queue length, ids pushed, server
+        clock read or 0]`` (see :meth:`enqueue`)."""
         outcomes = self.stream(
             "enqueue",
             [
