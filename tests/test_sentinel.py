@@ -175,9 +175,8 @@ def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> Failov
             seen = {}
             for server in setup.data_servers:
                 if server.running:
-                    admin = setup.admin(server)
-                    role = str(admin.info("replication").get("role"))
-                    seen[server.port] = (role, dict(admin.pubsub_numsub(channel)).get(channel, 0))
+                    subscribers = dict(setup.admin(server).pubsub_numsub(channel)).get(channel, 0)
+                    seen[server.port] = (setup.role(server), subscribers)
             return seen
 
         def subscribed(broker: RedissonBroker) -> bool:
@@ -187,15 +186,8 @@ def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> Failov
             return any(role == "master" and n >= 1 for role, n in counts(broker).values())
 
         def describe(broker: RedissonBroker) -> str:
-            views = []
-            for sentinel in setup.sentinel_servers:
-                if sentinel.running:
-                    reply = setup.admin(sentinel).execute_command(
-                        "SENTINEL", "GET-MASTER-ADDR-BY-NAME", setup.master_name
-                    )
-                    views.append(str(reply[1]))
             servers = ", ".join(f"{port} {role} {n} subscribed" for port, (role, n) in counts(broker).items())
-            return f"servers: {servers}; the sentinels name: {', '.join(views)}"
+            return f"servers: {servers}; the sentinels name: {', '.join(map(str, setup.named_primary_ports()))}"
 
         return failover.run_failover(
             records_url,

@@ -853,11 +853,21 @@ class Sentinel(_Topology):
         """The primary's address according to the first running sentinel."""
         for sentinel in self.sentinel_servers:
             if sentinel.running:
-                host, port = self.admin(sentinel).execute_command(
-                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name
-                )
-                return host, int(port)
+                return self._named_primary(sentinel)
         raise TopologyError("no sentinel is running")
+
+    def named_primary_ports(self) -> list[int]:
+        """The primary's port according to each running sentinel (they may disagree
+        while a failover goes on)."""
+        return [self._named_primary(s)[1] for s in self.sentinel_servers if s.running]
+
+    def role(self, server: Server) -> str:
+        """``server``'s role by its own account (``INFO replication``): "master" or "slave"."""
+        return str(_replication(self.admin(server)).get("role"))
+
+    def _named_primary(self, sentinel: Server) -> tuple[str, int]:
+        host, port = self.admin(sentinel).execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
+        return host, int(port)
 
     def manager(self, **kwargs: Any) -> SentinelManager:
         """A ``redis.sentinel.Sentinel`` on all sentinels (closed at exit if still open).
@@ -887,16 +897,12 @@ class Sentinel(_Topology):
         began = old.killed_at or time.monotonic()
 
         def switched() -> Server | None:
-            ports = set()
-            for sentinel in self.sentinel_servers:
-                if sentinel.running:
-                    admin = self.admin(sentinel)
-                    ports.add(int(admin.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)[1]))
+            ports = set(self.named_primary_ports())
             if len(ports) != 1 or old.port in ports:
                 return None
             (port,) = ports
             new = next(s for s in self.data_servers if s.port == port)
-            if _replication(self.admin(new)).get("role") != "master":
+            if self.role(new) != "master":
                 return None
             return new
 
