@@ -65,6 +65,20 @@ class Fault:
     loss_ms: int = 0
     #: Set by the fault function when it has completely finished (the topology is whole).
     done_ms: int = 0
+    #: Each promotion the topology announced during the run (record clock), when it
+    #: watches them: a failover after the injected one (sentinels that took a primary
+    #: slowed by the loaded machine for down) may lose acks of its own.
+    switches_ms: list[int] = field(default_factory=list)
+    #: How long before a later switch the primary may have been taken for down, and so
+    #: how far back its acks may be lost.
+    switch_window_ms: int = 0
+    #: When a primary a later switch demoted reported itself a replica again (record
+    #: clock): until then it may have taken writes as a second primary (split brain)
+    #: that its conversion discards.
+    demoted_ms: list[int] = field(default_factory=list)
+    #: What the fault function and the topology's watcher saw, (record ms, what): shown
+    #: with a failed check (``FailoverResult.row``).
+    timeline: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -86,6 +100,13 @@ class FailoverResult:
     #: When it is not: where the consumer's pub/sub connection is, and what the topology
     #: says (each server's role and subscriber count), so a CI log tells which side erred.
     subscription_detail: str = ""
+    #: For each unexplained duplicate (the first few): its send and runs, in ms from the
+    #: fault, so a CI log tells which path ran it again.
+    dup_detail: list[str] = field(default_factory=list)
+
+    def timeline(self) -> list[str]:
+        """The fault's timeline, ms from the fault."""
+        return [f"+{at - self.fault.at_ms} {what}" for at, what in sorted(self.fault.timeline)][:80]
 
     def row(self) -> dict[str, Any]:
         s = self.stats
@@ -110,7 +131,10 @@ class FailoverResult:
             "sends_flow_ms": self.sends_flow_ms,
             "consumer_restarts": self.consumer_restarts,
             "resubscribed": self.resubscribed,
+            "switches_ms": [t - self.fault.at_ms for t in self.fault.switches_ms],
             **({"subscription_detail": self.subscription_detail} if self.subscription_detail else {}),
+            **({"dup_detail": self.dup_detail} if self.dup_detail else {}),
+            **({"timeline": self.timeline()} if self.dup_detail or self.subscription_detail else {}),
         }
 
 
@@ -257,7 +281,7 @@ def run_failover(
     records = [Record.parse(r) for r in stamp.client.lrange(key, 0, -1)]
     stamp.client.delete(key)
     stamp.close()
-    stats = analyse(records, [Event(label, report.at_ms, report.recovered_ms, loss_ms=report.loss_ms)])
+    stats = analyse(records, fault_events(label, report, records))
     sent_delay = {r.seq: int(r.extra.split(",")[0]) for r in records if r.kind == SENT}
     after = [r for r in records if r.ms >= report.at_ms]
     delayed_runs = [r.ms for r in after if r.kind == START and (sent_delay.get(r.seq) or r.attempt > 0)]
@@ -282,7 +306,49 @@ def run_failover(
         consumer_restarts=restarts.count,
         resubscribed=resubscribed,
         subscription_detail=detail,
+        dup_detail=_dup_detail(records, stats.dup_unexplained_seqs[:10], report),
     )
+
+
+def fault_events(label: str, report: Fault, records: list[Record]) -> list[Event]:
+    """The windows in which a run explains a later duplicate: the injected fault's, and
+    each later switch's the topology announced (see :class:`Fault`)."""
+    events = [Event(label, report.at_ms, report.recovered_ms, loss_ms=report.loss_ms)]
+    # A promotion after the injected one (its first switch is that one's) is a failover
+    # of its own, of a primary that was alive: until the demoted one reports itself a
+    # replica it may still take writes (acks) that its conversion then discards, so runs
+    # from a little before that switch until then explain a duplicate too. (One
+    # sentinel's account of the conversion: it may hear of it a moment late, hence the
+    # loss window after it as well.)
+    last_ms = max((r.ms for r in records), default=report.done_ms)
+    events += [
+        Event(
+            "later-switch",
+            t - report.switch_window_ms,
+            min([d for d in report.demoted_ms if d >= t] or [last_ms]) + report.loss_ms,
+            loss_ms=report.loss_ms,
+        )
+        for t in report.switches_ms
+        if t > report.recovered_ms
+    ]
+    return events
+
+
+def _dup_detail(records: list[Record], seqs: list[int], report: Fault) -> list[str]:
+    """``seq: sent +ms delay D; runs: +ms a<attempt> <pid> <end kind>...`` for each of
+    ``seqs``, times from the fault (the promotion is at +recovered)."""
+    lines = []
+    for seq in seqs:
+        mine = [r for r in records if r.seq == seq]
+        sent = next((r for r in mine if r.kind == SENT), None)
+        runs = [
+            f"+{r.ms - report.at_ms} {r.kind} a{r.attempt} {r.extra.split('.')[-1]}"
+            for r in sorted(mine, key=lambda r: r.ms)
+            if r.kind in (START, FINISH, FAIL)
+        ]
+        head = f"{seq}: sent +{sent.ms - report.at_ms} delay {sent.extra.split(',')[0]}" if sent else f"{seq}:"
+        lines.append(f"{head}; {', '.join(runs)} (promoted +{report.recovered_ms - report.at_ms})")
+    return lines
 
 
 def _pubsub_addresses(worker: Worker) -> str:

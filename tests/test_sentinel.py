@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -153,20 +154,76 @@ def test_without_wait_for_replicas_no_wait_is_sent(redis_url: str, redis_client:
 FAILOVER_LOSS_MS = 1000
 
 
-def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> FailoverResult:
+class _SwitchWatcher:
+    """Stamps each promotion (``+switch-master``, from the first sentinel) into the
+    run's :class:`Fault` (``switches_ms``, record clock) from the fault on: on a loaded
+    machine the sentinels may fail over again, and that failover explains duplicates of
+    its own (see ``tests/failover.py``)."""
+
+    def __init__(self, setup: Sentinel) -> None:
+        self.setup = setup
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _SwitchWatcher:
+        return self
+
+    def start(self, now_ms: Callable[[], int], report: Fault) -> None:
+        # Taken for down after down_after_ms without a reply, then a vote and a promotion.
+        report.switch_window_ms = self.setup.down_after_ms + 1000
+        pubsub = self.setup.admin(self.setup.sentinel_servers[0]).pubsub()
+        pubsub.psubscribe("*")
+
+        def watch() -> None:
+            try:
+                while not self.stopped.is_set():
+                    message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+                    if message is None:
+                        continue
+                    at, channel = now_ms(), message["channel"]
+                    channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+                    data = message["data"]
+                    data = data.decode() if isinstance(data, bytes) else str(data)
+                    if channel == "+switch-master":
+                        report.switches_ms.append(at)
+                    elif channel == "+convert-to-slave" or data.endswith("new reported role is slave"):
+                        report.demoted_ms.append(at)
+                    if channel != "__sentinel__:hello":
+                        report.timeline.append((at, f"sentinel {channel} {data}"))
+            finally:
+                pubsub.close()
+
+        self.thread = threading.Thread(target=watch, daemon=True)
+        self.thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+
+def run_failover(
+    records_url: str, wait_for_replicas: int, size: Size, *, replica_back_after_s: float = 0.0
+) -> FailoverResult:
     """One run (see ``tests/failover.py``) on ``master_for`` clients: the primary is
     SIGKILLed, the sentinels promote the replica, the old primary comes back as a
     replica of the new one."""
-    with Sentinel(replicas=1, sentinels=3, down_after_ms=1000) as setup:
+    with Sentinel(replicas=1, sentinels=3, down_after_ms=1000) as setup, _SwitchWatcher(setup) as switches:
 
         def fault(broker: RedissonBroker, now_ms: Callable[[], int], report: Fault) -> None:
             report.at_ms, report.loss_ms = now_ms(), FAILOVER_LOSS_MS
+            switches.start(now_ms, report)
             old = setup.kill_primary()
+            report.timeline.append((now_ms(), f"killed {old.port}"))
             _, report.recovery_s = setup.wait_for_failover()
             report.recovered_ms = now_ms()
+            time.sleep(replica_back_after_s)
+            report.timeline.append((now_ms(), f"restarting {old.port} as a replica of {setup.primary.port}"))
             setup.restart(old, follow_primary=True)
+            report.timeline.append((now_ms(), f"{old.port} started"))
             setup.wait_for_replica(old)
             report.done_ms = now_ms()
+            report.timeline.append((now_ms(), f"{old.port} replicates with its link up"))
 
         def counts(broker: RedissonBroker) -> dict[int, tuple[str, int]]:
             """Each running data server's role (its own INFO) and subscribers of the
