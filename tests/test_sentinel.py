@@ -202,9 +202,7 @@ class _SwitchWatcher:
             self.thread.join(timeout=5)
 
 
-def run_failover(
-    records_url: str, wait_for_replicas: int, size: Size, *, replica_back_after_s: float = 0.0
-) -> FailoverResult:
+def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> FailoverResult:
     """One run (see ``tests/failover.py``) on ``master_for`` clients: the primary is
     SIGKILLed, the sentinels promote the replica, the old primary comes back as a
     replica of the new one."""
@@ -217,7 +215,6 @@ def run_failover(
             report.timeline.append((now_ms(), f"killed {old.port}"))
             _, report.recovery_s = setup.wait_for_failover()
             report.recovered_ms = now_ms()
-            time.sleep(replica_back_after_s)
             report.timeline.append((now_ms(), f"restarting {old.port} as a replica of {setup.primary.port}"))
             setup.restart(old, follow_primary=True)
             report.timeline.append((now_ms(), f"{old.port} started"))
