@@ -26,6 +26,7 @@ from ._liveness import DEFAULT_LIVENESS_TIMEOUT, Liveness
 from ._message import epoch_ms, prepare_scheduled
 from ._periodic import Schedules
 from ._permissions import acl_rule
+from ._primary_watch import PrimaryWatch
 from ._producer import Producer
 from ._running import RunningMessage, running
 from ._scripts import Scripts
@@ -231,6 +232,8 @@ class RedissonBroker(RedisBroker):
         self.producer = Producer(self)
         #: This process's liveness beats (see :mod:`._liveness`).
         self.liveness = Liveness(self, liveness_timeout)
+        #: With a Sentinel client: every connection follows a switch (see :mod:`._primary_watch`).
+        self.primary_watch = PrimaryWatch(self.client)
         #: The servers' names and versions once :meth:`check_server` has run (None: not yet).
         self.server_versions: dict[str, tuple[str, tuple[int, int, int]]] | None = None
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
@@ -309,6 +312,7 @@ class RedissonBroker(RedisBroker):
     def close(self) -> None:
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""
         self.liveness.close()
+        self.primary_watch.close()
         if self._owns_client:
             close_client(self.client)
 
@@ -428,6 +432,7 @@ class RedissonBroker(RedisBroker):
           redis.RedisError: Any other error of the client (a connection error: the
             message may or may not have been enqueued; sending it again is safe).
         """
+        self.primary_watch.start()
         return self.producer.enqueue(message, delay)
 
     def enqueue_many(self, messages: Iterable[Message[Any]], *, delay: int | None = None) -> list[Message[Any]]:
@@ -451,6 +456,7 @@ class RedissonBroker(RedisBroker):
           EnqueueError: Any other failure: ``enqueued``, ``failed`` and ``unknown``
             (sent, reply lost) partition the prepared messages; the error is the cause.
         """
+        self.primary_watch.start()
         return self.producer.enqueue_many(messages, delay)
 
     def prepare_scheduled(self, message: Message[Any], sort_key: str | None = None) -> tuple[Message[Any], str]:

@@ -268,6 +268,7 @@ class RedissonConsumer(Consumer):
             # Not in __init__, which stays free of network calls (see TransferDuty.subscribe).
             self.joined = True
             self.broker.liveness.join(self.queue_name)
+            self.broker.primary_watch.start()
         if not self.schedules_reconciled:
             # The queue's periodic actors: stored, updated, resumed (see _periodic).
             self.schedules_reconciled = self._guarded(self.broker.schedules.reconcile, self.queue_name) is not None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import threading
 import time
@@ -354,3 +355,66 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sends_follow_a_switch_away_from_a_primary_that_is_still_alive() -> None:
+    """The primary stalls (SIGSTOP) past down-after: the sentinels promote the replica.
+    Resumed, the old primary is alive and still a primary until the sentinels turn it into
+    a replica, seconds later, which discards what it took meanwhile. A producer that kept
+    its pooled connections there (redis-py asks the sentinels only for a new connection)
+    would lose every send of those seconds; ours moves within a second of the switch
+    (``_primary_watch``). Counted on the promoted primary: the accepted sends it lacks."""
+    with Sentinel(replicas=1, sentinels=3, down_after_ms=1000) as setup:
+        broker = RedissonBroker(client=setup.client())
+        accepted: dict[str, float] = {}  # message id -> when its send returned
+        stop = threading.Event()
+
+        def send_forever() -> None:
+            i = 0
+            while not stop.is_set():
+                message = dramatiq.Message(queue_name="follow", actor_name="noop", args=(i,), kwargs={}, options={})
+                try:
+                    broker.enqueue(message)
+                    accepted[message.message_id] = time.monotonic()
+                except redis.RedisError:
+                    pass  # refused during the failover: not counted
+                i += 1
+                time.sleep(0.02)
+
+        sender = threading.Thread(target=send_forever, daemon=True)
+        try:
+            sender.start()
+            assert wait_for(lambda: len(accepted) >= 20, timeout=10)
+            old = setup.primary
+            setup.kill(old, signal.SIGSTOP)
+            (_, new_port), _ = setup.wait_for_failover()
+            resumed = time.monotonic()
+            setup.kill(old, signal.SIGCONT)
+            # Still a primary, with writes, until the sentinels convert it.
+            assert wait_for(lambda: setup.role(old) == "slave", timeout=40, interval=0.05)
+            stale_s = time.monotonic() - resumed
+            setup.wait_for_replica(old)
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            sender.join(timeout=10)
+            broker.close()
+        new = next(s for s in setup.data_servers if s.port == new_port)
+        kept = {
+            str(key)[-36:] if isinstance(key, str) else key.decode()[-36:]
+            for key in setup.admin(new).hkeys(broker.keys("follow").ready_msgs)
+        }
+        after_resume = [m for m, at in accepted.items() if at > resumed]
+        lost = [m for m, at in accepted.items() if m not in kept]
+        lost_late = [m for m in lost if accepted[m] > resumed + 1.5]
+        summary = (
+            f"stale {stale_s:.1f} s, {len(accepted)} accepted ({len(after_resume)} after the resume), "
+            f"lost {len(lost)} ({len(lost_late)} of them over 1.5 s after the resume)"
+        )
+        print(f"\nfollow: {summary}")
+        assert stale_s > 2.0, f"the old primary was converted at once: nothing to follow ({summary})"
+        assert len(after_resume) > 50, summary
+        assert lost_late == [], summary
+        assert len(lost) <= 2 * 50 * 1.5, summary
