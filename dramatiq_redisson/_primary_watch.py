@@ -50,7 +50,6 @@ class PrimaryWatch:
         self.pool: Any = pool if following else None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._pid = 0
         self._closed = False
 
@@ -62,20 +61,19 @@ class PrimaryWatch:
             if self._closed or self._pid == os.getpid():
                 return
             self._pid = os.getpid()
-            self._thread = threading.Thread(target=self._run, name="dramatiq-redisson-primary-watch", daemon=True)
-            self._thread.start()
+            threading.Thread(target=self._run, name="dramatiq-redisson-primary-watch", daemon=True).start()
 
     def close(self) -> None:
         self._closed = True
         self._stop.set()
 
-    def check(self) -> bool:
-        """Ask the sentinels once; True when they named another primary than before (the
-        pool then dropped its connections to the old one)."""
+    def check(self) -> None:
+        """Ask the sentinels once; when they name another primary than before, the pool
+        drops its connections to the old one (and this logs it)."""
         before = self.pool.master_address
         after = self.pool.get_master_address()
         if before is None or tuple(after) == tuple(before):
-            return False
+            return
         self.logger.warning(
             "The sentinels name a new primary for %r: %s:%s (was %s:%s); moving this process's connections there.",
             self.pool.service_name,
@@ -84,7 +82,6 @@ class PrimaryWatch:
             before[0],
             before[1],
         )
-        return True
 
     def _run(self) -> None:
         while not self._stop.wait(CHECK_INTERVAL):
