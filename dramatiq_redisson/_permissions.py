@@ -88,6 +88,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
     "zcard",
     "zcount",
     "zmscore",
+    "zpopmax",
     "zrange",
     "zrangebyscore",
     "zrank",

@@ -825,22 +825,22 @@ def test_a_consumer_missing_a_permission_says_so_once_and_keeps_running(
 
 
 #: Commands later releases added to the rule, each behind a fallback in the scripts: the
-#: activity history's BITFIELD (skipped), the single-call MGET and HSETNX (the earlier
-#: commands one by one).
-_NEWER_COMMANDS = ("+bitfield", "+hsetnx", "+mget")
+#: activity history's BITFIELD (skipped), the single-call MGET, HSETNX and ZPOPMAX (the
+#: earlier commands one by one).
+_NEWER_COMMANDS = ("+bitfield", "+hsetnx", "+mget", "+zpopmax")
 
 
-@pytest.mark.parametrize("without", [_NEWER_COMMANDS, ("+hsetnx", "+mget")])
+@pytest.mark.parametrize("without", [_NEWER_COMMANDS, ("+hsetnx", "+mget", "+zpopmax"), ()])
 def test_an_earlier_releases_rule_still_sends_moves_acks_and_nacks(
     make_user: Callable[[list[str]], str],
     rule_tokens: Callable[..., list[str]],
     redis_client: redis.Redis,
     without: tuple[str, ...],
 ) -> None:
-    """A user still on a rule before BITFIELD (history), HSETNX and MGET (fewer commands
-    per send and move) must lose nothing: delayed sends, a resend and a reschedule, moves,
-    acks and nacks go through (the history count is skipped), stats and the history read
-    work, and the probe names what is missing."""
+    """A user still on a rule before BITFIELD (history), HSETNX, MGET and ZPOPMAX (fewer
+    commands per send, move and wake-up) must lose nothing: delayed and immediate sends, a
+    resend and a reschedule, wake-ups, moves, acks and nacks go through (the history count
+    is skipped), stats and the history read work, and the probe names what is missing."""
     old_rule = [t for t in rule_tokens() if t not in without]
     assert len(old_rule) == len(rule_tokens()) - len(without)
     url = make_user(old_rule)
@@ -848,9 +848,12 @@ def test_an_earlier_releases_rule_still_sends_moves_acks_and_nacks(
     try:
         keys = broker.keys("old-rule")
         broker.declare_queue("old-rule")
-        with pytest.raises(MissingPermission, match="hsetnx") as missing:
+        if without:
+            with pytest.raises(MissingPermission, match="hsetnx") as missing:
+                check_permissions(broker.client, keys, server_version=broker.server_version)
+            assert set(missing.value.commands) == {t[1:] for t in without}
+        else:  # the rule of this release: the same steps, on the scripts' first paths
             check_permissions(broker.client, keys, server_version=broker.server_version)
-        assert set(missing.value.commands) == {t[1:] for t in without}
         scripts = broker.redisson_scripts
         messages = [
             dramatiq.Message(queue_name="old-rule", actor_name="a", args=(i,), kwargs={}, options={}) for i in range(2)
@@ -871,13 +874,29 @@ def test_an_earlier_releases_rule_still_sends_moves_acks_and_nacks(
         assert fetched is not None and len(fetched) == 2
         assert broker.do_ack("old-rule", fetched[0][0]) == 1
         assert broker.do_nack("old-rule", fetched[1][0]) == 1
+        # An immediate send, sent again (once on the queue), wakes the idle consumer
+        # registered for it (ZPOPMAX, or ZRANGE and ZREM: it leaves the registry either way)
+        redis_client.zadd(keys.idle, {"a-consumer-token": 3})
+        immediate = dramatiq.Message(queue_name="old-rule", actor_name="a", args=(9,), kwargs={}, options={})
+        with redis_client.pubsub() as wake_channel:
+            wake_channel.subscribe(keys.wake_channel("a-consumer-token"))
+            assert wake_channel.get_message(timeout=1)["type"] == "subscribe"
+            sent = broker.enqueue(immediate)
+            broker.enqueue(immediate)
+            woken = wake_channel.get_message(timeout=1)
+        assert woken is not None and woken["data"] == b"0"
+        assert redis_client.zcard(keys.idle) == 0
+        assert redis_client.lrange(keys.ready, 0, -1) == [sent.options["redis_message_id"].encode()]
+        fetched = scripts.fetch(keys, broker.broker_id, 2)
+        assert fetched is not None and len(fetched) == 1
+        assert broker.do_ack("old-rule", fetched[0][0]) == 1
         stats = broker.stats("old-rule")["queues"]["old-rule"]
         assert stats["in_flight"] == 0 and stats["dead"] == 1
         if "+bitfield" in without:
             assert stats["last_hour"] == {"processed": 0, "failed": 0, "retried": 0}
             assert redis_client.exists(keys.minutes) == 0
         else:
-            assert stats["last_hour"] == {"processed": 1, "failed": 1, "retried": 0}
+            assert stats["last_hour"] == {"processed": 2, "failed": 1, "retried": 0}
     finally:
         broker.flush_all()
         broker.close()

@@ -24,11 +24,11 @@
 -- call: it is on about one in TRIM_EVERY (by the clock's millisecond) and on the transfer's
 -- upkeep ticks, and it expires after a window of quiet.
 --
--- Memory: the first write is the RPUSH, which may grow memory: on a server at its
--- maxmemory limit (noeviction) the whole call is refused with OOM and writes nothing.
--- (Redis checks maxmemory only before a script's first write.) Every other key is read
--- (type-checked) before it, so a key of the wrong type fails the call before anything
--- is written too. A call whose ids are all duplicates writes nothing. With ARGV[2] the
+-- Memory: the first write is the HSETNX of the first fresh payload, which may grow
+-- memory: on a server at its maxmemory limit (noeviction) the whole call is refused with
+-- OOM and writes nothing. (Redis checks maxmemory only before a script's first write.)
+-- A key of the wrong type fails the call with nothing written too (see below). A call
+-- whose ids are all duplicates writes nothing. With ARGV[2] the
 -- first write is the HDEL of the in-flight copy (when it is still there), so the retry
 -- goes through on a full server; the worker's ack finds nothing more to delete, and a
 -- requeue of that id after a crash finds no payload and drops it. The record costs
@@ -62,24 +62,48 @@ if window > 0 then
     end
 end
 
--- Reads: HEXISTS type-checks KEYS[2] and ZSCORE KEYS[4]; the first write, RPUSH,
--- type-checks KEYS[1]. A key of the wrong type fails the call before anything is written.
+-- Reads first: ZSCORE (with a window) type-checks KEYS[4]. The first write is the HSETNX
+-- of the first fresh id's payload, which also tells an id already in KEYS[2] (queued or in
+-- flight) from a new one: one command for the HEXISTS and HSET of the previous release.
+-- A KEYS[2] of the wrong type, or a full server, fails that first HSETNX with nothing
+-- written; a KEYS[1] of the wrong type fails the RPUSH after it, and the payloads this
+-- call wrote are taken back (pcall), so nothing stays. HSETNX is newer in the ACL rule
+-- than the other commands: a user still on the rule before it gets the previous
+-- release's HEXISTS, RPUSH, HSET (same outcome). So does a call with ARGV[2], whose HDEL
+-- of the in-flight copy must come before anything that grows memory.
 local pairs_, ids, recorded = {}, {}, {}
 local seen = {}
+local checked = in_flight ~= "" -- HEXISTS now, HSET after the RPUSH (the previous release's way)
 for i = 4, #ARGV, 2 do
     local id = ARGV[i]
     if not seen[id] then
         seen[id] = true
-        local fresh = redis.call("HEXISTS", ready_msgs, id) == 0
-        if fresh and window > 0 then
+        local fresh = true
+        if window > 0 then
             local at = redis.call("ZSCORE", sent, id)
             if at and tonumber(at) >= now_ms - window then
                 fresh = false
             end
         end
+        if fresh and not checked then
+            local added = redis.pcall("HSETNX", ready_msgs, id, ARGV[i + 1])
+            if type(added) == "table" then
+                if string.find(added.err, "OOM", 1, true) or string.find(added.err, "WRONGTYPE", 1, true) then
+                    return redis.error_reply(added.err) -- the first write: nothing written
+                end
+                checked = true -- refused (a user on the rule before HSETNX): none was written
+            else
+                fresh = added == 1
+            end
+        end
+        if fresh and checked then
+            fresh = redis.call("HEXISTS", ready_msgs, id) == 0
+            if fresh then
+                pairs_[#pairs_ + 1] = id
+                pairs_[#pairs_ + 1] = ARGV[i + 1]
+            end
+        end
         if fresh then
-            pairs_[#pairs_ + 1] = id
-            pairs_[#pairs_ + 1] = ARGV[i + 1]
             ids[#ids + 1] = id
             recorded[#recorded + 1] = now_ms
             recorded[#recorded + 1] = id
@@ -96,9 +120,21 @@ if in_flight ~= "" and redis.call("HEXISTS", ready_msgs, in_flight) == 1 then
 end
 local length = 0
 for i = 1, #ids, CHUNK do
-    length = redis.call("RPUSH", ready, unpack(ids, i, math.min(#ids, i + CHUNK - 1)))
+    local pushed = redis.pcall("RPUSH", ready, unpack(ids, i, math.min(#ids, i + CHUNK - 1)))
+    if type(pushed) == "table" then
+        -- A ready list of the wrong type (only the first chunk can fail): take the
+        -- payloads back. (With `checked`, nothing was written but ARGV[2]'s HDEL, after
+        -- the same type check.)
+        if not checked then
+            variadic("HDEL", ready_msgs, ids)
+        end
+        return redis.error_reply(pushed.err)
+    end
+    length = pushed
 end
-variadic("HSET", ready_msgs, pairs_)
+if checked then
+    variadic("HSET", ready_msgs, pairs_)
+end
 if window > 0 then
     if now_ms % TRIM_EVERY == 0 then
         redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))

@@ -12,7 +12,7 @@
 -- ARGV[4..] pairs: type ("list", "hash", "set", "zset", "string" or "none"), key name
 --
 -- Every call below is a no-op on real keys: reads, writes of the token that does not
--- exist (HDEL, SREM, ZREM, ZADD XX), ZREMRANGEBYSCORE of an empty range (min 1 > max 0),
+-- exist (HDEL, SREM, ZREM, ZADD XX), ZPOPMAX of 0 entries, ZREMRANGEBYSCORE of an empty range (min 1 > max 0),
 -- LTRIM 0 -1, LPOP with count 0, RENAME of a key to itself, and invalid forms that fail
 -- after the ACL check (HSET with an odd field list, SET with NX and XX). Errors other than ACL denials (OOM, WRONGTYPE, "no such key",
 -- syntax) mean the call was allowed and are ignored.
@@ -97,6 +97,7 @@ local write = {
     zset = function(k)
         check("ZREM", k, k, token)
         check("ZADD", k, k, "XX", 0, token)
+        check("ZPOPMAX", k, k, 0) -- pops nothing
         check("ZREMRANGEBYSCORE", k, k, 1, 0)
     end,
     string = function(k)
