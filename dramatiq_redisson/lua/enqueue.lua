@@ -28,12 +28,11 @@
 -- memory: on a server at its maxmemory limit (noeviction) the whole call is refused with
 -- OOM and writes nothing. (Redis checks maxmemory only before a script's first write.)
 -- A key of the wrong type fails the call with nothing written too (see below). A call
--- whose ids are all duplicates writes nothing. With ARGV[2] the
--- first write is the HDEL of the in-flight copy (when it is still there), so the retry
--- goes through on a full server; the worker's ack finds nothing more to delete, and a
--- requeue of that id after a crash finds no payload and drops it. The record costs
--- about 107 bytes per id within the window (measured with 36-character ids; see the
--- broker's dedupe_window).
+-- whose ids are all duplicates writes nothing. With ARGV[2] the first write is the HDEL
+-- of the in-flight copy (when it is still there), so the retry goes through on a full
+-- server; the worker's ack finds nothing more to delete, and a requeue of that id after
+-- a crash finds no payload and drops it. The record costs about 107 bytes per id within
+-- the window (measured with 36-character ids; see the broker's dedupe_window).
 --
 -- Wake-ups: idle consumers (those whose last fetch came up short) are woken on their own
 -- wake channels until their free slots cover the ids pushed (see _wake.lua), so one

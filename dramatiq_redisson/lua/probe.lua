@@ -12,8 +12,8 @@
 -- ARGV[4..] pairs: type ("list", "hash", "set", "zset", "string" or "none"), key name
 --
 -- Every call below is a no-op on real keys: reads, writes of the token that does not
--- exist (HDEL, SREM, ZREM, ZADD XX), ZPOPMAX of 0 entries, ZREMRANGEBYSCORE of an empty range (min 1 > max 0),
--- LTRIM 0 -1, LPOP with count 0, RENAME of a key to itself, and invalid forms that fail
+-- exist (HDEL, SREM, ZREM, ZADD XX), ZPOPMAX of 0 entries, ZREMRANGEBYSCORE of an empty
+-- range (min 1 > max 0), LTRIM 0 -1, LPOP with count 0, RENAME of a key to itself, and invalid forms that fail
 -- after the ACL check (HSET with an odd field list, SET with NX and XX). Errors other than ACL denials (OOM, WRONGTYPE, "no such key",
 -- syntax) mean the call was allowed and are ignored.
 --
