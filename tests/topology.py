@@ -477,8 +477,15 @@ def _info_fields(text: str) -> dict[str, str]:
 
 
 def _replication(admin: redis.Redis) -> dict[str, Any]:
-    """``INFO replication`` as redis-py parses it (``slaveN`` entries become dicts)."""
-    return dict(admin.info("replication"))
+    """``INFO replication`` as redis-py parses it (``slaveN`` entries become dicts).
+
+    A sentinel that turns the server into a replica kills its clients (``CLIENT KILL TYPE
+    normal``); an ask that this catches on the way (a reset connection) is asked again,
+    once, on a new connection (the read changes nothing)."""
+    try:
+        return dict(admin.info("replication"))
+    except redis.ConnectionError:
+        return dict(admin.info("replication"))
 
 
 def _online_replicas(replication: dict[str, Any]) -> list[dict[str, Any]]:
@@ -862,15 +869,8 @@ class Sentinel(_Topology):
         return [self._named_primary(s)[1] for s in self.sentinel_servers if s.running]
 
     def role(self, server: Server) -> str:
-        """``server``'s role by its own account (``INFO replication``): "master" or "slave".
-
-        A sentinel that turns ``server`` into a replica kills its clients (``CLIENT KILL TYPE
-        normal``); an ask that this catches on the way (a reset connection) is asked again,
-        once, on a new connection."""
-        try:
-            return str(_replication(self.admin(server)).get("role"))
-        except redis.ConnectionError:
-            return str(_replication(self.admin(server)).get("role"))
+        """``server``'s role by its own account (``INFO replication``): "master" or "slave"."""
+        return str(_replication(self.admin(server)).get("role"))
 
     def _named_primary(self, sentinel: Server) -> tuple[str, int]:
         host, port = self.admin(sentinel).execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
