@@ -13,9 +13,10 @@
 --
 -- Every call below is a no-op on real keys: reads, writes of the token that does not
 -- exist (HDEL, SREM, ZREM, ZADD XX), ZPOPMAX of 0 entries, ZREMRANGEBYSCORE of an empty
--- range (min 1 > max 0), LTRIM 0 -1, LPOP with count 0, RENAME of a key to itself, and invalid forms that fail
--- after the ACL check (HSET with an odd field list, SET with NX and XX). Errors other than ACL denials (OOM, WRONGTYPE, "no such key",
--- syntax) mean the call was allowed and are ignored.
+-- range (min 1 > max 0), LTRIM 0 -1, LPOP with count 0, RENAME of a key to itself, and
+-- invalid forms that fail after the ACL check (HSET with an odd field list, SET with NX
+-- and XX). Errors other than ACL denials (OOM, WRONGTYPE, "no such key", syntax) mean the
+-- call was allowed and are ignored.
 --
 -- Returns {denied, unchecked}: denied is a flat list of command, target, error text per
 -- denied call; unchecked lists commands not tried because nothing could undo them (the
