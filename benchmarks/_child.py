@@ -62,12 +62,19 @@ def worker_main(
                 return
             super()._add_consumer(queue_name, delay=delay)
 
+    from . import _stages
+
+    tracer = _stages.StageTracer(broker) if _stages.enabled() and kind != "builtin" else None
+    if tracer is not None:
+        tracer.install()
     cls = Worker if mode == "run" else MoverWorker
     worker = cls(broker, worker_threads=threads, worker_timeout=1000)
     worker.start()
     ready.put((os.getpid(), product_origin()))
     stop_event.wait()
     worker.stop(timeout=20_000)
+    if tracer is not None:
+        tracer.flush(record or broker.client)
     broker.close()
     if record is not None:
         record.close()

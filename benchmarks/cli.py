@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -12,6 +13,7 @@ from typing import Any
 
 from ._common import BROKER_KINDS, SIZES, Server, dumps, machine_info, product_origin, quiet_logging, use_product
 from ._measure import median_merge
+from ._stages import ENV as STAGES_ENV
 
 
 def _log(msg: str) -> None:
@@ -79,6 +81,32 @@ def _verdict(t: dict[str, Any]) -> str:
     return word
 
 
+def sized(size: str, overrides: list[str]) -> dict[str, Any]:
+    """The parameters of ``size`` with ``--set scenario.param=value`` overrides applied
+    (a JSON value where it parses as one: ``500``, ``[0,100000]``; ``none``: no value,
+    e.g. no pace)."""
+    import copy
+    import json
+
+    params = copy.deepcopy(SIZES[size])
+    for item in overrides:
+        path, sep, raw = item.partition("=")
+        keys = path.split(".")
+        if not sep or not all(keys):
+            raise SystemExit(f"--set {item!r}: expected scenario.param=value")
+        try:
+            value: Any = json.loads(raw)  # 500, 0.5, [0, 100000], null
+        except ValueError:
+            value = None if raw.lower() == "none" else raw
+        target = params
+        for key in keys[:-1]:
+            if not isinstance(target.get(key), dict):
+                raise SystemExit(f"--set {item!r}: {key!r} is not a scenario of size {size!r}")
+            target = target[key]
+        target[keys[-1]] = value
+    return params
+
+
 def main(argv: list[str] | None = None) -> int:
     from .scenarios import SCENARIOS, Ctx
 
@@ -90,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, RuntimeError) as e:
             parser.error(str(e))
 
+    if args.stages:
+        os.environ[STAGES_ENV] = "1"  # inherited by the worker processes (see _stages)
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for b in brokers:
         if b not in BROKER_KINDS:
@@ -107,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "brokers": brokers,
             "repeat": args.repeat,
             "command": " ".join(sys.argv),
+            "overrides": args.overrides,
         },
         "scenarios": {},
     }
@@ -171,6 +202,20 @@ def _parser(scenarios: list[str]) -> argparse.ArgumentParser:
         help="import dramatiq_redisson from this tree, in the harness and in every worker process "
         "(e.g. a `git worktree` frozen at the commit to measure; default: the installed one)",
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="override one of the size's parameters, e.g. --set lateness.rate=500 --set lateness.n=5000 "
+        "(see SIZES in benchmarks/_common.py); repeatable",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="lateness scenarios: split each delayed message's lateness into its steps (see benchmarks/_stages.py)",
+    )
     return parser
 
 
@@ -186,7 +231,7 @@ def _run_scenario(
     result, merged by median over the repeats."""
     runs = []
     for _rep in range(args.repeat):
-        ctx = ctx_class(server, args.size, SIZES[args.size], brokers, _log)
+        ctx = ctx_class(server, args.size, sized(args.size, args.overrides), brokers, _log)
         t0 = time.monotonic()
         try:
             out = scenario(ctx)

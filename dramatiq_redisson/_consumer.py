@@ -61,6 +61,13 @@ PROBE_INTERVAL = 50
 #: fetch does): a resume starts processing within about this long.
 PAUSE_POLL_INTERVAL = 250
 
+#: Upkeep (see RedissonConsumer.upkeep) waits while a due time is closer than this (ms):
+#: its calls take about a round trip each, and would make that transfer late.
+UPKEEP_GAP = 3
+
+#: ... but never longer than this (ms) in a row: at high rates gaps are rare.
+MAX_UPKEEP_DEFER = 250
+
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
 
@@ -119,6 +126,8 @@ class RedissonConsumer(Consumer):
         self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.maintenance_interval / 1000)
         self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
         self.checked_dead_workers: set[str] = set()
+        #: Since when (monotonic s) upkeep has waited for a gap between due times.
+        self.upkeep_deferred_since: float | None = None
 
         # Error recovery (see _failed).
         self.error_attempts = 0
@@ -261,7 +270,8 @@ class RedissonConsumer(Consumer):
     # -- one tick of the timer -------------------------------------------------
 
     def tick(self) -> None:
-        """Do the timer's work that is due: subscribe, transfer, reconcile, migrate, maintain."""
+        """Do the timer's work that is due: subscribe, transfer; then, off the due path,
+        the upkeep (see :meth:`upkeep`)."""
         now = time.monotonic()
         self.transfers.listen(now)
         if not self.joined:
@@ -272,6 +282,23 @@ class RedissonConsumer(Consumer):
         if not self.schedules_reconciled:
             # The queue's periodic actors: stored, updated, resumed (see _periodic).
             self.schedules_reconciled = self._guarded(self.broker.schedules.reconcile, self.queue_name) is not None
+        self.transfers.transfer_if_due()
+        if self.message_cache or self.timer.seconds_until_due() < UPKEEP_GAP / 1000:
+            # Messages to hand to Dramatiq first, or a due time too close: upkeep waits for
+            # a gap, but never longer than MAX_UPKEEP_DEFER.
+            if self.upkeep_deferred_since is None:
+                self.upkeep_deferred_since = now
+            if now - self.upkeep_deferred_since < MAX_UPKEEP_DEFER / 1000:
+                return
+        self.upkeep_deferred_since = None
+        self.upkeep(now)
+
+    def upkeep(self, now: float) -> None:
+        """What keeps the consumer sound but delivers nothing now: the subscription check,
+        reconciling, the legacy migration, the dead workers' check, the heartbeat and
+        maintenance. Run after the transfer, in a gap between due times (see :meth:`tick`),
+        so that none of it stands between a due message and its worker thread."""
+        self.transfers.check_subscription_if_due(now)
         # Each task below is on its own: a server error in one (say, a full server
         # refusing a .DQ migration) is logged and retried later while the others, and
         # fetching, go on. A lost connection stops them all (see __next__).
@@ -282,7 +309,6 @@ class RedissonConsumer(Consumer):
             # attempt waits for housekeeping instead of every tick.
             self.migrate_legacy = False
             self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
-        self.transfers.transfer_if_due()
         if self.timer.owner:
             self._guarded(self.reaper.check, now)
         if now >= self.next_housekeeping_at:

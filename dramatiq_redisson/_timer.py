@@ -8,6 +8,11 @@ from collections.abc import Callable
 
 from ._scripts import TransferResult
 
+#: How fast (µs per s) the error of a server-clock sample is taken to grow with its age:
+#: the server's clock and this host's monotonic clock drift apart (NTP slews by at most
+#: 500 ppm), so a fresh sample eventually beats an old, tighter one.
+DRIFT_US_PER_S = 500
+
 
 class TransferTimer:
     """Decides when a consumer runs the transfer script next.
@@ -15,6 +20,14 @@ class TransferTimer:
     Server times (epoch ms on the Redis server's clock) are turned into local
     deadlines through the monotonic clock, using the server time each transfer
     returns; the local wall clock is never read, so its skew moves nothing.
+
+    The server read its clock somewhere between the call's start and its reply: the
+    sample is taken at the midpoint, with half the call's length as its error, and the
+    tightest sample is kept (its error growing with age by :data:`DRIFT_US_PER_S`) until a
+    tighter one comes or one disagrees with it beyond both errors (the server's clock was
+    stepped, or it is another server). Taking the reply's arrival as the server's "now", as
+    before, made every deadline late by the reply's way back (about half a call: 0.3-0.5 ms
+    here, more when the process is busy).
 
     A consumer either holds its queue's transfer lease (the owner: it transfers at each
     due time, and at least every third of the lease to renew it) or stands by: it
@@ -51,8 +64,11 @@ class TransferTimer:
         self._forced = True
         self._next_at: float | None = None
         self._safety_at = clock()
-        self._server_us: int | None = None
-        self._server_mono = 0.0
+        #: Server clock minus the monotonic clock (µs), from the best sample so far; its
+        #: error (µs) and when it was taken (monotonic s).
+        self._offset_us: float | None = None
+        self._offset_error_us = 0.0
+        self._offset_at = 0.0
 
     def is_due(self) -> bool:
         """Whether the transfer script should run now."""
@@ -69,19 +85,19 @@ class TransferTimer:
         self._next_at = self.clock() + delay_ms / 1000
         self._safety_at = max(self._safety_at, self._next_at)
 
-    def record(self, result: TransferResult) -> None:
+    def record(self, result: TransferResult, started: float | None = None) -> None:
         """Take the outcome of a transfer run: the next due time and the server clock,
-        or, if another consumer holds the lease, when to check the lease again."""
+        or, if another consumer holds the lease, when to check the lease again.
+        ``started``: when the call was sent (this timer's clock; default: now)."""
         now = self.clock()
         self._forced = False
-        self._server_us = result.server_now_us
-        self._server_mono = now
+        self._sample(result.server_now_us, now if started is None else min(started, now), now)
         self.owner = result.lease_until_ms is None
         if result.lease_until_ms is not None:
             # Standing by: nothing to time but the holder's lease.
             assert self.lease_ms is not None
             self._next_at = None
-            until_end = max(0, result.lease_until_ms * 1000 - result.server_now_us) / 1_000_000
+            until_end = max(0.0, self._local(result.lease_until_ms * 1000) - now)
             self._safety_at = now + until_end + self.jitter() * self.STANDBY_JITTER * self.lease_ms / 1000
             return
         interval_ms = self.safety_interval_ms
@@ -93,26 +109,40 @@ class TransferTimer:
         else:
             # Microseconds: an entry due at D moves once the server clock reads D.000 ms,
             # so scheduling from a truncated millisecond would add up to 1 ms.
-            self._next_at = now + max(0, result.next_due_ms * 1000 - result.server_now_us) / 1_000_000
+            self._next_at = max(now, self._local(result.next_due_ms * 1000))
 
     def announce(self, due_ms: int) -> None:
         """An offer made ``due_ms`` (server epoch ms) the earliest due time."""
-        if self._server_us is None:
+        if self._offset_us is None:
             self._forced = True
             return
-        at = self.clock() + max(0.0, due_ms * 1000 - self._server_us_now()) / 1_000_000
+        at = max(self.clock(), self._local(due_ms * 1000))
         if self._next_at is None or at < self._next_at:
             self._next_at = at
 
     def server_now_ms(self) -> int:
         """Estimate of the server's clock now (0 before the first transfer)."""
-        if self._server_us is None:
+        if self._offset_us is None:
             return 0
-        return self._server_us_now() // 1000
+        return int(self.clock() * 1_000_000 + self._offset_us) // 1000
 
-    def _server_us_now(self) -> int:
-        assert self._server_us is not None
-        return self._server_us + int((self.clock() - self._server_mono) * 1_000_000)
+    def _local(self, server_us: float) -> float:
+        """The monotonic time at which the server's clock reads ``server_us``."""
+        assert self._offset_us is not None
+        return (server_us - self._offset_us) / 1_000_000
+
+    def _sample(self, server_us: int, started: float, ended: float) -> None:
+        """A call sent at ``started`` and answered at ``ended`` read the server's clock as
+        ``server_us``: keep it if it is the tightest sample (see the class)."""
+        mid = (started + ended) / 2
+        error = (ended - started) / 2 * 1_000_000
+        offset = server_us - mid * 1_000_000
+        if self._offset_us is not None:
+            kept_error = self._offset_error_us + (ended - self._offset_at) * DRIFT_US_PER_S
+            agrees = abs(offset - self._offset_us) <= kept_error + error
+            if agrees and kept_error <= error:
+                return
+        self._offset_us, self._offset_error_us, self._offset_at = offset, error, ended
 
     def seconds_until_due(self) -> float:
         """Seconds until the transfer should run (0 if it should run now)."""

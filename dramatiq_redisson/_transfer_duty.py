@@ -112,6 +112,10 @@ class TransferDuty:
             self.next_poll_transfer_at = now + UNSUBSCRIBED_TRANSFER_INTERVAL / 1000
             self.timer.force()
         self.drain()
+
+    def check_subscription_if_due(self, now: float) -> None:
+        """Every :data:`SUBSCRIPTION_CHECK_INTERVAL`, while subscribed: is the subscription
+        still listed where our commands go? (Upkeep: run off the due path.)"""
         if self.pubsub is not None and self.wake_ready and now >= self.next_subscription_check_at:
             self.next_subscription_check_at = now + SUBSCRIPTION_CHECK_INTERVAL
             self._check_subscription()
@@ -357,6 +361,7 @@ class TransferDuty:
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
             own_slots = self.consumer.free_slots
             with self.broker.held.lock(self.queue_name):
+                started = self.timer.clock()
                 try:
                     result = self.scripts.transfer(
                         self.keys,
@@ -378,7 +383,7 @@ class TransferDuty:
                     self.standing_by = None
                     raise
                 self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
-            self.timer.record(result)
+            self.timer.record(result, started)
             self._took_over(result)
             if not result.replicated:
                 unreplicated = result

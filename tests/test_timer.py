@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import dramatiq
 import pytest
 
-from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson import RedissonBroker, _consumer
+from dramatiq_redisson._consumer import MAX_UPKEEP_DEFER
 from dramatiq_redisson._scripts import TransferResult
 from dramatiq_redisson._timer import TransferTimer
 
@@ -116,6 +121,51 @@ def test_timer_schedules_from_the_servers_microseconds(timer: TransferTimer) -> 
     assert timer.seconds_until_due() == pytest.approx(0.9994)
 
 
+def test_timer_takes_the_servers_now_at_the_middle_of_the_call(timer: TransferTimer, clock: FakeClock) -> None:
+    # Given a transfer sent 1 ms before its reply came, whose server read 1_000_000 ms
+    # (somewhere in that millisecond of the call), head due 10 ms later
+    started = clock.now
+    clock.now += 0.001
+    timer.record(result(next_due_ms=1_000_010, server_now_ms=1_000_000), started)
+    # Then the server's now is placed half a call before the reply, not at the reply: the
+    # timer waits 9.5 ms, not 10 ms (which made every transfer late by the reply's way back)
+    assert timer.seconds_until_due() == pytest.approx(0.0095)
+    assert timer.server_now_ms() == 1_000_000  # 1_000_000.5 ms
+
+
+def test_timer_keeps_its_tightest_sample_of_the_server_clock(timer: TransferTimer, clock: FakeClock) -> None:
+    # Given a quick call (0.2 ms) that read the server at 1_000_000.000 ms at its middle
+    started = clock.now
+    clock.now += 0.0002
+    timer.record(result(next_due_ms=None, server_now_ms=1_000_000), started)
+    # When, 1 s later, a slow call (10 ms: the process was busy) reads 1_001_001.0 ms at
+    # its start: consistent with the first within its 5 ms error, but its middle says
+    # 4.1 ms less than the first sample does
+    clock.now += 1.0
+    started = clock.now
+    clock.now += 0.010
+    timer.record(result(next_due_ms=1_001_020, server_now_ms=1_001_001), started)
+    # Then the deadline comes from the quick sample: the head, due at 1_001_020.0 ms, is
+    # 1.02 s after the first sample's middle (100.0001), at 101.0201 (the slow sample
+    # alone would say 101.0242)
+    assert timer.seconds_until_due() == pytest.approx(101.0201 - clock.now, abs=1e-6)
+
+
+def test_timer_follows_a_stepped_server_clock(timer: TransferTimer, clock: FakeClock) -> None:
+    # Given a tight sample of the server's clock
+    started = clock.now
+    clock.now += 0.0002
+    timer.record(result(next_due_ms=None, server_now_ms=1_000_000), started)
+    # When a later call finds the server's clock 2 s ahead of it (stepped, or a failover
+    # onto a server whose clock differs), beyond both samples' errors
+    clock.now += 0.5
+    started = clock.now
+    clock.now += 0.001
+    timer.record(result(next_due_ms=1_002_600, server_now_ms=1_002_500), started)
+    # Then the new sample replaces the old one at once
+    assert timer.seconds_until_due() == pytest.approx(0.0995)
+
+
 def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: RedissonBroker) -> None:
     # Given a consumer whose timer has nothing due for a while
     consumer = broker.consume("default", prefetch=1, timeout=100)
@@ -163,3 +213,87 @@ def test_standby_checks_the_lease_when_it_would_end_plus_jitter(clock: FakeClock
     assert timer.seconds_until_due() == pytest.approx(1.2 + 0.1)
     timer.announce(1_000_500)
     assert timer.seconds_until_due() == pytest.approx(0.5)
+
+
+def _settled(consumer: Any) -> None:
+    """Tick until the consumer holds the lease, its subscriptions are confirmed (each
+    confirmation forces a transfer) and nothing is due."""
+    deadline = time.monotonic() + 5
+    while True:
+        assert time.monotonic() < deadline, "the consumer did not settle"
+        consumer.tick()
+        time.sleep(0.05)
+        consumer.transfers.drain()
+        if consumer.transfers.wake_ready and consumer.timer.owner and not consumer.timer.is_due():
+            return
+
+
+class _UpkeepSpy:
+    """Counts the upkeep runs of one consumer (its own method, wrapped)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.runs = 0
+        self.upkeep = consumer.upkeep
+        consumer.upkeep = self
+
+    def __call__(self, now: float) -> None:
+        self.runs += 1
+        self.upkeep(now)
+
+
+def test_upkeep_waits_for_a_gap_between_due_times(broker: RedissonBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the lease holder of a queue with nothing scheduled, settled (the gap it needs
+    # made 50 ms, so that the test's own steps fit well inside it)
+    monkeypatch.setattr(_consumer, "UPKEEP_GAP", 50)
+    consumer = broker.consume("default", prefetch=1, timeout=100)
+    try:
+        _settled(consumer)
+        spy = _UpkeepSpy(consumer)
+        # When a due time is announced 30 ms ahead (closer than UPKEEP_GAP)
+        consumer.transfers.handle({"type": "message", "data": str(consumer.timer.server_now_ms() + 30).encode()})
+        consumer.tick()
+        # Then the tick leaves the upkeep (checks, heartbeat, maintenance) for later
+        assert spy.runs == 0
+        # And once that due time has passed (its transfer done, nothing else due), it runs
+        time.sleep(0.04)
+        consumer.tick()
+        assert spy.runs == 1
+    finally:
+        consumer.close()
+
+
+def test_upkeep_waits_no_longer_than_max_upkeep_defer(broker: RedissonBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the lease holder of a queue where a message comes due every 10 ms for 1.5 s
+    # (with UPKEEP_GAP made 50 ms, a due time is always too close for the upkeep)
+    monkeypatch.setattr(_consumer, "UPKEEP_GAP", 50)
+
+    @dramatiq.actor(queue_name="default")
+    def tick_tock() -> None:
+        pass
+
+    consumer = broker.consume("default", prefetch=1000, timeout=100)
+    try:
+        _settled(consumer)
+        for i in range(150):
+            tick_tock.send_with_options(delay=200 + 10 * i)
+        spy = _UpkeepSpy(consumer)
+        # When the consumer ticks on (taking what its transfers hand off), from the first
+        # tick that leaves the upkeep for later
+        deferred_since = None
+        started = time.monotonic()
+        while time.monotonic() - started < 2.0:
+            consumer.tick()
+            consumer.message_cache.clear()
+            if deferred_since is None:
+                deferred_since = consumer.upkeep_deferred_since
+                spy.runs = 0
+            elif spy.runs:
+                break
+            time.sleep(0.001)
+        # Then the upkeep waited, but ran within MAX_UPKEEP_DEFER of that first wait
+        assert deferred_since is not None
+        assert spy.runs == 1
+        waited = time.monotonic() - deferred_since
+        assert MAX_UPKEEP_DEFER / 1000 <= waited < MAX_UPKEEP_DEFER / 1000 + 0.2
+    finally:
+        consumer.close()

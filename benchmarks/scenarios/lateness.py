@@ -13,6 +13,8 @@ from typing import Any
 
 from .._common import due_of, script_names
 from .._measure import analyze, classify_slowlog, read_records, server_work, wait_records
+from .._stages import analyze_stages
+from .._stages import enabled as stages_enabled
 from ._shared import Ctx, _add_ratio_rows, _lat_row, _ratio
 
 
@@ -96,7 +98,14 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
         if poller is not None:
             data[f"{kind} scripts"] = _script_rows(kind, classify_slowlog(poller.entries, script_names(broker)), p["n"])
             data[f"{kind} scripts overflowed"] = poller.overflowed
-        res = analyze(dues, read_records(ctx.r))
+        records = read_records(ctx.r)
+        res = analyze(dues, records)
+        if stages_enabled() and kind != "builtin":
+            starts: dict[int, float] = {}
+            for seq, start, _pid in records:
+                starts[seq] = min(start, starts.get(seq, start))
+            res["stages"] = analyze_stages(ctx.r, dues, starts)
+            ctx.log(f"{which}/{kind} stages: {res['stages']}")
         if immediate:
             res["early"] = 0  # "due" is the send time, taken just before send()
         res.update({"offer_seconds": round(offer_s, 3), "offer_rate": round(p["n"] / offer_s), "complete": complete})
