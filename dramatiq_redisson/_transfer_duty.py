@@ -16,6 +16,7 @@ wait (:meth:`RedissonConsumer.woken`), failures go to its log (:meth:`RedissonCo
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,10 @@ ERROR_BACKOFF_FACTOR = 100
 #: subscription can be lost without an error on its connection (after a failover it may
 #: sit on a node that is no longer the primary), and then announcements never arrive.
 SUBSCRIPTION_CHECK_INTERVAL = 1.0
+
+#: A wait that ends at the transfer timer's deadline listens on its subscription until this
+#: many ms before it, then sleeps the rest (see TransferDuty.wait).
+POLL_MARGIN_MS = 1
 
 #: A failed connection, or (on a cluster) redis-py's cluster client giving up on a slot
 #: that keeps moving (``ClusterError: TTL exhausted``): back off and try again.
@@ -283,16 +288,30 @@ class TransferDuty:
 
     def wait(self, seconds: float) -> None:
         """Wait up to ``seconds`` for an announcement or a wake-up (sleep while unsubscribed,
-        no longer than until the next re-subscription or poll)."""
+        no longer than until the next re-subscription or poll).
+
+        A wait that ends at the timer's deadline ends on time: a socket's timeout is
+        rounded up to whole milliseconds (``poll``), which woke the timer 0.6-0.9 ms late
+        here. So it listens until :data:`POLL_MARGIN_MS` before the deadline and sleeps
+        the rest (a sleep is precise to about 0.1 ms); what arrives meanwhile is handled
+        right after."""
         if self.pubsub is None:
             now = time.monotonic()
             self.pause.wait(max(0.0, min(seconds, self.resubscribe_at - now, self.next_poll_transfer_at - now)))
             return
+        deadline = time.monotonic() + seconds
+        timed = seconds > 0 and seconds >= self.timer.seconds_until_due() - 0.0001
+        listen = math.floor(seconds * 1000 - POLL_MARGIN_MS) / 1000 if timed else seconds
         try:
-            self.handle(self.pubsub.get_message(timeout=seconds))
+            item = self.pubsub.get_message(timeout=listen) if listen > 0 else None
+            self.handle(item)
         except (*CONNECTION_ERRORS, redis.ResponseError) as e:
             self.subscription_failed(e)
             return
+        if timed and item is None:
+            remaining = deadline - time.monotonic()
+            if remaining > 0:
+                time.sleep(remaining)
         self.drain()
 
     def drain(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -11,7 +12,8 @@ import pytest
 from dramatiq_redisson import RedissonBroker, _consumer
 from dramatiq_redisson._consumer import MAX_UPKEEP_DEFER
 from dramatiq_redisson._scripts import TransferResult
-from dramatiq_redisson._timer import TransferTimer
+from dramatiq_redisson._timer import ERROR_MARGIN, TransferTimer
+from dramatiq_redisson._transfer_duty import POLL_MARGIN_MS
 
 
 class FakeClock:
@@ -127,9 +129,10 @@ def test_timer_takes_the_servers_now_at_the_middle_of_the_call(timer: TransferTi
     started = clock.now
     clock.now += 0.001
     timer.record(result(next_due_ms=1_000_010, server_now_ms=1_000_000), started)
-    # Then the server's now is placed half a call before the reply, not at the reply: the
-    # timer waits 9.5 ms, not 10 ms (which made every transfer late by the reply's way back)
-    assert timer.seconds_until_due() == pytest.approx(0.0095)
+    # Then the server's now is placed half a call before the reply, not at the reply, and
+    # the deadline gets half of that sample's error (0.25 ms): the timer waits 9.75 ms, not
+    # 10 ms (which made every transfer late by the reply's way back)
+    assert timer.seconds_until_due() == pytest.approx(0.0095 + ERROR_MARGIN * 0.0005)
     assert timer.server_now_ms() == 1_000_000  # 1_000_000.5 ms
 
 
@@ -148,7 +151,7 @@ def test_timer_keeps_its_tightest_sample_of_the_server_clock(timer: TransferTime
     # Then the deadline comes from the quick sample: the head, due at 1_001_020.0 ms, is
     # 1.02 s after the first sample's middle (100.0001), at 101.0201 (the slow sample
     # alone would say 101.0242)
-    assert timer.seconds_until_due() == pytest.approx(101.0201 - clock.now, abs=1e-6)
+    assert timer.seconds_until_due() == pytest.approx(101.0201 + ERROR_MARGIN * 0.0001 - clock.now, abs=1e-6)
 
 
 def test_timer_follows_a_stepped_server_clock(timer: TransferTimer, clock: FakeClock) -> None:
@@ -163,7 +166,7 @@ def test_timer_follows_a_stepped_server_clock(timer: TransferTimer, clock: FakeC
     clock.now += 0.001
     timer.record(result(next_due_ms=1_002_600, server_now_ms=1_002_500), started)
     # Then the new sample replaces the old one at once
-    assert timer.seconds_until_due() == pytest.approx(0.0995)
+    assert timer.seconds_until_due() == pytest.approx(0.0995 + ERROR_MARGIN * 0.0005)
 
 
 def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: RedissonBroker) -> None:
@@ -295,5 +298,36 @@ def test_upkeep_waits_no_longer_than_max_upkeep_defer(broker: RedissonBroker, mo
         assert spy.runs == 1
         waited = time.monotonic() - deferred_since
         assert MAX_UPKEEP_DEFER / 1000 <= waited < MAX_UPKEEP_DEFER / 1000 + 0.2
+    finally:
+        consumer.close()
+
+
+def test_a_wait_for_the_timer_ends_at_its_deadline_not_a_rounded_millisecond_later(
+    broker: RedissonBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the settled lease holder of a queue, and a due time announced ~10.5 ms ahead
+    consumer = broker.consume("default", prefetch=1, timeout=100)
+    try:
+        _settled(consumer)
+        consumer.transfers.handle({"type": "message", "data": str(consumer.timer.server_now_ms() + 11).encode()})
+        listened: list[float] = []
+        get_message = consumer.transfers.pubsub.get_message
+
+        def spy(timeout: float = 0.0) -> Any:
+            listened.append(timeout)
+            return get_message(timeout=timeout)
+
+        monkeypatch.setattr(consumer.transfers.pubsub, "get_message", spy)
+        seconds = consumer.timer.seconds_until_due()
+        deadline = time.monotonic() + seconds
+        # When the consumer waits for it
+        consumer.transfers.wait(seconds)
+        # Then it listened for whole milliseconds ending at least POLL_MARGIN_MS before the
+        # deadline (a socket timeout is rounded up to the next millisecond), slept the rest,
+        # and woke at the deadline, not before
+        assert listened[0] == pytest.approx(math.floor(seconds * 1000 - POLL_MARGIN_MS) / 1000)
+        assert listened[0] <= seconds - POLL_MARGIN_MS / 1000
+        assert time.monotonic() >= deadline
+        assert consumer.timer.is_due()
     finally:
         consumer.close()
