@@ -37,6 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .cli import fmt, format_table
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Scenarios the comparison knows how to read, with the size each runs at by default:
@@ -201,14 +203,6 @@ def verdict(key: str, tree: list[float], ref: list[float]) -> str:
     return "same"
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    return str(v)
-
-
 def report(scenario: str, rounds: list[dict[str, Any]], ref_name: str, names: list[str]) -> list[str]:
     """The scenario's Markdown table (one row per round and side, then the medians and the
     verdict per figure); returns the verdicts."""
@@ -219,11 +213,10 @@ def report(scenario: str, rounds: list[dict[str, Any]], ref_name: str, names: li
                 if k not in keys:
                     keys.append(k)
     print(f"\n## {scenario}: working tree vs {ref_name}\n")
-    header = ["round", "side", *keys]
-    lines = [header]
+    rows: list[dict[str, Any]] = []
     for i, r in enumerate(rounds, 1):
         for side in r["order"]:
-            lines.append([str(i), side, *(_fmt(r[side]["figures"].get(k)) for k in keys)])
+            rows.append({"round": i, "side": side, **{k: r[side]["figures"].get(k) for k in keys}})
     series = {side: {k: [r[side]["figures"].get(k) for r in rounds] for k in keys} for side in names}
 
     def med(vals: list[Any]) -> Any:
@@ -231,14 +224,10 @@ def report(scenario: str, rounds: list[dict[str, Any]], ref_name: str, names: li
         return round(statistics.median(vals), 3) if vals else None
 
     for side in names:
-        lines.append(["median", side, *(_fmt(med(series[side][k])) for k in keys)])
+        rows.append({"round": "median", "side": side, **{k: med(series[side][k]) for k in keys}})
     verdicts = [verdict(k, series["tree"][k], series["ref"][k]) for k in keys]
-    lines.append(["verdict", "tree", *verdicts])
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    for j, row in enumerate(lines):
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
-        if j == 0:
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    rows.append({"round": "verdict", "side": "tree", **dict(zip(keys, verdicts, strict=True))})
+    print(format_table(rows))
     return verdicts
 
 
@@ -325,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                         [*DEFAULT_SETS.get(scenario, []), *args.sets],
                     )
                     fig = result[side]["figures"]
-                    shown = ", ".join(f"{k} {_fmt(v)}" for k, v in list(fig.items())[:5])
+                    shown = ", ".join(f"{k} {fmt(v)}" for k, v in list(fig.items())[:5])
                     _log(f"round {i + 1} {scenario} {side}: {shown} ({time.monotonic() - t0:.0f} s)")
                     for f in result[side]["failed"]:
                         _log(f"  FAILED ({side}): {f}")

@@ -20,7 +20,8 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _fmt(v: Any) -> str:
+def fmt(v: Any) -> str:
+    """One table cell."""
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -36,7 +37,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         for k in row:
             if k not in cols:
                 cols.append(k)
-    cells = [[_fmt(row.get(c)) for c in cols] for row in rows]
+    cells = [[fmt(row.get(c)) for c in cols] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     line = "| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths, strict=False)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
