@@ -123,12 +123,17 @@ def test_timer_schedules_from_the_servers_microseconds(timer: TransferTimer) -> 
     assert timer.seconds_until_due() == pytest.approx(0.9994)
 
 
+def record_call(timer: TransferTimer, clock: FakeClock, took: float, reply: TransferResult) -> None:
+    """A transfer call that took ``took`` seconds from its start (now) to ``reply``."""
+    started = clock.now
+    clock.now += took
+    timer.record(reply, started)
+
+
 def test_timer_takes_the_servers_now_at_the_middle_of_the_call(timer: TransferTimer, clock: FakeClock) -> None:
     # Given a transfer sent 1 ms before its reply came, whose server read 1_000_000 ms
     # (somewhere in that millisecond of the call), head due 10 ms later
-    started = clock.now
-    clock.now += 0.001
-    timer.record(result(next_due_ms=1_000_010, server_now_ms=1_000_000), started)
+    record_call(timer, clock, 0.001, result(next_due_ms=1_000_010, server_now_ms=1_000_000))
     # Then the server's now is placed half a call before the reply, not at the reply, and
     # the deadline gets half of that sample's error (0.25 ms): the timer waits 9.75 ms, not
     # 10 ms (which made every transfer late by the reply's way back)
@@ -138,16 +143,12 @@ def test_timer_takes_the_servers_now_at_the_middle_of_the_call(timer: TransferTi
 
 def test_timer_keeps_its_tightest_sample_of_the_server_clock(timer: TransferTimer, clock: FakeClock) -> None:
     # Given a quick call (0.2 ms) that read the server at 1_000_000.000 ms at its middle
-    started = clock.now
-    clock.now += 0.0002
-    timer.record(result(next_due_ms=None, server_now_ms=1_000_000), started)
+    record_call(timer, clock, 0.0002, result(next_due_ms=None, server_now_ms=1_000_000))
     # When, 1 s later, a slow call (10 ms: the process was busy) reads 1_001_001.0 ms at
     # its start: consistent with the first within its 5 ms error, but its middle says
     # 4.1 ms less than the first sample does
     clock.now += 1.0
-    started = clock.now
-    clock.now += 0.010
-    timer.record(result(next_due_ms=1_001_020, server_now_ms=1_001_001), started)
+    record_call(timer, clock, 0.010, result(next_due_ms=1_001_020, server_now_ms=1_001_001))
     # Then the deadline comes from the quick sample: the head, due at 1_001_020.0 ms, is
     # 1.02 s after the first sample's middle (100.0001), at 101.0201 (the slow sample
     # alone would say 101.0242)
@@ -156,15 +157,11 @@ def test_timer_keeps_its_tightest_sample_of_the_server_clock(timer: TransferTime
 
 def test_timer_follows_a_stepped_server_clock(timer: TransferTimer, clock: FakeClock) -> None:
     # Given a tight sample of the server's clock
-    started = clock.now
-    clock.now += 0.0002
-    timer.record(result(next_due_ms=None, server_now_ms=1_000_000), started)
+    record_call(timer, clock, 0.0002, result(next_due_ms=None, server_now_ms=1_000_000))
     # When a later call finds the server's clock 2 s ahead of it (stepped, or a failover
     # onto a server whose clock differs), beyond both samples' errors
     clock.now += 0.5
-    started = clock.now
-    clock.now += 0.001
-    timer.record(result(next_due_ms=1_002_600, server_now_ms=1_002_500), started)
+    record_call(timer, clock, 0.001, result(next_due_ms=1_002_600, server_now_ms=1_002_500))
     # Then the new sample replaces the old one at once
     assert timer.seconds_until_due() == pytest.approx(0.0995 + ERROR_MARGIN * 0.0005)
 
