@@ -313,6 +313,7 @@ class RedissonBroker(RedisBroker):
         """Close the connections this broker opened (a ``client`` passed in is left alone)."""
         self.liveness.close()
         self.primary_watch.close()
+        self.redisson_scripts.close()
         if self._owns_client:
             close_client(self.client)
 

@@ -22,6 +22,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, OutOfMemoryError, TryAgainError
 
+from ._direct_calls import DirectCalls
 from ._errors import NotReplicated
 
 #: A line ``-- include: _name.lua`` in a script stands for that file's text (shared
@@ -146,6 +147,14 @@ class ScriptRunner:
         #: on the connection that made the write (0: no WAIT).
         self.wait_for_replicas = wait_for_replicas
         self.wait_timeout = wait_timeout
+        #: The script calls' own connections (see :mod:`._direct_calls`), or ``None``: a
+        #: cluster client (or a pipeline, a single-connection client) keeps redis-py's path.
+        self.direct = DirectCalls(client) if not cluster and DirectCalls.suits(client) else None
+
+    def close(self) -> None:
+        """Disconnect the script calls' own connections (the client's are its owner's)."""
+        if self.direct is not None:
+            self.direct.close()
 
     def _run_waiting(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, int | None]:
         """Run a script and ``WAIT`` for the replicas on the same connection (one
@@ -240,6 +249,14 @@ class ScriptRunner:
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
         try:
+            if self.direct is not None and client is None:
+                script = self._s[name]
+                try:
+                    return self.direct.call("EVALSHA", script.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    # Flushed from the server's cache: load it again, as redis-py's Script does.
+                    self.client.script_load(script.script)
+                    return self.direct.call("EVALSHA", script.sha, len(keys), *keys, *args)
             return self._s[name](keys=list(keys), args=list(args), client=client or self.client)
         except redis.ResponseError as e:
             _raise_script_error(e)
@@ -265,8 +282,12 @@ class ScriptRunner:
         script = self._s[name]
         try:
             try:
+                if self.direct is not None:
+                    return self.direct.call("EVALSHA", script.sha, len(keys), *keys, *args)
                 return self.client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
+                if self.direct is not None:
+                    return self.direct.call("EVAL", self.sources[name], len(keys), *keys, *args)
                 return self.client.eval(self.sources[name].decode(), len(keys), *keys, *args)
         except redis.ResponseError as e:
             _raise_script_error(e)

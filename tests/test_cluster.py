@@ -125,6 +125,12 @@ def test_url_and_client_forms(cluster: Cluster, redis_url: str) -> None:
         plain.close()
 
 
+def test_script_calls_keep_the_cluster_clients_own_path(cluster_broker: RedissonBroker) -> None:
+    """The runner's own connections (see _direct_calls) are for one server: a cluster
+    client routes every call to the node of its slot itself."""
+    assert cluster_broker.redisson_scripts.direct is None
+
+
 def test_the_built_in_dispatch_methods_say_they_cannot_run_on_a_cluster(cluster_broker: RedissonBroker) -> None:
     with pytest.raises(NotImplementedError, match="span hash slots"):
         cluster_broker.do_qsize("default")
