@@ -22,7 +22,7 @@ from ._held import HeldMessages
 from ._history import History, QueueHistory, check_window, parse, totals
 from ._keys import QueueKeys, check_cluster_name, heartbeats_key, registry_key
 from ._limits import HEARTBEAT_INTERVAL_MS
-from ._liveness import DEFAULT_LIVENESS_TIMEOUT, Liveness
+from ._liveness import Liveness
 from ._message import epoch_ms, prepare_scheduled
 from ._periodic import Schedules
 from ._permissions import acl_rule
@@ -31,37 +31,37 @@ from ._producer import Producer
 from ._running import RunningMessage, running
 from ._scripts import Scripts
 from ._server import check_server
+from ._settings import (
+    DEFAULT_DEDUPE_WINDOW,
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_MAINTENANCE_INTERVAL,
+    DEFAULT_SAFETY_INTERVAL,
+    DEFAULT_TRANSFER_BATCH_SIZE,
+    DEFAULT_TRANSFER_LEASE,
+    DEFAULT_WAIT_TIMEOUT,
+    BrokerSettings,
+    is_int,
+)
 from ._stats import OVERDUE_GRACE, QueueStats, Stats
 from .metrics import adopt_middleware
-
-#: Most scheduled messages one transfer call moves to the ready queue.
-DEFAULT_TRANSFER_BATCH_SIZE = 100
-
-#: Longest time (ms) between two transfers of a consumer, announcements or not.
-DEFAULT_SAFETY_INTERVAL = 5000
-
-#: Time (ms) between two maintenance runs of a consumer (dead workers, old dead letters).
-DEFAULT_MAINTENANCE_INTERVAL = 30000
-
-#: Default ``transfer_lease`` (ms): how long a queue's transfer owner keeps the lease
-#: without renewing it; a killed owner delays transfers by at most about this long.
-DEFAULT_TRANSFER_LEASE = 2000
-
-#: Time (ms) during which an immediate message's redis id is remembered per queue after
-#: it was enqueued, so that sending it again (a client's automatic retry of a call whose
-#: reply was lost, a producer's retry) does not enqueue it twice even once the first
-#: copy has been acked. Covers redis-py's default ``Retry`` (10 retries, backoff capped
-#: at 1 s, 5 s socket and connect timeouts: at most ~110 s from a call's first run to
-#: its last retry); the broker widens it to its client's retry span when that is longer
-#: (see :func:`client_retry_span_ms`).
-DEFAULT_DEDUPE_WINDOW = 120_000
 
 #: The history :meth:`RedissonBroker.stats` reads for ``last_hour`` and ``last_day``:
 #: the last 60 minutes and the last 24 hours.
 _STATS_HISTORY = (60, 24)
 
-#: Default ``wait_timeout`` (ms): how long a write waits for ``wait_for_replicas`` replicas.
-DEFAULT_WAIT_TIMEOUT = 1000
+
+def _setting(name: str, *, settable: bool = True) -> Any:
+    """A broker attribute backed by its :class:`BrokerSettings`: assigning it checks the
+    value as the constructor does. ``settable=False``: fixed once the broker is built
+    (its scripts' runner took it)."""
+
+    def get(broker: RedissonBroker) -> Any:
+        return getattr(broker._settings, name)
+
+    def set_(broker: RedissonBroker, value: Any) -> None:
+        broker._settings = broker._settings.replace(**{name: value})
+
+    return property(get, set_ if settable else None)
 
 
 class RedissonBroker(RedisBroker):
@@ -80,36 +80,13 @@ class RedissonBroker(RedisBroker):
       namespace: The prefix of every Dramatiq key.
       maintenance_chance: Accepted for compatibility; maintenance runs every
         ``maintenance_interval`` ms instead of by chance.
-      heartbeat_timeout: Time (ms) without a heartbeat after which a worker is dead
-        and its unacked messages are requeued.
-      dead_message_ttl: Time (ms) dead-lettered messages are kept.
       client: A redis client to use.
-      transfer_batch_size: Most scheduled messages one transfer call moves.
-      safety_interval: Longest time (ms) between two transfers of a consumer.
-      maintenance_interval: Time (ms) between two maintenance runs of a consumer.
-      transfer_lease: Time (ms) the consumer that runs a queue's transfers holds its
-        lease; the holder renews it at least every third of it, and when the holder
-        dies another consumer takes over within about this long (see
-        :data:`DEFAULT_TRANSFER_LEASE`).
-      dedupe_window: Time (ms) an immediate message stays remembered after it was
-        enqueued (see :data:`DEFAULT_DEDUPE_WINDOW`); widened to the client's retry
-        span. 0 keeps only the check against messages still queued or in flight.
-      wait_for_replicas: After each enqueue (``enqueue``, ``enqueue_many``, a retry's
-        re-enqueue), cancel (``DelayedQueue.remove``) and transfer, wait (``WAIT``, on
-        the connection that wrote) until this many replicas have the write. Replication
-        is asynchronous: without it, a write the primary acknowledged can be lost when a
-        replica takes over. 0 (the default) waits for none. An enqueue or cancel that
-        too few replicas acknowledged in time raises :class:`EnqueueNotReplicated` /
-        :class:`NotReplicated` (the write is on the primary); a consumer's transfer logs
-        it and transfers again soon. Needs ``+wait`` in an ACL rule
-        (``acl_rule(wait_for_replicas=True)``).
-      wait_timeout: Longest wait (ms) for those replicas, per write.
-      liveness_timeout: Time (ms) after which a worker process whose liveness beats
-        stopped (killed, its host gone) is dead and its unacked messages run again
-        elsewhere; each process beats every third of it from a thread of its own, and a
-        killed one is found sooner, by its closed connections (see
-        :mod:`dramatiq_redisson._liveness` for what can make a live process look dead).
-        0 turns it off: then only ``heartbeat_timeout`` recovers them, as in Dramatiq.
+      heartbeat_timeout, dead_message_ttl, transfer_batch_size, safety_interval,
+      maintenance_interval, transfer_lease, dedupe_window, wait_for_replicas,
+      wait_timeout, liveness_timeout: The broker's settings, checked together before
+        anything is made (one ValueError names every bad value): see
+        :class:`dramatiq_redisson._settings.BrokerSettings` for each; read back as
+        ``broker.settings``.
       cluster: Connect to a Redis/Valkey Cluster: ``url`` (or the ``host``/``port``
         parameters) names one of its nodes and a :class:`redis.cluster.RedisCluster`
         client is made. A ``RedisCluster`` passed as ``client`` implies it. Keys then
@@ -124,6 +101,22 @@ class RedissonBroker(RedisBroker):
     processed, re-enqueued by ``Retries``, gets a fresh redis id); a delayed message
     id is scheduled at most once (offering it again reschedules it).
     """
+
+    # The settings, read from the checked ones; assigning one checks it (see _settings).
+    heartbeat_timeout = _setting("heartbeat_timeout")
+    dead_message_ttl = _setting("dead_message_ttl")
+    transfer_batch_size = _setting("transfer_batch_size")
+    safety_interval = _setting("safety_interval")
+    maintenance_interval = _setting("maintenance_interval")
+    dedupe_window = _setting("dedupe_window")
+    transfer_lease = _setting("transfer_lease")
+    wait_for_replicas = _setting("wait_for_replicas", settable=False)
+    wait_timeout = _setting("wait_timeout", settable=False)
+
+    @property
+    def settings(self) -> BrokerSettings:
+        """The broker's settings, as checked (and ``dedupe_window`` as widened)."""
+        return self._settings
 
     def __init__(
         self,
@@ -146,6 +139,19 @@ class RedissonBroker(RedisBroker):
         liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT,
         **parameters: Any,
     ) -> None:
+        # Checked before anything is made: a bad value makes no client (see _settings).
+        self._settings = BrokerSettings(
+            heartbeat_timeout=heartbeat_timeout,
+            dead_message_ttl=dead_message_ttl,
+            transfer_batch_size=transfer_batch_size,
+            safety_interval=safety_interval,
+            maintenance_interval=maintenance_interval,
+            dedupe_window=dedupe_window,
+            transfer_lease=transfer_lease,
+            wait_for_replicas=wait_for_replicas,
+            wait_timeout=wait_timeout,
+            liveness_timeout=liveness_timeout,
+        )
         owns_client = client is None
         if isinstance(client, RedisCluster):
             cluster = True
@@ -165,25 +171,6 @@ class RedissonBroker(RedisBroker):
             client=client,
             **parameters,
         )
-        if transfer_batch_size < 1:
-            raise ValueError("transfer_batch_size must be at least 1")
-        if safety_interval < 1 or maintenance_interval < 1:
-            raise ValueError("safety_interval and maintenance_interval must be positive")
-        if dedupe_window < 0:
-            raise ValueError("dedupe_window must not be negative")
-        if not isinstance(transfer_lease, int) or transfer_lease < 100:
-            raise ValueError(f"transfer_lease must be an int of at least 100 ms, got {transfer_lease!r}")
-        if isinstance(wait_for_replicas, bool) or not isinstance(wait_for_replicas, int) or wait_for_replicas < 0:
-            raise ValueError(f"wait_for_replicas must be a non-negative int, got {wait_for_replicas!r}")
-        if (
-            isinstance(liveness_timeout, bool)
-            or not isinstance(liveness_timeout, int)
-            or not (liveness_timeout == 0 or liveness_timeout >= 100)
-        ):
-            raise ValueError(f"liveness_timeout must be 0 (off) or an int of at least 100 ms, got {liveness_timeout!r}")
-        if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, int) or wait_timeout < 1:
-            # WAIT n 0 would block forever: a producer must never hang on a lost replica.
-            raise ValueError(f"wait_timeout must be a positive int of ms, got {wait_timeout!r}")
         #: Whether the client is a Redis Cluster client (the cluster key layout).
         self.cluster = cluster
         span = client_retry_span_ms(self.client)
@@ -195,8 +182,7 @@ class RedissonBroker(RedisBroker):
             )
         elif dedupe_window and span > dedupe_window:
             dedupe_window = span
-        #: Time (ms) an immediate message's redis id stays remembered after its send.
-        self.dedupe_window = dedupe_window
+            self._settings = self._settings.replace(dedupe_window=span)
         #: The periodic actors' schedules (see :mod:`._periodic`).
         self.schedules = Schedules(self)
         #: Where a resent offer finds a member that already came due (offer_one.lua): the
@@ -206,13 +192,6 @@ class RedissonBroker(RedisBroker):
         #: retry of it (None: unbounded). An offer delayed by more than this (and a margin)
         #: cannot have come due before a resend of it runs, so it skips that lookup.
         self.client_retry_span = span
-        self.transfer_batch_size = transfer_batch_size
-        self.safety_interval = safety_interval
-        self.maintenance_interval = maintenance_interval
-        self.transfer_lease = transfer_lease
-        #: Replicas each write waits for (``WAIT``), and for how long (ms) at most.
-        self.wait_for_replicas = wait_for_replicas
-        self.wait_timeout = wait_timeout
         self.redisson_scripts = Scripts(
             self.client,
             wait_for_replicas=wait_for_replicas,
@@ -231,7 +210,7 @@ class RedissonBroker(RedisBroker):
         #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
         self.producer = Producer(self)
         #: This process's liveness beats (see :mod:`._liveness`).
-        self.liveness = Liveness(self, liveness_timeout)
+        self.liveness = Liveness(self, self._settings.liveness_timeout)
         #: With a Sentinel client: every connection follows a switch (see :mod:`._primary_watch`).
         self.primary_watch = PrimaryWatch(self.client)
         #: The servers' names and versions once :meth:`check_server` has run (None: not yet).
@@ -491,7 +470,7 @@ class RedissonBroker(RedisBroker):
         Raises:
           ValueError: A negative ``overdue_grace``.
         """
-        if isinstance(overdue_grace, bool) or not isinstance(overdue_grace, int) or overdue_grace < 0:
+        if not is_int(overdue_grace) or overdue_grace < 0:
             raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
         known = self.known_queues() if queue_name is None or self.cluster else []
         names = [q_name(queue_name)] if queue_name is not None else known

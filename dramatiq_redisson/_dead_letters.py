@@ -15,6 +15,7 @@ from ._ids import sort_key_length
 from ._keys import QueueKeys
 from ._message import _plain
 from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
+from ._settings import is_int
 
 if TYPE_CHECKING:
     from ._broker import RedissonBroker
@@ -112,7 +113,7 @@ class DeadLetters:
           ValueError: A negative ``start``, or a size that is not a positive int.
         """
         check_batch(size, "size")
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        if not is_int(start) or start < 0:
             raise ValueError(f"start must be a non-negative int, got {start!r}")
         client = self.broker.client
         # Ranks counted from the end, so the newest are read without knowing the size.

@@ -16,6 +16,7 @@ from ._ids import message_id_of, same_sort_key, sort_key_length
 from ._keys import QueueKeys
 from ._message import decode_scheduled, validate_delay
 from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
+from ._settings import is_int
 from ._stats import OVERDUE_GRACE
 
 if TYPE_CHECKING:
@@ -337,7 +338,7 @@ class DelayedQueue:
             if when.tzinfo is None or when.utcoffset() is None:
                 raise ValueError("a datetime must be timezone-aware (e.g. datetime.now(timezone.utc))")
             return int(when.timestamp() * 1000)
-        if isinstance(when, bool) or not isinstance(when, int):
+        if not is_int(when):
             raise TypeError(f"a time must be epoch ms (int) or an aware datetime, not {type(when).__name__}")
         if when < 0:
             raise ValueError(f"a time must not be negative, got {when!r}")

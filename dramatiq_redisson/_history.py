@@ -15,6 +15,8 @@ from __future__ import annotations
 import struct
 from typing import Any, TypedDict
 
+from ._settings import is_int
+
 #: How many minutes and hours the rings hold (lua/_history.lua); a little more than kept.
 RING_MINUTES = 1500
 RING_HOURS = 744
@@ -70,7 +72,7 @@ def check_window(minutes: Any, hours: Any) -> tuple[int, int]:
       ValueError: Either is not an int in 1..KEPT_MINUTES (1..KEPT_HOURS).
     """
     for name, value, most in (("minutes", minutes, KEPT_MINUTES), ("hours", hours, KEPT_HOURS)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        if not is_int(value) or not 1 <= value <= most:
             raise ValueError(f"{name} must be an int from 1 to {most}, got {value!r}")
     return minutes, hours
 

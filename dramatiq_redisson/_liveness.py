@@ -53,9 +53,6 @@ if TYPE_CHECKING:
     from ._broker import RedissonBroker
     from ._keys import QueueKeys
 
-#: Default ``liveness_timeout`` (ms).
-DEFAULT_LIVENESS_TIMEOUT = 6000
-
 #: Beats per ``liveness_timeout``: a process misses several beats before it looks dead.
 BEATS_PER_TIMEOUT = 3
 

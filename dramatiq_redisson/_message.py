@@ -21,6 +21,7 @@ from dramatiq.encoder import JSONEncoder
 from dramatiq.message import Message
 
 from ._ids import SORT_KEY_LENGTH, next_sort_key, sort_key_length, sort_key_ms
+from ._settings import is_int
 
 #: Longest delay (ms) accepted: ten years. Anything longer is taken for a unit mistake.
 MAX_DELAY = 10 * 366 * 86_400_000
@@ -257,7 +258,7 @@ def dedupe_options(options: dict[str, Any], delay_ms: int | None) -> tuple[str, 
         raise ValueError(f"dedupe must be one of {', '.join(map(repr, DEDUPE_MODES))}, got {mode!r}")
     if ttl is None:
         ttl = 0
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 <= ttl <= MAX_DELAY:
+    if not is_int(ttl) or not 0 <= ttl <= MAX_DELAY:
         raise ValueError(f"dedupe_ttl must be a non-negative int of ms (at most {MAX_DELAY}), got {ttl!r}")
     if not delay_ms:
         raise ValueError(

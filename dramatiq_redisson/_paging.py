@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from ._settings import is_int
+
 #: Entries one bulk step changes (the delayed queue's ``promote_all``/``remove_all``, the
 #: dead letters' ``requeue``/``purge``): one script call of O(step * log n), about a
 #: millisecond on a server with a million scheduled.
@@ -14,7 +16,7 @@ BULK_STEP = 500
 
 def check_batch(batch: object, name: str = "batch") -> int:
     """``batch`` as a positive int, or a ValueError naming it."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    if not is_int(batch) or batch < 1:
         raise ValueError(f"{name} must be a positive int, got {batch!r}")
     return batch
 
@@ -35,7 +37,7 @@ def in_steps(total: int, step: int, run: Callable[[int], int]) -> int:
 
 def check_limit(limit: object) -> int | None:
     """``limit`` (None or a non-negative int), or a ValueError."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+    if limit is not None and (not is_int(limit) or limit < 0):
         raise ValueError(f"limit must be None or a non-negative int, got {limit!r}")
     return limit
 

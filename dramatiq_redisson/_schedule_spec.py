@@ -56,6 +56,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from ._settings import is_int
+
 __all__ = [
     "CATCH_UP_POLICIES",
     "InvalidSchedule",
@@ -123,7 +125,7 @@ class ScheduleSpec:
         if not isinstance(self.tz, str) or not self.tz:
             raise InvalidSchedule(f"tz: expected an IANA zone name, got {self.tz!r}")
         if self.every_ms is not None:
-            if isinstance(self.every_ms, bool) or not isinstance(self.every_ms, int):
+            if not is_int(self.every_ms):
                 raise InvalidSchedule(f"every: expected whole milliseconds, got {self.every_ms!r}")
             if self.every_ms < MIN_EVERY_MS:
                 raise InvalidSchedule(f"every: must be at least {MIN_EVERY_MS} ms (0.1 s), got {self.every_ms} ms")
@@ -177,7 +179,7 @@ class ScheduleSpec:
         tz = data.get("tz", "UTC")
         if cron is not None and not isinstance(cron, str):
             raise InvalidSchedule(f"cron: expected a string, got {cron!r}")
-        if every_ms is not None and (isinstance(every_ms, bool) or not isinstance(every_ms, int)):
+        if every_ms is not None and (not is_int(every_ms)):
             raise InvalidSchedule(f"every: expected whole milliseconds, got {every_ms!r}")
         if not isinstance(tz, str):
             raise InvalidSchedule(f"tz: expected a string, got {tz!r}")

@@ -1,0 +1,154 @@
+"""The broker's settings, checked once: :class:`BrokerSettings`, and :func:`is_int`.
+
+``RedissonBroker(...)`` builds its settings before anything else (no client, no pool, no
+script): a bad value raises one :class:`ValueError` that names every bad value, and
+nothing was made. The parts read the checked values and never check them again.
+Assigning a setting on a built broker (``broker.safety_interval = 1000``) goes through
+the same checks (see ``RedissonBroker``'s properties).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT
+
+#: Most scheduled messages one transfer call moves to the ready queue.
+DEFAULT_TRANSFER_BATCH_SIZE = 100
+
+#: Longest time (ms) between two transfers of a consumer, announcements or not.
+DEFAULT_SAFETY_INTERVAL = 5000
+
+#: Time (ms) between two maintenance runs of a consumer (dead workers, old dead letters).
+DEFAULT_MAINTENANCE_INTERVAL = 30000
+
+#: Default ``transfer_lease`` (ms): how long a queue's transfer owner keeps the lease
+#: without renewing it; a killed owner delays transfers by at most about this long.
+DEFAULT_TRANSFER_LEASE = 2000
+
+#: Time (ms) during which an immediate message's redis id is remembered per queue after
+#: it was enqueued, so that sending it again (a client's automatic retry of a call whose
+#: reply was lost, a producer's retry) does not enqueue it twice even once the first
+#: copy has been acked. Covers redis-py's default ``Retry`` (10 retries, backoff capped
+#: at 1 s, 5 s socket and connect timeouts: at most ~110 s from a call's first run to
+#: its last retry); the broker widens it to its client's retry span when that is longer
+#: (see :func:`._client.client_retry_span_ms`).
+DEFAULT_DEDUPE_WINDOW = 120_000
+
+#: Default ``wait_timeout`` (ms): how long a write waits for ``wait_for_replicas`` replicas.
+DEFAULT_WAIT_TIMEOUT = 1000
+
+#: Default ``liveness_timeout`` (ms): see :mod:`._liveness`.
+DEFAULT_LIVENESS_TIMEOUT = 6000
+
+
+def is_int(value: object) -> TypeIs[int]:
+    """An ``int`` that is not a ``bool`` (``True`` is an ``int`` to Python, never a count
+    or a duration here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What ``RedissonBroker`` was told, checked (all times in ms).
+
+    Attributes:
+      heartbeat_timeout: Time (ms) without a heartbeat after which a worker is dead
+        and its unacked messages are requeued.
+      dead_message_ttl: Time (ms) dead-lettered messages are kept.
+      transfer_batch_size: Most scheduled messages one transfer call moves.
+      safety_interval: Longest time (ms) between two transfers of a consumer.
+      maintenance_interval: Time (ms) between two maintenance runs of a consumer.
+      transfer_lease: Time (ms) the consumer that runs a queue's transfers holds its
+        lease; the holder renews it at least every third of it, and when the holder
+        dies another consumer takes over within about this long (see
+        :data:`DEFAULT_TRANSFER_LEASE`).
+      dedupe_window: Time (ms) an immediate message stays remembered after it was
+        enqueued (see :data:`DEFAULT_DEDUPE_WINDOW`); widened to the client's retry
+        span. 0 keeps only the check against messages still queued or in flight.
+      wait_for_replicas: After each enqueue (``enqueue``, ``enqueue_many``, a retry's
+        re-enqueue), cancel (``DelayedQueue.remove``) and transfer, wait (``WAIT``, on
+        the connection that wrote) until this many replicas have the write. Replication
+        is asynchronous: without it, a write the primary acknowledged can be lost when a
+        replica takes over. 0 (the default) waits for none. An enqueue or cancel that
+        too few replicas acknowledged in time raises ``EnqueueNotReplicated`` /
+        ``NotReplicated`` (the write is on the primary); a consumer's transfer logs it
+        and transfers again soon. Needs ``+wait`` in an ACL rule
+        (``acl_rule(wait_for_replicas=True)``).
+      wait_timeout: Longest wait (ms) for those replicas, per write.
+      liveness_timeout: Time (ms) after which a worker process whose liveness beats
+        stopped (killed, its host gone) is dead and its unacked messages run again
+        elsewhere; each process beats every third of it from a thread of its own, and a
+        killed one is found sooner, by its closed connections (see
+        :mod:`dramatiq_redisson._liveness` for what can make a live process look dead).
+        0 turns it off: then only ``heartbeat_timeout`` recovers them, as in Dramatiq.
+    """
+
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    dead_message_ttl: float = DEFAULT_DEAD_MESSAGE_TTL
+    transfer_batch_size: int = DEFAULT_TRANSFER_BATCH_SIZE
+    safety_interval: float = DEFAULT_SAFETY_INTERVAL
+    maintenance_interval: float = DEFAULT_MAINTENANCE_INTERVAL
+    dedupe_window: float = DEFAULT_DEDUPE_WINDOW
+    transfer_lease: int = DEFAULT_TRANSFER_LEASE
+    wait_for_replicas: int = 0
+    wait_timeout: int = DEFAULT_WAIT_TIMEOUT
+    liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT
+
+    def __post_init__(self) -> None:
+        problems = [problem for problem in (check(self) for check in _CHECKS) if problem]
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def replace(self, **changes: Any) -> BrokerSettings:
+        """A copy with ``changes``, checked as a new one."""
+        return dataclasses.replace(self, **changes)
+
+
+Check = Callable[[BrokerSettings], "str | None"]
+
+
+def _at_least(name: str, least: int, unit: str = "", *, numbers: bool = False) -> Check:
+    """``name`` is an int of at least ``least``; with ``numbers``, a float too (the
+    options that took one before they were checked here)."""
+
+    def check(settings: BrokerSettings) -> str | None:
+        value = getattr(settings, name)
+        if (is_int(value) or (numbers and isinstance(value, float))) and value >= least:
+            return None
+        kind = "number" if numbers else "int"
+        if least > 1:
+            what = f"{'a' if numbers else 'an'} {kind} of at least {least}{unit}"
+        else:
+            what = f"a {'positive' if least else 'non-negative'} {kind}"
+        return f"{name} must be {what}, got {value!r}"
+
+    return check
+
+
+def _liveness(settings: BrokerSettings) -> str | None:
+    value = settings.liveness_timeout
+    if is_int(value) and (value == 0 or value >= 100):
+        return None
+    return f"liveness_timeout must be 0 (off) or an int of at least 100 ms, got {value!r}"
+
+
+_CHECKS: tuple[Check, ...] = (
+    _at_least("heartbeat_timeout", 1, numbers=True),
+    _at_least("dead_message_ttl", 0, numbers=True),
+    _at_least("transfer_batch_size", 1),
+    _at_least("safety_interval", 1, numbers=True),
+    _at_least("maintenance_interval", 1, numbers=True),
+    _at_least("dedupe_window", 0, numbers=True),
+    _at_least("transfer_lease", 100, " ms"),
+    _at_least("wait_for_replicas", 0),
+    # WAIT n 0 would block forever: a producer must never hang on a lost replica.
+    _at_least("wait_timeout", 1),
+    _liveness,
+)
