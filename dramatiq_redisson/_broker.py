@@ -205,7 +205,7 @@ class RedissonBroker(RedisBroker):
         #: nack for do_nack, whose built-in signature (queue_name, message_id) it keeps.
         self.failed_payloads: dict[str, bytes] = {}
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
-        self.permissions_checked: set[str] = set()
+        self._permissions_checked: set[str] = set()
         self._owns_client = owns_client
         #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
         self.producer = Producer(self)
@@ -590,12 +590,19 @@ class RedissonBroker(RedisBroker):
         """The server's clock (on a cluster, any node's), epoch ms."""
         return epoch_ms(cast("tuple[int, int]", self.client.time()))
 
+    def permissions_checked_for(self, queue_name: str) -> bool:
+        """Whether a consumer of this broker ran the permission probe for the queue."""
+        return queue_name in self._permissions_checked
+
+    def note_permissions_checked(self, queue_name: str) -> None:
+        self._permissions_checked.add(queue_name)
+
     def flush(self, queue_name: str) -> None:
         """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``,
         with its pause, fetch records and activity history; the queue leaves the
         namespace's queue registry (its next send or consumer lists it again)."""
         keys = self.keys(queue_name)
-        self.producer.registered.discard(keys.queue_name)
+        self.producer.forget_queue(keys.queue_name)
         # One UNLINK drops every key of the queue at once; the registry (on a cluster in
         # another slot) goes first, by a command of its own. No MULTI: on a full server
         # Redis before 7.4 and Valkey 7.2 refuse commands queued in one, and a flush is

@@ -154,6 +154,15 @@ class RedissonConsumer(Consumer):
         """How many more messages this consumer may hold (its prefetch left)."""
         return max(0, self.prefetch - self.outstanding_message_count)
 
+    def lost_reply(self) -> None:
+        """A call that may have taken messages into this worker's ack set lost its reply:
+        reconcile the ack set at the next upkeep (see :meth:`reconcile`)."""
+        self.reconcile_due = True
+
+    def reset_backoff(self) -> None:
+        """Something was announced on the queue: the next short fetch backs off from scratch."""
+        self.misses = 0
+
     def woken(self) -> None:
         """A wake-up came (or the wake channel was subscribed): fetch now, and register
         as idle again if the fetch comes up short."""
@@ -281,7 +290,7 @@ class RedissonConsumer(Consumer):
             self.broker.primary_watch.start()
         if not self.schedules_reconciled:
             # The queue's periodic actors: stored, updated, resumed (see _periodic).
-            self.schedules_reconciled = self._guarded(self.broker.schedules.reconcile, self.queue_name) is not None
+            self.schedules_reconciled = self.guarded(self.broker.schedules.reconcile, self.queue_name) is not None
         self.transfers.transfer_if_due()
         if self.message_cache or self.timer.seconds_until_due() < UPKEEP_GAP / 1000:
             # Messages to hand to Dramatiq first, or a due time too close: upkeep waits for
@@ -302,30 +311,30 @@ class RedissonConsumer(Consumer):
         # Each task below is on its own: a server error in one (say, a full server
         # refusing a .DQ migration) is logged and retried later while the others, and
         # fetching, go on. A lost connection stops them all (see __next__).
-        if self.reconcile_due and self._guarded(self.reconcile) is not None:
+        if self.reconcile_due and self.guarded(self.reconcile) is not None:
             self.reconcile_due = False
         if self.migrate_legacy:
             # Cleared first: after a lost connection (raised past this line) the next
             # attempt waits for housekeeping instead of every tick.
             self.migrate_legacy = False
-            self.migrate_legacy = bool(self._guarded(self._migrate_legacy_batch))
+            self.migrate_legacy = bool(self.guarded(self._migrate_legacy_batch))
         if self.timer.owner:
-            self._guarded(self.reaper.check, now)
+            self.guarded(self.reaper.check, now)
         if now >= self.next_housekeeping_at:
             # Keep this worker's heartbeat fresh while all its threads are busy, requeue
             # what a lost fetch reply stranded in our ack set, and pick up legacy .DQ
             # entries that built-in workers requeued meanwhile.
             self.next_housekeeping_at = now + self.broker.safety_interval / 1000
-            self._guarded(self.scripts.heartbeat, self.keys, self.worker_id)
+            self.guarded(self.scripts.heartbeat, self.keys, self.worker_id)
             self.reconcile_due = True
             self.migrate_legacy = True
         if now >= self.next_maintenance_at:
             self.next_maintenance_at = now + self.broker.maintenance_interval / 1000
-            self._guarded(self._maintain)
+            self.guarded(self._maintain)
             if self.timer.owner:
-                self._guarded(self.broker.schedules.attend_all, self.queue_name)
+                self.guarded(self.broker.schedules.attend_all, self.queue_name)
 
-    def _guarded(self, task: Callable[..., _T], *args: Any) -> _T | None:
+    def guarded(self, task: Callable[..., _T], *args: Any) -> _T | None:
         """Run one of the timer's tasks; a server error is logged and gives ``None``."""
         try:
             return task(*args)

@@ -447,6 +447,10 @@ class Producer:
         except redis.RedisError:
             pass
 
+    def forget_queue(self, queue_name: str) -> None:
+        """The queue was flushed (it left the registry): list it again at its next send."""
+        self.registered.discard(queue_name)
+
     def register_queue(self, keys: QueueKeys) -> None:
         """List a queue this process sends to in the namespace's queue registry, once per
         process (consumers' heartbeats list theirs), so that operators' tools and metrics

@@ -177,7 +177,7 @@ class TransferDuty:
         # Dramatiq's consumer thread runs before it publishes the consumer: it stays free
         # of network calls, as the built-in consumer's.
         self.broker.check_server_if_reachable()
-        if self.queue_name not in self.broker.permissions_checked:
+        if not self.broker.permissions_checked_for(self.queue_name):
             self._check_permissions()
         channels = [self.wake_channel]
         if self.timer.owner:
@@ -222,7 +222,7 @@ class TransferDuty:
             self.logger.error("%s", e)
         except (*CONNECTION_ERRORS, redis.ResponseError):
             return  # unknown yet: checked again at the next subscription
-        self.broker.permissions_checked.add(self.queue_name)
+        self.broker.note_permissions_checked(self.queue_name)
 
     def subscription_failed(self, error: Exception) -> None:
         """Drop the subscription only; fetching goes on, and the timer polls until a
@@ -233,7 +233,7 @@ class TransferDuty:
         # Wake-ups no longer reach us: fetch (and back off) as without a subscription.
         self.wake_ready = self.announcements = False
         self.standing_by = None  # the server may have restarted: a lapse says nothing
-        self.consumer.registered = False
+        self.consumer.note_idle(False)
         if self.broker.cluster:
             # The slot may have moved (failover, migration): subscribe where it is now.
             self.scripts.redirected(error)
@@ -364,7 +364,7 @@ class TransferDuty:
                 self.logger.warning("Ignoring malformed announcement %r on %r.", item["data"], self.keys.channel)
                 self.timer.force()
                 return
-            self.consumer.misses = 0
+            self.consumer.reset_backoff()
             if due_ms > 0:  # 0: a message is ready (enqueue.lua); fetching is enough
                 self.timer.announce(due_ms)
 
@@ -398,7 +398,7 @@ class TransferDuty:
                     )
                 except CONNECTION_ERRORS:
                     # It may have run and handed messages off into our ack set.
-                    self.consumer.reconcile_due = True
+                    self.consumer.lost_reply()
                     self.standing_by = None
                     raise
                 self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
@@ -416,7 +416,7 @@ class TransferDuty:
                 self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
                 self.broker.notify_transfer(self.queue_name, result.lateness_ms)
             if result.schedules:
-                self.consumer._guarded(self.broker.schedules.attend, self.keys, result.schedules)
+                self.consumer.guarded(self.broker.schedules.attend, self.keys, result.schedules)
             if result.dead:
                 self.logger.error(
                     "Moved %d scheduled entries without a message to the dead letters of queue %r.",
