@@ -20,7 +20,9 @@ from dramatiq.message import Message
 from ._message import epoch_ms
 
 if TYPE_CHECKING:
-    from ._broker import RedissonBroker
+    from collections.abc import Callable
+
+    from ._keys import QueueKeys
 
 
 class RunningMessage(TypedDict):
@@ -45,12 +47,11 @@ class RunningMessage(TypedDict):
     age_ms: int
 
 
-def running(broker: RedissonBroker, queue_names: list[str]) -> list[RunningMessage]:
-    """The messages in flight on ``queue_names``, oldest first."""
-    client = broker.client
+def running(client: Any, keys: Callable[[str], QueueKeys], queue_names: list[str]) -> list[RunningMessage]:
+    """The messages in flight on ``queue_names`` (``keys``: a queue's keys), oldest first."""
     with client.pipeline(transaction=False) as pipe:
         for name in queue_names:
-            pipe.hgetall(broker.keys(name).fetched)
+            pipe.hgetall(keys(name).fetched)
         replies = pipe.execute()
     now_ms = epoch_ms(cast("tuple[int, int]", client.time()))
     candidates: list[tuple[str, str, int, str, str]] = []
@@ -65,9 +66,9 @@ def running(broker: RedissonBroker, queue_names: list[str]) -> list[RunningMessa
     ack_sets = sorted({(name, worker_id) for name, _, _, worker_id, _ in candidates})
     with client.pipeline(transaction=False) as pipe:
         for name, worker_id in ack_sets:
-            pipe.smembers(broker.keys(name).acks(worker_id))
+            pipe.smembers(keys(name).acks(worker_id))
         for name, redis_id, *_ in candidates:
-            pipe.hget(broker.keys(name).ready_msgs, redis_id)
+            pipe.hget(keys(name).ready_msgs, redis_id)
         replies = pipe.execute()
     members = {
         key: {m.decode(errors="replace") for m in cast("set[bytes]", ack_set)}

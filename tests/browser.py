@@ -151,7 +151,7 @@ def demo_history(broker: RedissonBroker, queue_name: str, per_minute: float, rng
     from dramatiq_redisson._history import RING_HOURS, RING_MINUTES
 
     slot = struct.Struct(">IIII")
-    now_minute = broker._server_ms() // 60_000
+    now_minute = broker.admin.server_ms() // 60_000
 
     def counts(minute: int, scale: float) -> tuple[int, int, int]:
         daily = 1 + 0.6 * math.sin(2 * math.pi * ((minute / 60) % 24 - 9) / 24)

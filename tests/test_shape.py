@@ -149,3 +149,34 @@ def test_no_module_class_or_function_too_long_to_read(root: str) -> None:
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and size > MAX_FUNCTION_LINES:
                 too_long.append(f"{where}: {node.name}() {size} lines")
     assert too_long == []
+
+
+def _host_reads(source: str, attribute: str) -> set[str]:
+    """The names read as ``self.<attribute>.<name>`` in ``source``."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == attribute
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "self"
+        ):
+            names.add(node.attr)
+    return names
+
+
+def test_the_read_and_admin_side_reads_only_what_its_host_protocol_names() -> None:
+    """QueueAdmin (issue 34) takes the broker as an ``AdminHost``: every broker member it
+    reads is one the protocol declares, and the broker's methods of its names are
+    delegates that carry its documentation."""
+    from dramatiq_redisson import RedissonBroker
+    from dramatiq_redisson._queue_admin import AdminHost, QueueAdmin
+
+    source = (PACKAGE / "_queue_admin.py").read_text()
+    declared = {name for name in vars(AdminHost) if not name.startswith("_")} | set(AdminHost.__annotations__)
+    read = _host_reads(source, "host")
+    assert read and read <= declared, sorted(read - declared)
+    for name in ("known_queues", "stats", "history", "running", "pause", "resume", "flush"):
+        assert getattr(RedissonBroker, name).__doc__ == getattr(QueueAdmin, name).__doc__
+        assert getattr(QueueAdmin, name).__doc__

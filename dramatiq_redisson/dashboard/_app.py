@@ -302,7 +302,7 @@ class Dashboard:
         return name
 
     def _now(self) -> int:
-        return self.broker._server_ms()
+        return self.broker.admin.server_ms()
 
     def _page_size(self, request: Request) -> int:
         text = request.arg("n", str(self.page_size))

@@ -1,0 +1,224 @@
+"""The read and admin side of a broker: :class:`QueueAdmin`.
+
+Counts, the activity history, the messages running now, pause and resume, flushing a
+queue and the list of known queues, in one object (as BullMQ's ``QueueGetters`` keeps a
+queue's reads apart from its workers): the broker's public methods of the same names are
+thin delegates. It reads only what :class:`AdminHost` names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from dramatiq.common import q_name
+
+from ._history import History, QueueHistory, check_window, parse, totals
+from ._keys import QueueKeys, heartbeats_key, registry_key
+from ._message import epoch_ms
+from ._running import RunningMessage, running
+from ._settings import BrokerSettings, is_int
+from ._stats import OVERDUE_GRACE, QueueStats, Stats
+
+if TYPE_CHECKING:
+    from ._scripts import Scripts
+
+#: The history windows ``stats()`` reads with the counts (minutes, hours): each queue's
+#: last 60 minutes and last 24 hours.
+_STATS_HISTORY = (60, 24)
+
+
+class AdminHost(Protocol):
+    """What :class:`QueueAdmin` reads of its broker."""
+
+    client: Any
+    cluster: bool
+    namespace: str
+    broker_id: str
+    queues: Mapping[str, Any]
+    redisson_scripts: Scripts
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    def keys(self, queue_name: str) -> QueueKeys: ...
+
+
+class QueueAdmin:
+    """The read and admin side of one broker (see the module)."""
+
+    def __init__(self, host: AdminHost) -> None:
+        self.host = host
+
+    def known_queues(self) -> list[str]:
+        """The queues this broker declared and those that have had consumers anywhere in
+        its namespace (each consumer's heartbeat lists its queue), sorted."""
+        listed = cast("set[bytes]", self.host.client.smembers(registry_key(self.host.namespace)))
+        names = {name.decode() for name in listed}
+        names.update(q for q in self.host.queues if not q.endswith((".DQ", ".XQ")))
+        return sorted(names)
+
+    def stats(self, queue_name: str | None = None, *, overdue_grace: int = OVERDUE_GRACE) -> Stats:
+        """Counts of one queue, or of every known queue (:meth:`known_queues`): ready, in
+        flight, scheduled, overdue (due more than ``overdue_grace`` ms ago and not yet
+        moved), next due time, dead, live consumers and the transfer lease holder; plus
+        the namespace's live workers. Each queue's counts are one atomic read on the
+        server clock, O(log n); all queues go in one round trip.
+
+        Raises:
+          ValueError: A negative ``overdue_grace``.
+        """
+        if not is_int(overdue_grace) or overdue_grace < 0:
+            raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
+        known = self.known_queues() if queue_name is None or self.host.cluster else []
+        names = [q_name(queue_name)] if queue_name is not None else known
+        live_ms = 3 * self.host.settings.transfer_lease
+        if self.host.cluster:
+            # One call per queue, each on the node of its slot; heartbeats are per queue,
+            # so live workers are counted over every known queue's set.
+            replies = [self.host.redisson_scripts.stats(self.host.keys(name), overdue_grace, live_ms) for name in names]
+            now_ms = self.server_ms()
+            with self.host.client.pipeline(transaction=False) as pipe:
+                for name in known:
+                    pipe.zrangebyscore(
+                        self.host.keys(name).heartbeats, now_ms - self.host.settings.heartbeat_timeout, "+inf"
+                    )
+                beats = cast("list[list[bytes]]", pipe.execute())
+            workers = len(set().union(*beats))
+            histories = self._histories(names, *_STATS_HISTORY)[1]
+        else:
+            # Each queue's counts and its history's last hour and day, in the same round trip.
+            with self.host.client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    self.host.redisson_scripts.stats(self.host.keys(name), overdue_grace, live_ms, client=pipe)
+                    self.host.redisson_scripts.history(self.host.keys(name), *_STATS_HISTORY, client=pipe)
+                pipe.time()
+                out = pipe.execute()
+            now_ms = epoch_ms(out.pop())
+            replies = out[0::2]
+            histories = {name: parse(reply)[1] for name, reply in zip(names, out[1::2], strict=True)}
+            workers = int(
+                self.host.client.zcount(
+                    heartbeats_key(self.host.namespace), now_ms - self.host.settings.heartbeat_timeout, "+inf"
+                )
+            )
+        queues: dict[str, QueueStats] = {}
+        for name, reply in zip(names, replies, strict=True):
+            _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply
+            history = histories[name]
+            queues[name] = QueueStats(
+                ready=int(ready),
+                in_flight=max(0, int(with_data) - int(ready)),
+                scheduled=int(scheduled),
+                overdue=int(overdue),
+                next_due_ms=None if int(next_due) < 0 else int(next_due),
+                dead=int(dead),
+                consumers=int(consumers),
+                transfer_holder=holder.decode() or None,
+                legacy_delayed=int(legacy),
+                paused=int(paused) >= 0,
+                paused_since_ms=int(paused) if int(paused) > 0 else None,
+                last_hour=totals(history["minutes"]),
+                last_day=totals(history["hours"]),
+            )
+        return Stats(time_ms=now_ms, workers=workers, queues=queues)
+
+    def _queue_names(self, queue_name: str | None) -> list[str]:
+        return [q_name(queue_name)] if queue_name is not None else self.known_queues()
+
+    def _histories(self, names: list[str], minutes: int, hours: int) -> tuple[int | None, dict[str, QueueHistory]]:
+        """The history of each of ``names`` (one round trip on a single server), and the
+        server time the first was read at (None without names)."""
+        if self.host.cluster:
+            replies = [self.host.redisson_scripts.history(self.host.keys(name), minutes, hours) for name in names]
+        else:
+            with self.host.client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    self.host.redisson_scripts.history(self.host.keys(name), minutes, hours, client=pipe)
+                replies = pipe.execute()
+        parsed = [parse(reply) for reply in replies]
+        return (parsed[0][0] if parsed else None), {
+            name: history for name, (_, history) in zip(names, parsed, strict=True)
+        }
+
+    def history(self, queue_name: str | None = None, *, minutes: int = 60, hours: int = 24) -> History:
+        """The activity history of one queue, or of every known queue: processed, failed
+        (dead-lettered) and retried messages per minute for the last ``minutes`` (at most
+        1 440: 24 h) and per hour for the last ``hours`` (at most 720: 30 days), oldest
+        first, the current minute (hour) last. Counted by the ack and nack scripts on the
+        server clock (see :mod:`._history`).
+
+        Raises:
+          ValueError: ``minutes`` or ``hours`` out of range.
+        """
+        minutes, hours = check_window(minutes, hours)
+        names = self._queue_names(queue_name)
+        read_at, histories = self._histories(names, minutes, hours)
+        # The time the buckets were cut at (the current minute is the last one).
+        return History(time_ms=read_at if read_at is not None else self.server_ms(), queues=histories)
+
+    def running(self, queue_name: str | None = None) -> list[RunningMessage]:
+        """The messages in flight on one queue, or on every known queue, oldest fetch
+        first: message id, actor, worker (id, host, pid) and when it was fetched (server
+        clock) and how long ago. A message waiting in a worker's prefetch counts too (see
+        :mod:`._running`)."""
+        return running(self.host.client, self.host.keys, self._queue_names(queue_name))
+
+    def pause(self, queue_name: str) -> bool:
+        """Pause ``queue_name`` fleet-wide: within a second no consumer of it starts another
+        message (those in flight finish); due delayed messages still move to the ready
+        queue, and sends are accepted. The state is kept in Redis: it survives worker
+        restarts. Returns False if the queue was paused already.
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
+        """
+        return self.host.redisson_scripts.pause(self.host.keys(self._known(queue_name)), "pause")[0]
+
+    def resume(self, queue_name: str) -> bool:
+        """Resume a paused queue: consumers start its messages again within a second.
+        Returns False if the queue was not paused.
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
+        """
+        return self.host.redisson_scripts.pause(self.host.keys(self._known(queue_name)), "resume")[0]
+
+    def _known(self, queue_name: str) -> str:
+        name = q_name(queue_name) if isinstance(queue_name, str) else queue_name
+        if not isinstance(name, str) or name not in self.known_queues():
+            raise ValueError(f"Unknown queue {queue_name!r}: not declared here, and no consumer has run it")
+        return name
+
+    def server_ms(self) -> int:
+        """The server's clock (on a cluster, any node's), epoch ms."""
+        return epoch_ms(cast("tuple[int, int]", self.host.client.time()))
+
+    def flush(self, queue_name: str) -> None:
+        """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``,
+        with its pause, fetch records and activity history; the queue leaves the
+        namespace's queue registry (its next send or consumer lists it again)."""
+        keys = self.host.keys(queue_name)
+        # One UNLINK drops every key of the queue at once; the registry (on a cluster in
+        # another slot) goes first, by a command of its own. No MULTI: on a full server
+        # Redis before 7.4 and Valkey 7.2 refuse commands queued in one, and a flush is
+        # how memory is freed.
+        self.host.client.srem(keys.registry, keys.queue_name)
+        self.host.client.unlink(
+            keys.ready,
+            keys.ready_msgs,
+            keys.acks(self.host.broker_id),
+            keys.xq,
+            keys.xq_msgs,
+            keys.legacy_dq,
+            keys.legacy_dq_msgs,
+            keys.legacy_dq_acks(self.host.broker_id),
+            keys.sent,
+            *keys.scheduled_keys,
+            keys.holds,
+            keys.held,
+            *keys.schedule_keys,
+            keys.paused,
+            keys.fetched,
+            *keys.history_keys,
+        )
