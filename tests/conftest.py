@@ -143,13 +143,39 @@ def _session_server_version() -> tuple[int, int, int]:
         client.close()
 
 
+#: The test layers beyond the quick loop, by file (see pyproject's markers and the
+#: README's Contributing): ``faults`` kill and stop real processes; ``topology`` starts
+#: clusters and Sentinel setups; ``browser`` drives Chromium.
+LAYERS = {
+    "faults": ("tests/faults/",),
+    "topology": (
+        "tests/test_cluster.py",
+        "tests/test_sentinel.py",
+        "tests/test_topology.py",
+        "tests/test_acl_cluster.py",
+    ),
+    "browser": ("tests/test_dashboard_browser.py",),
+}
+
+
+def _mark_layers(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        path = path if path.startswith("tests/") else f"tests/{path}"
+        for layer, prefixes in LAYERS.items():
+            if path.startswith(prefixes):
+                item.add_marker(layer)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the tests whose version range leaves out the server they need:
+    """Mark each test's layer (:data:`LAYERS`), then deselect the tests whose version
+    range leaves out the server they need:
     ``server_binary(min=…, below=…)`` for the binary the tests start topologies from
     (``$REDIS_SERVER``, else the embedded Valkey), ``server(min=…)`` for the session's
     server. A cluster of a server without sharded pub/sub runs no broker (it is refused,
     which tests/test_compat.py checks), and that refusal needs such a server. Deselected
     tests are counted in the summary, never skipped silently."""
+    _mark_layers(items)
     versions = {"server_binary": binary_version(), "server": _session_server_version()}
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []

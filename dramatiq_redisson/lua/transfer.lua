@@ -114,11 +114,19 @@
 --           (server clock), in due order, the other holder's token or "" if the caller
 --           holds the lease, names of schedules to attend to (see Periodic ticks)}
 
+-- Its duties, each in an include of its own: the lease (_lease.lua), periodic chaining
+-- (_chain.lua), the backup list's upkeep (_upkeep.lua), dedupe keys (_dedupe.lua),
+-- waking idle consumers (_wake.lua); this file moves the due entries, hands them off,
+-- and puts the duties in order.
+
 -- include: _member.lua
 -- include: _body.lua
 -- include: _wake.lua
 -- include: _chunked.lua
 -- include: _dedupe.lua
+-- include: _lease.lua
+-- include: _chain.lua
+-- include: _upkeep.lua
 
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ready, ready_msgs, xq, xq_msgs = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -140,11 +148,6 @@ local t = redis.call("TIME")
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
-local function seen()
-    redis.call("ZREM", consumers, token) -- never grows memory: fine as a first write
-    redis.call("ZADD", consumers, now_ms, token)
-end
-
 -- The three STRING keys of the queue's state in one read: the lease, the compaction cursor
 -- (or upkeep marker) and the pause. MGET is newer in the ACL rule than this script's other
 -- commands: a user still on the rule before it reads them one by one (same values).
@@ -152,63 +155,22 @@ local state = redis.pcall("MGET", lease, cursor_key, KEYS[22])
 if state.err then
     state = { redis.call("GET", lease), redis.call("GET", cursor_key), redis.call("EXISTS", KEYS[22]) == 1 }
 end
-local holder = token ~= "" and state[1]
-local lease_end = holder and tonumber(string.match(holder, " (%d+)$"))
-if holder and string.sub(holder, 1, #token + 1) ~= token .. " " then
-    seen()
-    return {
-        0, -1, now_us, 0, lease_end or now_ms + lease_ms, {}, 0, {}, string.match(holder, "^(.*) %d+$") or holder, {}
-    }
+local lease_end = nil
+if token ~= "" then
+    local other, other_end = lease_other(state[1], token)
+    if other then
+        lease_seen(consumers, token, now_ms)
+        return { 0, -1, now_us, 0, other_end or now_ms + lease_ms, {}, 0, {}, other, {} }
+    end
+    lease_end = lease_end_of(state[1])
 end
 
--- Periodic ticks (see the header): what a chained tick does, decided by reads only; the
--- writes (chain_writes) come after the ZREM below, the call's first write.
-local attend = {}
-local chain_writes = {}
-local function chain_step(member, body, due_ms)
-    local name = string.match(message_id_of(member), "^periodic:(.+):%d+$")
-    if not name or redis.call("HGET", chains, name) ~= member then
-        return true -- not a chained tick: an ordinary message
-    end
-    local times = {}
-    for time in string.gmatch(redis.call("HGET", schedule_state, name .. "|t") or "", "%d+") do
-        if tonumber(time) > due_ms then
-            times[#times + 1] = tonumber(time)
-        end
-    end
-    local following = times[1]
-    local run = now_ms - due_ms <= grace and not (following and following <= now_ms)
-    chain_writes[#chain_writes + 1] = {name = name, run = run, due_ms = due_ms, body = body, times = times}
-    if not run or not following or #times - 1 < low_water then
-        attend[#attend + 1] = name
-    end
-    return run
-end
-
-local function write_chain(step)
-    local name, run, due_ms, body, times = step.name, step.run, step.due_ms, step.body, step.times
-    local following = times[1]
-    if not run then
-        redis.call("HDEL", chains, name)
-        redis.call("HSET", schedule_state, name .. "|s", string.format("%d", due_ms))
-        return
-    end
-    redis.call("HSET", schedule_state, name .. "|r", string.format("%d", due_ms), name .. "|l", now_ms - due_ms)
-    if not following then
-        redis.call("HDEL", chains, name)
-        redis.call("HSET", schedule_state, name .. "|s", string.format("%d", due_ms + 1))
-        return
-    end
-    local at = string.format("%d", following)
-    local message_id = "periodic:" .. name .. ":" .. at
-    local next_member = key_at(following) .. message_id
-    redis.call("ZADD", zset, at, next_member)
-    redis.call("RPUSH", backup, next_member)
-    -- The same payload, the new time as its timestamp (the last field: see _body.lua).
-    redis.call("HSET", payloads, message_id, key_at(following) .. string.match(body, "^(.*\30)") .. at)
-    redis.call("HSET", chains, name, next_member)
-    redis.call("HSET", schedule_state, name .. "|t", table.concat(times, ",", 2))
-end
+-- Periodic ticks (see the header and _chain.lua): decided by reads only; the writes come
+-- after the ZREM below, the call's first write.
+local chain = {
+    chains = chains, state = schedule_state, zset = zset, backup = backup, payloads = payloads,
+    now_ms = now_ms, grace = grace, low_water = low_water, writes = {}, attend = {}
+}
 
 local moved, dead = 0, 0
 local handed = {}
@@ -245,7 +207,7 @@ if #due > 0 then
         local n = key_len(member)
         local valid = #member > n and data and string.sub(data, 1, n) == string.sub(member, 1, n)
         if valid and string.sub(member, n + 1, n + 9) == "periodic:"
-            and not chain_step(member, string.sub(data, n + 1), due_at[i]) then
+            and not chain_step(chain, member, string.sub(data, n + 1), due_at[i]) then
             skipped[#skipped + 1] = message_ids[i] -- a missed tick: resumed by its catch-up policy
         elseif valid then
             local body = ready_body(member, string.sub(data, n + 1), queue_json)
@@ -271,8 +233,8 @@ if #due > 0 then
     if #skipped > 0 then
         variadic("HDEL", payloads, skipped)
     end
-    for i = 1, #chain_writes do
-        write_chain(chain_writes[i])
+    for i = 1, #chain.writes do
+        chain_write(chain, chain.writes[i])
     end
     if moved > 0 then
         variadic("HDEL", payloads, delivered)
@@ -338,68 +300,10 @@ end
 
 local cursor = state[2]
 local tick = cursor ~= "-" -- "-": between upkeep ticks (a compaction pass steps on every call)
-if not tick then
-    -- Between upkeep ticks: nothing to look at.
-elseif cursor then
-    -- A compaction pass is running: copy live entries, in order, to the new list.
-    cursor = tonumber(cursor)
-    local entries = redis.call("LRANGE", backup, cursor, cursor + compact_step - 1)
-    local copied = true
-    if #entries > 0 then
-        local scores = gather("ZMSCORE", zset, entries)
-        local keep = {}
-        for i = 1, #entries do
-            if scores[i] then
-                keep[#keep + 1] = entries[i]
-            end
-        end
-        if #keep > 0 and not wrote then
-            -- The first write of this call: a full server refuses it (OOM).
-            local first = redis.pcall("RPUSH", compact, unpack(keep, 1, math.min(#keep, CHUNK)))
-            if type(first) == "table" and first.err then
-                if not string.find(first.err, "OOM", 1, true) then
-                    return redis.error_reply(first.err)
-                end
-                copied = false
-            else
-                variadic("RPUSH", compact, { unpack(keep, CHUNK + 1) })
-            end
-        else
-            variadic("RPUSH", compact, keep)
-        end
-    end
-    if not copied then
-        -- Server full: the pass resumes at the same cursor in a later call.
-    elseif cursor + #entries >= redis.call("LLEN", backup) then
-        redis.call("UNLINK", backup)
-        if redis.call("EXISTS", compact) == 1 then
-            redis.call("RENAME", compact, backup)
-        end
-        redis.call("DEL", cursor_key)
-    else
-        redis.call("SET", cursor_key, cursor + #entries)
-    end
-else
-    -- An upkeep tick. Entries leave the backup list from its head once they are no
-    -- longer scheduled.
-    local head = redis.call("LINDEX", backup, 0)
-    if head and not redis.call("ZSCORE", zset, head) then
-        local heads = redis.call("LRANGE", backup, 0, trim_budget - 1)
-        local scores = gather("ZMSCORE", zset, heads)
-        local dead_prefix = 0
-        while dead_prefix < #heads and not scores[dead_prefix + 1] do
-            dead_prefix = dead_prefix + 1
-        end
-        redis.call("LTRIM", backup, dead_prefix, -1)
-    end
-    if redis.call("LLEN", backup) > 2 * redis.call("ZCARD", zset) + slack then
-        redis.call("DEL", compact)
-        redis.call("SET", cursor_key, 0)
-    elseif upkeep_ms > 0 then
-        -- The next tick in upkeep_ms: until then the key says "-". On a full server this
-        -- write may be refused: the next call ticks again.
-        redis.pcall("SET", cursor_key, "-", "PX", upkeep_ms)
-    end
+local refused = backup_upkeep(zset, backup, compact, cursor_key, cursor, wrote, trim_budget, compact_step, slack,
+    upkeep_ms)
+if refused then
+    return refused
 end
 if tick and sent and window > 0 then
     -- Moved members older than the dedupe window leave; the key outlives the newest by
@@ -422,19 +326,13 @@ end
 if moved > own_slots then
     wake(idle, channel .. ":wake:{", moved - own_slots)
 end
--- The holder renews at its first call a third of a lease after the last renewal (it
--- calls at least every third of a lease, so a lease never runs below a third), not on
--- every due time.
-if token ~= "" and (not lease_end or lease_end - now_ms < lease_ms * 2 / 3) then
-    seen()
-    redis.call("SET", lease, token .. " " .. (now_ms + lease_ms), "PX", lease_ms)
-    -- Consumers not seen for three leases are gone (a standby checks about once a lease).
-    redis.call("ZREMRANGEBYSCORE", consumers, "-inf", "(" .. (now_ms - 3 * lease_ms))
+if token ~= "" then
+    lease_renew(lease, consumers, token, lease_end, lease_ms, now_ms)
 end
 
 local next_due = next_known
-if not next_due or #chain_writes > 0 then
+if not next_due or #chain.writes > 0 then
     local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
     next_due = first[1] and tonumber(first[2]) or -1
 end
-return {moved, next_due, now_us, dead, 0, handed, registered, lateness, "", attend}
+return {moved, next_due, now_us, dead, 0, handed, registered, lateness, "", chain.attend}
