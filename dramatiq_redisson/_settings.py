@@ -140,7 +140,7 @@ def _liveness(settings: BrokerSettings) -> str | None:
 
 
 _CHECKS: tuple[Check, ...] = (
-    _at_least("heartbeat_timeout", 1, numbers=True),
+    _at_least("heartbeat_timeout", 0, numbers=True),  # 0, as Dramatiq's own tests set it: every worker is dead
     _at_least("dead_message_ttl", 0, numbers=True),
     _at_least("transfer_batch_size", 1),
     _at_least("safety_interval", 1, numbers=True),

@@ -13,7 +13,7 @@ from dramatiq_redisson._settings import BrokerSettings, is_int
 
 #: One bad value per setting, and the words its error must carry.
 BAD: list[tuple[str, Any, str]] = [
-    ("heartbeat_timeout", 0, "heartbeat_timeout must be a positive number, got 0"),
+    ("heartbeat_timeout", -1, "heartbeat_timeout must be a non-negative number, got -1"),
     ("dead_message_ttl", -1, "dead_message_ttl must be a non-negative number"),
     ("transfer_batch_size", 2.5, "transfer_batch_size must be a positive int, got 2.5"),
     ("safety_interval", "5000", "safety_interval must be a positive number, got '5000'"),
