@@ -46,7 +46,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "burst": {"n": 2_000, "delay": 1500, "timeout": 30},
         "saturation": {"rates": [100, 400], "stage_s": 2, "delay": 500, "tick_ms": 20, "timeout": 10, "p99_ms": 50},
         "fleet": {
-            "procs": [2, 4],
+            "procs": [2, 3],
             "rate": 150,
             "window": 3,
             "delay": 1000,

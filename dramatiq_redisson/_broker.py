@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 from dramatiq.broker import Consumer
@@ -15,7 +15,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 from redis.cluster import RedisCluster
 
-from ._client import client_retry_span_ms, close_client, make_client
+from ._client import make_client
 from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
@@ -43,6 +43,7 @@ from ._settings import (
     BrokerSettings,
 )
 from ._stats import OVERDUE_GRACE, Stats
+from ._topology import topology_for
 from .metrics import adopt_middleware
 
 
@@ -167,9 +168,9 @@ class RedissonBroker(RedisBroker):
             client=client,
             **parameters,
         )
-        #: Whether the client is a Redis Cluster client (the cluster key layout).
-        self.cluster = cluster
-        span = client_retry_span_ms(self.client)
+        #: What differs between one server and a cluster (see :mod:`._topology`).
+        self.topology = topology_for(self.client)
+        span = self.topology.retry_span_ms()
         if span is None:
             self.logger.warning(
                 "Cannot bound how long the redis client retries a command; immediate sends "
@@ -179,8 +180,10 @@ class RedissonBroker(RedisBroker):
         elif dedupe_window and span > dedupe_window:
             dedupe_window = span
             self._settings = self._settings.replace(dedupe_window=span)
-        #: The periodic actors' schedules (see :mod:`._periodic`).
-        self.schedules = Schedules(self)
+        # Build order: the settings (above), the connection (client, topology), the
+        # state the parts share, then the parts. Each part takes the broker as the
+        # Protocol of what it reads (ProducerHost, LivenessHost, PeriodicHost, AdminHost,
+        # and ConsumerHost for the consumers), all of which exists by then.
         #: Where a resent offer finds a member that already came due (offer_one.lua): the
         #: dedupe window's record covers every resend when it spans the client's retries.
         self.resend_lookup = "ready" if not dedupe_window else "both" if span is None else "sent"
@@ -192,32 +195,36 @@ class RedissonBroker(RedisBroker):
             self.client,
             wait_for_replicas=wait_for_replicas,
             wait_timeout=wait_timeout,
-            cluster=cluster,
+            topology=self.topology,
             beat_interval=min(HEARTBEAT_INTERVAL_MS, self.heartbeat_timeout / 10) / 1000,
         )
-        #: Fetched ids this process's consumers still hold (see :mod:`._held`).
-        self.held = HeldMessages()
-        #: redis message id -> the message as it failed (encoded), set by the consumer's
-        #: nack for do_nack, whose built-in signature (queue_name, message_id) it keeps.
-        self.failed_payloads: dict[str, bytes] = {}
-        #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
-        self._permissions_checked: set[str] = set()
         self._owns_client = owns_client
-        #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
-        self.producer = Producer(self)
-        #: This process's liveness beats (see :mod:`._liveness`).
-        self.liveness = Liveness(self, self._settings.liveness_timeout)
         #: With a Sentinel client: every connection follows a switch (see :mod:`._primary_watch`).
         self.primary_watch = PrimaryWatch(self.client)
         #: The servers' names and versions once :meth:`check_server` has run (None: not yet).
         self.server_versions: dict[str, tuple[str, tuple[int, int, int]]] | None = None
+        #: Fetched ids this process's consumers still hold (see :mod:`._held`).
+        self.held = HeldMessages()
+        #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
+        self._permissions_checked: set[str] = set()
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
         #: process's consumers run that moved messages: for each moved message, how late
         #: it moved (ms after its due time, server clock). Metrics hook in here.
         self.transfer_listeners: list[Callable[[str, list[int]], None]] = []
+        #: The periodic actors' schedules (see :mod:`._periodic`).
+        self.schedules = Schedules(self)
+        #: This process's liveness beats (see :mod:`._liveness`).
+        self.liveness = Liveness(self, self._settings.liveness_timeout)
+        #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
+        self.producer = Producer(self)
         #: The read and admin side: counts, history, running now, pause, flush (see
         #: :mod:`._queue_admin`; the broker's methods of those names delegate to it).
         self.admin = QueueAdmin(self)
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the client is a Redis Cluster client (the cluster key layout)."""
+        return self.topology.cluster
 
     def check_server(self) -> dict[str, tuple[str, tuple[int, int, int]]]:
         """Check, once per broker, that the server (every node of a cluster) is one the
@@ -293,7 +300,7 @@ class RedissonBroker(RedisBroker):
         self.primary_watch.close()
         self.redisson_scripts.close()
         if self._owns_client:
-            close_client(self.client)
+            self.topology.close()
 
     @property
     def consumer_class(self) -> type[Consumer]:
@@ -325,7 +332,7 @@ class RedissonBroker(RedisBroker):
         stored in place of the copy fetched. Returns 1 if it was moved."""
         self.held.was_retried(redis_message_id)  # counted as failed, not retried
         if final is None:
-            final = self.failed_payloads.get(redis_message_id)
+            final = self.held.failed(redis_message_id)
         nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id, final)
         self.held.discard(queue_name, (redis_message_id,))
         return nacked
@@ -334,7 +341,7 @@ class RedissonBroker(RedisBroker):
         """The built-in broker's ``do_<command>`` methods (``do_qsize``, ``do_purge``, ...),
         which run its dispatch script: on a cluster that script reaches keys of several
         slots, so they raise a clear error there instead of the server's."""
-        if not self.cluster:
+        if self.topology.runs_dispatch_script:
             return cast("Callable[..., Any]", super()._dispatch(command))
 
         def refuse(*args: Any) -> Any:
@@ -352,10 +359,7 @@ class RedissonBroker(RedisBroker):
         Raises:
           ValueError: On a cluster, a queue name that holds ``{`` or ``}``.
         """
-        name = q_name(queue_name)
-        if self.cluster:
-            check_cluster_name("queue name", name)
-        return QueueKeys(self.namespace, name, self.cluster)
+        return self.topology.keys(self.namespace, q_name(queue_name))
 
     def declare_queue(self, queue_name: str) -> None:
         """Declare a queue. Unlike the built-in broker, no ``.DQ`` delay queue is declared:
@@ -510,3 +514,11 @@ class RedissonBroker(RedisBroker):
 for _name in ("known_queues", "stats", "history", "running", "pause", "resume", "flush"):
     getattr(RedissonBroker, _name).__doc__ = getattr(QueueAdmin, _name).__doc__
 del _name
+
+if TYPE_CHECKING:
+    from ._consumer import ConsumerHost
+
+    def _consumer_host(broker: RedissonBroker) -> ConsumerHost:
+        """Dramatiq's ``consume()`` builds the consumer through :attr:`consumer_class`,
+        which mypy cannot follow: this checks that the broker is its ``ConsumerHost``."""
+        return broker

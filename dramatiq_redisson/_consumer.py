@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
@@ -37,7 +37,14 @@ from ._permissions import DOCS, is_permission_error
 from ._transfer_duty import CONNECTION_ERRORS, ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
 
 if TYPE_CHECKING:
-    from ._broker import RedissonBroker
+    from ._held import HeldMessages
+    from ._keys import QueueKeys
+    from ._liveness import Liveness
+    from ._periodic import Schedules
+    from ._primary_watch import PrimaryWatch
+    from ._scripts import Scripts
+    from ._settings import BrokerSettings
+    from ._topology import Topology
 
 #: Legacy ``.DQ`` entries migrated per batch.
 MIGRATION_BATCH_SIZE = 100
@@ -77,6 +84,43 @@ _consumer_numbers = itertools.count(1)
 _T = TypeVar("_T")
 
 
+class ConsumerHost(Protocol):
+    """What a consumer and its transfer duty read of their broker: its connection
+    (client, topology, scripts), the state its consumers share (held ids, liveness,
+    schedules), its settings, its ack and nack, and a few checks done once per broker.
+    Nothing else (``tests/test_shape.py`` checks it)."""
+
+    broker_id: str
+    client: Any
+    namespace: str
+    held: HeldMessages
+    liveness: Liveness
+    primary_watch: PrimaryWatch
+    redisson_scripts: Scripts
+    schedules: Schedules
+    topology: Topology
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def server_version(self) -> tuple[int, int, int] | None: ...
+
+    def keys(self, queue_name: str) -> QueueKeys: ...
+
+    def do_ack(self, queue_name: str, redis_message_id: str) -> int: ...
+
+    def do_nack(self, queue_name: str, redis_message_id: str, final: bytes | None = None) -> int: ...
+
+    def check_server_if_reachable(self) -> None: ...
+
+    def permissions_checked_for(self, queue_name: str) -> bool: ...
+
+    def note_permissions_checked(self, queue_name: str) -> None: ...
+
+    def notify_transfer(self, queue_name: str, lateness_ms: list[int]) -> None: ...
+
+
 class RedissonConsumer(Consumer):
     """Fetches ready messages and, on the side, does its share of the queue's transfers
     (:attr:`transfers`).
@@ -96,7 +140,7 @@ class RedissonConsumer(Consumer):
     #: The class of :attr:`transfers` (a benchmark swaps in Redisson's original transfer).
     transfer_duty_class: type[TransferDuty] = TransferDuty
 
-    def __init__(self, broker: RedissonBroker, queue_name: str, prefetch: int, timeout: int) -> None:
+    def __init__(self, broker: ConsumerHost, queue_name: str, prefetch: int, timeout: int) -> None:
         self.logger = get_logger(__name__, type(self))
         self.broker = broker
         self.scripts = broker.redisson_scripts
@@ -123,8 +167,8 @@ class RedissonConsumer(Consumer):
         #: The last fetch found the queue paused (see pause.lua): poll, start nothing.
         self.paused = False
         self.migrate_legacy = True
-        self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.maintenance_interval / 1000)
-        self.next_housekeeping_at = time.monotonic() + broker.safety_interval / 1000
+        self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.settings.maintenance_interval / 1000)
+        self.next_housekeeping_at = time.monotonic() + broker.settings.safety_interval / 1000
         self.checked_dead_workers: set[str] = set()
         #: Since when (monotonic s) upkeep has waited for a gap between due times.
         self.upkeep_deferred_since: float | None = None
@@ -231,11 +275,11 @@ class RedissonConsumer(Consumer):
             final = None
         redis_message_id = message.options["redis_message_id"]
         if final is not None:
-            self.broker.failed_payloads[redis_message_id] = final
+            self.broker.held.note_failed(redis_message_id, final)
         try:
             self._finish(message, self.broker.do_nack)
         finally:
-            self.broker.failed_payloads.pop(redis_message_id, None)
+            self.broker.held.forget_failed(redis_message_id)
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         ids = [message.options["redis_message_id"] for message in messages]
@@ -324,12 +368,12 @@ class RedissonConsumer(Consumer):
             # Keep this worker's heartbeat fresh while all its threads are busy, requeue
             # what a lost fetch reply stranded in our ack set, and pick up legacy .DQ
             # entries that built-in workers requeued meanwhile.
-            self.next_housekeeping_at = now + self.broker.safety_interval / 1000
+            self.next_housekeeping_at = now + self.broker.settings.safety_interval / 1000
             self.guarded(self.scripts.heartbeat, self.keys, self.worker_id)
             self.reconcile_due = True
             self.migrate_legacy = True
         if now >= self.next_maintenance_at:
-            self.next_maintenance_at = now + self.broker.maintenance_interval / 1000
+            self.next_maintenance_at = now + self.broker.settings.maintenance_interval / 1000
             self.guarded(self._maintain)
             if self.timer.owner:
                 self.guarded(self.broker.schedules.attend_all, self.queue_name)
@@ -406,7 +450,7 @@ class RedissonConsumer(Consumer):
         """A script registered this consumer as idle (or took it out of the registry)."""
         self.registered = registered
         if registered:
-            self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.safety_interval) / 1000
+            self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.settings.safety_interval) / 1000
 
     # -- subscription and failures -------------------------------------------------
 
@@ -584,19 +628,19 @@ class RedissonConsumer(Consumer):
     def _maintain(self) -> None:
         """Requeue the unacked messages of dead workers; expire old dead letters."""
         client = self.broker.client
-        cutoff = self.timer.server_now_ms() - self.broker.heartbeat_timeout
+        cutoff = self.timer.server_now_ms() - self.broker.settings.heartbeat_timeout
         oldest = cast("list[bytes]", client.zrangebyscore(self.keys.heartbeats, "-inf", cutoff, start=0, num=100))
         dead = [w.decode() for w in oldest]
         dead = [w for w in dead if w != self.worker_id]
         requeued, expired = self.scripts.maintenance(
-            self.keys, dead, dead_message_ttl_ms=self.broker.dead_message_ttl, expire_limit=EXPIRE_LIMIT
+            self.keys, dead, dead_message_ttl_ms=self.broker.settings.dead_message_ttl, expire_limit=EXPIRE_LIMIT
         )
         if requeued:
             self.logger.warning("Requeued %d unacked messages of dead workers on queue %r.", requeued, self.queue_name)
             self.migrate_legacy = True
         if expired:
             self.logger.debug("Expired %d dead letters of queue %r.", expired, self.queue_name)
-        if dead and self.keys.cluster:
+        if dead and not self.keys.reaches_namespace:
             # Heartbeats are per queue there, and this queue's acks of those workers
             # were just recovered.
             client.zrem(self.keys.heartbeats, *dead)

@@ -18,7 +18,7 @@ from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
 from ._settings import is_int
 
 if TYPE_CHECKING:
-    from ._broker import RedissonBroker
+    from ._scripts import ScriptsHost
 
 #: Dead letters searched, newest first, for a message id that is no dead letter's redis id
 #: (see :meth:`DeadLetters.find`).
@@ -77,7 +77,7 @@ class DeadLetters:
     nothing. If it fails again it dies again (its ``retries`` count is kept).
     """
 
-    def __init__(self, broker: RedissonBroker, keys: QueueKeys) -> None:
+    def __init__(self, broker: ScriptsHost, keys: QueueKeys) -> None:
         self.logger = get_logger(__name__, type(self))
         self.broker = broker
         self.keys = keys

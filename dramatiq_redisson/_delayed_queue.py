@@ -20,7 +20,7 @@ from ._settings import is_int
 from ._stats import OVERDUE_GRACE
 
 if TYPE_CHECKING:
-    from ._broker import RedissonBroker
+    from ._scripts import ScriptsHost
 
 
 #: Default entries per server call of :meth:`DelayedQueue.scan`.
@@ -102,7 +102,7 @@ class DelayedQueue:
     trip and costs O(log n) or O(returned) on the server.
     """
 
-    def __init__(self, broker: RedissonBroker, keys: QueueKeys) -> None:
+    def __init__(self, broker: ScriptsHost, keys: QueueKeys) -> None:
         self.logger = get_logger(__name__, type(self))
         self.broker = broker
         self.keys = keys

@@ -33,6 +33,10 @@ class HeldMessages:
         self._ids: defaultdict[str, set[str]] = defaultdict(set)
         self._released: set[tuple[str, str]] = set()
         self._retried: set[str] = set()
+        #: redis message id -> the message as it failed (encoded): noted by the consumer's
+        #: nack for the broker's ``do_nack``, whose built-in signature (queue_name,
+        #: message_id) has no room for it.
+        self._failed: dict[str, bytes] = {}
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 
@@ -81,3 +85,17 @@ class HeldMessages:
             except KeyError:
                 return False
             return True
+
+    def note_failed(self, redis_message_id: str, encoded: bytes) -> None:
+        """The held message failed for good, as ``encoded`` (see :meth:`failed`)."""
+        with self._guard:
+            self._failed[redis_message_id] = encoded
+
+    def failed(self, redis_message_id: str) -> bytes | None:
+        """The message as it failed, while its nack runs (else None)."""
+        with self._guard:
+            return self._failed.get(redis_message_id)
+
+    def forget_failed(self, redis_message_id: str) -> None:
+        with self._guard:
+            self._failed.pop(redis_message_id, None)

@@ -146,6 +146,13 @@ class QueueKeys:
         return f"{self.namespace}:{self.queue_name}"
 
     @property
+    def reaches_namespace(self) -> bool:
+        """Whether the queue's scripts may touch the namespace's own keys (its registry,
+        its heartbeat set): on one server; not in the cluster layout, where a script
+        stays in the queue's slot and worker heartbeats are kept per queue."""
+        return not self.cluster
+
+    @property
     def _base(self) -> str:
         """The prefix of the queue's own keys: ``ns:Q``, or its hash tag on a cluster."""
         return f"{{{self.name}}}" if self.cluster else self.name

@@ -42,7 +42,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import redis
 from dramatiq.logging import get_logger
@@ -50,8 +50,10 @@ from dramatiq.logging import get_logger
 from ._message import epoch_ms
 
 if TYPE_CHECKING:
-    from ._broker import RedissonBroker
     from ._keys import QueueKeys
+    from ._scripts import Scripts
+    from ._settings import BrokerSettings
+    from ._topology import Topology
 
 #: Beats per ``liveness_timeout``: a process misses several beats before it looks dead.
 BEATS_PER_TIMEOUT = 3
@@ -106,11 +108,26 @@ def dead_workers(entries: Iterable[tuple[bytes | str, float]], timeout_ms: int, 
     return [w for w, ms in beats if newest - ms > timeout_ms and w != own]
 
 
+class LivenessHost(Protocol):
+    """What the liveness beats and a queue's reaper read of their broker."""
+
+    broker_id: str
+    client: Any
+    liveness: Liveness
+    redisson_scripts: Scripts
+    topology: Topology
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    def keys(self, queue_name: str) -> QueueKeys: ...
+
+
 class Liveness:
     """The liveness beats of one process (one broker): a daemon thread that beats for
     every queue a consumer of this process consumes, started by the first one."""
 
-    def __init__(self, broker: RedissonBroker, timeout_ms: int) -> None:
+    def __init__(self, broker: LivenessHost, timeout_ms: int) -> None:
         self.broker = broker
         self.logger = get_logger(__name__, type(self))
         #: 0: liveness off.
@@ -165,16 +182,7 @@ class Liveness:
     def subscriptions(self, keys: QueueKeys, channels: list[str]) -> dict[str, int]:
         """Channel -> subscribers, as the server of ``keys`` counts them (PUBSUB NUMSUB; on
         a cluster SHARDNUMSUB on the node of the queue's slot)."""
-        if not channels:
-            return {}
-        if self.broker.cluster:
-            node = self.broker.redisson_scripts.node_client(keys.channel)
-            reply = node.execute_command("PUBSUB", "SHARDNUMSUB", *channels)
-        else:
-            reply = self.broker.client.execute_command("PUBSUB", "NUMSUB", *channels)
-        flat = not reply or not isinstance(reply[0], (list, tuple))
-        pairs = list(zip(reply[::2], reply[1::2], strict=True)) if flat else reply
-        return {(c.decode() if isinstance(c, bytes) else str(c)): int(n) for c, n in pairs}
+        return self.broker.topology.numsub(keys.channel, channels)
 
     def subscribed(self, keys: QueueKeys, token: str) -> None:
         """Consumer ``token`` subscribed to its wake channel: list it (see the module)."""
@@ -234,7 +242,7 @@ class Reaper:
     (``"<worker id> <since, epoch ms>"``, server clock), so that whichever consumer holds
     the lease next goes on counting the grace from the same moment."""
 
-    def __init__(self, broker: RedissonBroker, queue_name: str) -> None:
+    def __init__(self, broker: LivenessHost, queue_name: str) -> None:
         self.broker = broker
         self.keys = broker.keys(queue_name)
         self.queue_name = queue_name
@@ -264,9 +272,7 @@ class Reaper:
         self.next_check_at = now + CHECK_INTERVAL / 1000
         own = self.broker.broker_id
         # On a cluster, through the node of the queue's slot (TIME has no key to route by).
-        client = (
-            self.broker.redisson_scripts.node_client(self.keys.channel) if self.broker.cluster else self.broker.client
-        )
+        client = self.broker.topology.node(self.keys.channel)
         with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.subscribers)
             pipe.zrange(self.keys.alive, 0, -1, withscores=True)
@@ -297,7 +303,7 @@ class Reaper:
             by_beat,
             by_connection,
             timeout_ms=liveness.timeout_ms,
-            forget_ms=max(self.broker.heartbeat_timeout, 2 * liveness.timeout_ms),
+            forget_ms=max(self.broker.settings.heartbeat_timeout, 2 * liveness.timeout_ms),
         )
         if requeued:
             self.logger.warning(
@@ -346,7 +352,7 @@ class Reaper:
         """Take off the list the consumers marked without a subscription for longer than
         the broker's ``heartbeat_timeout`` (until then, a message that lands in their
         worker's ack set is put back at each check)."""
-        forget_ms = max(self.broker.heartbeat_timeout, 2 * self.broker.liveness.timeout_ms)
+        forget_ms = max(self.broker.settings.heartbeat_timeout, 2 * self.broker.liveness.timeout_ms)
         stale = [t for t, (_, since) in others.items() if since is not None and now_ms - since > forget_ms]
         if stale:
             self.broker.client.hdel(self.keys.subscribers, *stale)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from dramatiq import get_encoder
 from dramatiq.actor import Actor
@@ -53,7 +53,7 @@ from ._message import RS, encode_message, encode_scheduled, with_redis_id
 from ._schedule_spec import CATCH_UP_POLICIES, InvalidSchedule, ScheduleSpec, catch_up_ticks, parse_spec
 
 if TYPE_CHECKING:
-    from ._broker import RedissonBroker
+    from ._scripts import Scripts
 
 __all__ = ["InvalidSchedule", "Schedule", "ScheduleInfo", "Schedules", "declared_schedules", "periodic"]
 
@@ -171,6 +171,19 @@ class ScheduleInfo:
         return dict(self.__dict__)
 
 
+class PeriodicHost(Protocol):
+    """What the periodic actors' schedules read of their broker."""
+
+    actors: dict[str, Actor[..., Any]]
+    client: Any
+    namespace: str
+    redisson_scripts: Scripts
+
+    def keys(self, queue_name: str) -> QueueKeys: ...
+
+    def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]: ...
+
+
 class Schedules:
     """The periodic actors' schedules stored on the server: ``broker.schedules``.
 
@@ -178,7 +191,7 @@ class Schedules:
     transfer reports a chain that stopped or runs low); an operator uses :meth:`list`,
     :meth:`get`, :meth:`pause`, :meth:`resume`, :meth:`run_now` and :meth:`remove`."""
 
-    def __init__(self, broker: RedissonBroker) -> None:
+    def __init__(self, broker: PeriodicHost) -> None:
         self.broker = broker
         self.logger = get_logger(__name__, type(self))
         self._reported: set[tuple[str, str]] = set()

@@ -98,7 +98,7 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
 )
 
 #: Commands issued from Python: ``RedissonBroker`` (flush's SREM and UNLINK; stats' TIME,
-#: ZCOUNT of heartbeats and SMEMBERS of the queue registry; the first send to a queue, SADD
+#: ZRANGEBYSCORE of heartbeats and SMEMBERS of the queue registry; the first send to a queue, SADD
 #: to that registry), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
 #: ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET) and ``DeadLetters`` (ZCARD, ZRANGE,
 #: HMGET, ZSCORE, HGET). No MULTI/EXEC: on a full server Redis before 7.4 and Valkey 7.2
@@ -118,7 +118,6 @@ CLIENT_COMMANDS: tuple[str, ...] = (
     "time",
     "unlink",
     "zcard",
-    "zcount",
     "zrange",
     "zrangebyscore",
     "zrem",
@@ -452,7 +451,6 @@ def _client_calls(
         ("hexists", keys.payloads, ("HEXISTS", keys.payloads, token)),
         ("zrange", keys.timeout_zset, ("ZRANGE", keys.timeout_zset, 1, 0)),
         ("time", "", ("TIME",)),
-        ("zcount", keys.heartbeats, ("ZCOUNT", keys.heartbeats, 1, 0)),
         *registry,
         ("zscore", keys.xq, ("ZSCORE", keys.xq, token)),
         ("hget", keys.xq_msgs, ("HGET", keys.xq_msgs, token)),

@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from dramatiq.broker import MessageProxy
@@ -41,7 +41,9 @@ from ._permissions import check_permissions, is_permission_error
 from ._script_runner import Outcomes, Unanswered
 
 if TYPE_CHECKING:
-    from ._broker import RedissonBroker
+    from ._held import HeldMessages
+    from ._scripts import Scripts
+    from ._settings import BrokerSettings
 
 #: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries (keeps
 #: each call to a few ms even with a million scheduled).
@@ -264,10 +266,39 @@ def enqueue_error(client: Any, prepared: list[Message[Any]], outcome: Sorted) ->
     return error
 
 
+class ProducerHost(Protocol):
+    """What the producer reads of its broker: its connection and scripts, its settings,
+    the ids its consumers hold (a retry of one), what a resent offer looks up, its
+    middleware and their signals, and the once-per-broker server check."""
+
+    broker_id: str
+    client: Any
+    client_retry_span: int | None
+    held: HeldMessages
+    logger: Any
+    middleware: list[Middleware]
+    redisson_scripts: Scripts
+    resend_lookup: str
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def server_version(self) -> tuple[int, int, int] | None: ...
+
+    def keys(self, queue_name: str) -> QueueKeys: ...
+
+    def check_server_if_reachable(self) -> None: ...
+
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None: ...
+
+    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None: ...
+
+
 class Producer:
     """Sends for one broker (its client, scripts, middleware and options)."""
 
-    def __init__(self, broker: RedissonBroker) -> None:
+    def __init__(self, broker: ProducerHost) -> None:
         self.broker = broker
         self.logger = broker.logger
         #: Queues this process listed in the queue registry (see :meth:`register_queue`).
@@ -405,7 +436,9 @@ class Producer:
                 return kept_message(due, keys.queue_name)
             return int(due) if int(due) >= 0 else None
         redis_id = message.options["redis_message_id"]
-        reply = scripts.enqueue(keys, [(redis_id, message.encode())], self.broker.dedupe_window, replacing=replacing)
+        reply = scripts.enqueue(
+            keys, [(redis_id, message.encode())], self.broker.settings.dedupe_window, replacing=replacing
+        )
         pushed = int(reply[1])
         if not pushed:
             self._log_duplicates(keys.queue_name, [redis_id])
@@ -425,7 +458,7 @@ class Producer:
         self.logger.info(
             "Not enqueued again on queue %r, already there (queued, in flight or sent within the last %d ms): %s",
             queue_name,
-            self.broker.dedupe_window,
+            self.broker.settings.dedupe_window,
             ", ".join(redis_ids),
         )
 
@@ -439,7 +472,7 @@ class Producer:
                 keys,
                 worker_id=broker.broker_id,
                 subscribe=False,
-                wait_for_replicas=bool(broker.wait_for_replicas),
+                wait_for_replicas=bool(broker.settings.wait_for_replicas),
                 server_version=broker.server_version,
             )
         except MissingPermission as missing:
@@ -577,7 +610,7 @@ class Producer:
         if packed.scheduled:
             outcomes = broker.redisson_scripts.offer_calls(packed.scheduled)
         elif packed.ready:
-            outcomes = broker.redisson_scripts.enqueue_bulk(packed.ready, broker.dedupe_window)
+            outcomes = broker.redisson_scripts.enqueue_bulk(packed.ready, broker.settings.dedupe_window)
         else:
             outcomes = []
         for queue_name in dict.fromkeys(m.queue_name for m in prepared):
@@ -590,7 +623,7 @@ class Producer:
                 count - pushed,
                 count,
                 prepared[first].queue_name,
-                broker.dedupe_window,
+                broker.settings.dedupe_window,
             )
         if estimate is not None:
             # Each message's eta: the due time its call stored, else (not known to be
@@ -605,9 +638,16 @@ class Producer:
         if outcome.errors:
             raise enqueue_error(broker.client, prepared, outcome)
         replicas = outcomes.replicas if isinstance(outcomes, Outcomes) else None
-        if broker.wait_for_replicas and outcomes and (replicas is None or replicas < broker.wait_for_replicas):
+        if (
+            broker.settings.wait_for_replicas
+            and outcomes
+            and (replicas is None or replicas < broker.settings.wait_for_replicas)
+        ):
             error = NotReplicated.describe(
-                f"Enqueueing {len(prepared)} message(s)", replicas, broker.wait_for_replicas, broker.wait_timeout
+                f"Enqueueing {len(prepared)} message(s)",
+                replicas,
+                broker.settings.wait_for_replicas,
+                broker.settings.wait_timeout,
             )
             raise not_replicated_error(error, enqueued=[prepared[i] for i in outcome.enqueued], failed=[], unknown=[])
         return prepared

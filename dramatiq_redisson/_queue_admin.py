@@ -8,7 +8,7 @@ thin delegates. It reads only what :class:`AdminHost` names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from dramatiq.common import q_name
@@ -22,17 +22,23 @@ from ._stats import OVERDUE_GRACE, QueueStats, Stats
 
 if TYPE_CHECKING:
     from ._scripts import Scripts
+    from ._topology import Topology
 
 #: The history windows ``stats()`` reads with the counts (minutes, hours): each queue's
 #: last 60 minutes and last 24 hours.
 _STATS_HISTORY = (60, 24)
 
 
+def _on(method: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
+    """``method(*args, client=...)`` as one call of :meth:`Topology.each`."""
+    return lambda client: method(*args, client=client)
+
+
 class AdminHost(Protocol):
     """What :class:`QueueAdmin` reads of its broker."""
 
     client: Any
-    cluster: bool
+    topology: Topology
     namespace: str
     broker_id: str
     queues: Mapping[str, Any]
@@ -70,38 +76,33 @@ class QueueAdmin:
         """
         if not is_int(overdue_grace) or overdue_grace < 0:
             raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
-        known = self.known_queues() if queue_name is None or self.host.cluster else []
+        known = self.known_queues()
         names = [q_name(queue_name)] if queue_name is not None else known
-        live_ms = 3 * self.host.settings.transfer_lease
-        if self.host.cluster:
-            # One call per queue, each on the node of its slot; heartbeats are per queue,
-            # so live workers are counted over every known queue's set.
-            replies = [self.host.redisson_scripts.stats(self.host.keys(name), overdue_grace, live_ms) for name in names]
-            now_ms = self.server_ms()
-            with self.host.client.pipeline(transaction=False) as pipe:
-                for name in known:
-                    pipe.zrangebyscore(
-                        self.host.keys(name).heartbeats, now_ms - self.host.settings.heartbeat_timeout, "+inf"
-                    )
-                beats = cast("list[list[bytes]]", pipe.execute())
-            workers = len(set().union(*beats))
-            histories = self._histories(names, *_STATS_HISTORY)[1]
-        else:
-            # Each queue's counts and its history's last hour and day, in the same round trip.
-            with self.host.client.pipeline(transaction=False) as pipe:
-                for name in names:
-                    self.host.redisson_scripts.stats(self.host.keys(name), overdue_grace, live_ms, client=pipe)
-                    self.host.redisson_scripts.history(self.host.keys(name), *_STATS_HISTORY, client=pipe)
-                pipe.time()
-                out = pipe.execute()
-            now_ms = epoch_ms(out.pop())
-            replies = out[0::2]
-            histories = {name: parse(reply)[1] for name, reply in zip(names, out[1::2], strict=True)}
-            workers = int(
-                self.host.client.zcount(
-                    heartbeats_key(self.host.namespace), now_ms - self.host.settings.heartbeat_timeout, "+inf"
-                )
-            )
+        settings = self.host.settings
+        live_ms = 3 * settings.transfer_lease
+        scripts = self.host.redisson_scripts
+        all_keys = [self.host.keys(name) for name in names]
+        # Each queue's counts and its history's last hour and day, and the server's
+        # clock: one round trip on one server; on a cluster a call per queue, each on
+        # the node of its slot.
+        out = self.host.topology.each(
+            [
+                *(_on(scripts.stats, keys, overdue_grace, live_ms) for keys in all_keys),
+                *(_on(scripts.history, keys, *_STATS_HISTORY) for keys in all_keys),
+                self._time,
+            ]
+        )
+        now_ms = epoch_ms(out.pop())
+        replies = out[: len(names)]
+        histories = {name: parse(reply)[1] for name, reply in zip(names, out[len(names) :], strict=True)}
+        # Live workers: over the heartbeat sets of every known queue (one set per
+        # namespace on one server, one per queue on a cluster).
+        beat_keys = sorted({self.host.keys(name).heartbeats for name in known} or {heartbeats_key(self.host.namespace)})
+        with self.host.client.pipeline(transaction=False) as pipe:
+            for key in beat_keys:
+                pipe.zrangebyscore(key, now_ms - settings.heartbeat_timeout, "+inf")
+            beats = cast("list[list[bytes]]", pipe.execute())
+        workers = len(set().union(*beats))
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
             _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply
@@ -129,13 +130,10 @@ class QueueAdmin:
     def _histories(self, names: list[str], minutes: int, hours: int) -> tuple[int | None, dict[str, QueueHistory]]:
         """The history of each of ``names`` (one round trip on a single server), and the
         server time the first was read at (None without names)."""
-        if self.host.cluster:
-            replies = [self.host.redisson_scripts.history(self.host.keys(name), minutes, hours) for name in names]
-        else:
-            with self.host.client.pipeline(transaction=False) as pipe:
-                for name in names:
-                    self.host.redisson_scripts.history(self.host.keys(name), minutes, hours, client=pipe)
-                replies = pipe.execute()
+        scripts = self.host.redisson_scripts
+        replies = self.host.topology.each(
+            [_on(scripts.history, self.host.keys(name), minutes, hours) for name in names]
+        )
         parsed = [parse(reply) for reply in replies]
         return (parsed[0][0] if parsed else None), {
             name: history for name, (_, history) in zip(names, parsed, strict=True)
@@ -192,7 +190,11 @@ class QueueAdmin:
 
     def server_ms(self) -> int:
         """The server's clock (on a cluster, any node's), epoch ms."""
-        return epoch_ms(cast("tuple[int, int]", self.host.client.time()))
+        return epoch_ms(cast("tuple[int, int]", self._time(None)))
+
+    def _time(self, client: Any) -> Any:
+        """TIME on ``client`` (a pipeline of :meth:`Topology.each`), or on the broker's."""
+        return (client or self.host.client).time()
 
     def flush(self, queue_name: str) -> None:
         """Drop all messages of a queue: ready, scheduled, dead-lettered and legacy ``.DQ``,

@@ -12,8 +12,6 @@ one :class:`redis.exceptions.OutOfMemoryError` on every server version.
 from __future__ import annotations
 
 import re
-import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any, NoReturn, cast
@@ -24,6 +22,7 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptErr
 
 from ._direct_calls import DirectCalls
 from ._errors import NotReplicated
+from ._topology import Topology, topology_for
 
 #: A line ``-- include: _name.lua`` in a script stands for that file's text (shared
 #: Lua functions; Redis scripts cannot load one another).
@@ -66,9 +65,6 @@ _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 #: How often a call sent straight to a cluster node is sent again after a redirect, and
 #: the pause (s) between two attempts: a slot migration or failover takes seconds.
 _REDIRECT_ATTEMPTS = 40
-
-
-_REDIRECT_PAUSE = 0.1
 
 
 class Outcomes(list[Any]):
@@ -135,13 +131,13 @@ class ScriptRunner:
         *,
         wait_for_replicas: int = 0,
         wait_timeout: int = 1000,
-        cluster: bool = False,
+        topology: Topology | None = None,
     ) -> None:
         self.client = client
-        #: ``client`` is a :class:`redis.cluster.RedisCluster`: calls that must share a
-        #: connection (streams, WAIT) go straight to the node that owns their slot.
-        self.cluster = cluster
-        self.sources = sources
+        #: Where a call runs (see :mod:`._topology`): calls that must share a connection
+        #: (streams, WAIT) go straight to the server (on a cluster the node) of their slot.
+        self.topology = topology or topology_for(client)
+        self.sources = {name: self.topology.script_source(src) for name, src in sources.items()}
         self._s: dict[str, Script] = {name: client.register_script(src) for name, src in self.sources.items()}
         #: After offer, enqueue, cancel and transfer: ``WAIT wait_for_replicas wait_timeout``
         #: on the connection that made the write (0: no WAIT).
@@ -149,7 +145,7 @@ class ScriptRunner:
         self.wait_timeout = wait_timeout
         #: The script calls' own connections (see :mod:`._direct_calls`), or ``None``: a
         #: cluster client (or a pipeline, a single-connection client) keeps redis-py's path.
-        self.direct = DirectCalls(client) if not cluster and DirectCalls.suits(client) else None
+        self.direct = DirectCalls(client) if DirectCalls.suits(client) else None
 
     def close(self) -> None:
         """Disconnect the script calls' own connections (the client's are its owner's)."""
@@ -185,7 +181,7 @@ class ScriptRunner:
         attempts = 0
         by_sha = True
         while True:
-            client = self.node_client(keys[0]) if self.cluster else self.client
+            client = self.topology.node(keys[0])
             try:
                 with client.pipeline(transaction=False) as pipe:
                     if by_sha:
@@ -196,18 +192,16 @@ class ScriptRunner:
                         pipe.wait(self.wait_for_replicas, self.wait_timeout)
                     replies = pipe.execute(raise_on_error=False)
             except _CONNECTION_ERRORS as e:
-                if self.cluster:
-                    # The node may be gone (a failover): the next call asks the
-                    # cluster where the slot is now. This one's outcome is unknown.
-                    self.redirected(e)
+                # On a cluster the node may be gone (a failover): the next call asks
+                # where the slot is now. This one's outcome is unknown.
+                self.topology.follow(e)
                 raise
             reply = replies[0]
             if isinstance(reply, NoScriptError) and by_sha:
                 by_sha = False
                 continue
-            if self.cluster and isinstance(reply, _REDIRECTS) and attempts < _REDIRECT_ATTEMPTS:
+            if isinstance(reply, _REDIRECTS) and attempts < _REDIRECT_ATTEMPTS and self.topology.follow(reply):
                 attempts += 1
-                self.redirected(reply)
                 continue
             if isinstance(reply, redis.ResponseError):
                 raise script_error(reply)
@@ -221,21 +215,6 @@ class ScriptRunner:
                     raise acked  # WAIT refused (ACL, a replica): the write is through, unconfirmed
                 return reply, None
             return reply, int(acked)
-
-    def node_client(self, key: str) -> redis.Redis:
-        """On a cluster: a client of the primary that owns ``key``'s slot (per the
-        cluster client's slot map)."""
-        client = self.client
-        return cast("redis.Redis", client.get_redis_connection(client.get_node_from_key(key)))
-
-    def redirected(self, error: Exception | None = None) -> None:
-        """A call sent straight to a cluster node was redirected (or its node is gone):
-        pause briefly (a migration or failover is under way), then reload the slot map."""
-        time.sleep(_REDIRECT_PAUSE if not isinstance(error, MovedError) else 0)
-        try:
-            self.client.nodes_manager.initialize()
-        except (redis.RedisError, OSError):
-            pass  # the next call fails the same way and tries again
 
     def _wait_checked(self, what: str, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """:meth:`_run_waiting`, raising :class:`NotReplicated` (with the reply as
@@ -317,18 +296,10 @@ class ScriptRunner:
         ``replicas`` of the whole is the least of the nodes'); a call the node
         redirected (it did not run there) is then sent alone, following the slot.
         """
-        if not self.cluster:
-            return self._stream_on(self.client, name, calls)
-        by_node: dict[str, list[int]] = defaultdict(list)
-        clients: dict[str, redis.Redis] = {}
-        for i, (keys, _) in enumerate(calls):
-            node = self.client.get_node_from_key(keys[0])
-            by_node[node.name].append(i)
-            clients[node.name] = self.client.get_redis_connection(node)
         outcomes = Outcomes([None] * len(calls))
         replicas: list[int | None] = []
-        for node_name, indexes in by_node.items():
-            part = self._stream_on(clients[node_name], name, [calls[i] for i in indexes])
+        for node, indexes in self.topology.by_node([keys[0] for keys, _ in calls]):
+            part = self._stream_on(node, name, [calls[i] for i in indexes])
             replicas.append(part.replicas)
             for i, outcome in zip(indexes, part, strict=True):
                 outcomes[i] = outcome
@@ -337,13 +308,15 @@ class ScriptRunner:
             for i, outcome in enumerate(outcomes)
             if isinstance(outcome, _REDIRECTS) or (isinstance(outcome, Unanswered) and not outcome.sent)
         ]
-        if resend or any(isinstance(outcome, Unanswered) for outcome in outcomes):
-            # A slot moved or a node is gone: ask the cluster where the slots are now.
-            first = outcomes[resend[0]] if resend else None
-            self.redirected(first if isinstance(first, Exception) else None)
-        for i in resend:
-            keys, args = calls[i]
-            outcomes[i] = self._resend(name, keys, args, replicas)
+        first = outcomes[resend[0]] if resend else None
+        if (resend or any(isinstance(outcome, Unanswered) for outcome in outcomes)) and self.topology.follow(
+            first if isinstance(first, Exception) else None
+        ):
+            # On a cluster a slot moved or a node is gone: the slot map was reloaded,
+            # and the calls that did not run go again, each to where its slot is now.
+            for i in resend:
+                keys, args = calls[i]
+                outcomes[i] = self._resend(name, keys, args, replicas)
         if self.wait_for_replicas:
             outcomes.replicas = None if None in replicas else min(cast("list[int]", replicas), default=None)
         return outcomes

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -20,6 +20,7 @@ from ._keys import QueueKeys
 from ._limits import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ._message import queue_json
 from ._script_runner import ScriptRunner, load_source
+from ._topology import Topology
 
 _NAMES = (
     "offer",
@@ -51,11 +52,9 @@ _NAMES = (
 )
 
 
+#: The scripts' text (a cluster's topology turns their PUBLISH into SPUBLISH: see
+#: :meth:`._topology.Topology.script_source`).
 _SOURCES = {name: load_source(name) for name in _NAMES}
-
-#: The same scripts for Redis Cluster: announcements go out with SPUBLISH (sharded
-#: pub/sub), so that a queue's channels live on the node that owns its slot.
-_CLUSTER_SOURCES = {name: src.replace(b'"PUBLISH"', b'"SPUBLISH"') for name, src in _SOURCES.items()}
 
 
 def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
@@ -81,7 +80,7 @@ def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
 
 
 def _enqueue_args(
-    pairs: Sequence[tuple[str, bytes]], window_ms: int, in_flight: str = "", clock_ms: str = ""
+    pairs: Sequence[tuple[str, bytes]], window_ms: float, in_flight: str = "", clock_ms: str = ""
 ) -> list[Any]:
     args: list[Any] = [window_ms, in_flight, clock_ms if window_ms else ""]
     for pair in pairs:
@@ -159,6 +158,14 @@ class TransferResult:
 CLOCK_ESTIMATE_TTL = 10.0
 
 
+class ScriptsHost(Protocol):
+    """What a part that only runs scripts and reads keys (dead letters, the delayed
+    queue's operations) reads of its broker."""
+
+    client: Any
+    redisson_scripts: Scripts
+
+
 class Scripts(ScriptRunner):
     """One client's registered scripts, each behind one typed wrapper (how they run:
     :class:`._script_runner.ScriptRunner`)."""
@@ -169,15 +176,15 @@ class Scripts(ScriptRunner):
         *,
         wait_for_replicas: int = 0,
         wait_timeout: int = 1000,
-        cluster: bool = False,
+        topology: Topology | None = None,
         beat_interval: float = HEARTBEAT_INTERVAL_MS / 1000,
     ) -> None:
         super().__init__(
             client,
-            _CLUSTER_SOURCES if cluster else _SOURCES,
+            _SOURCES,
             wait_for_replicas=wait_for_replicas,
             wait_timeout=wait_timeout,
-            cluster=cluster,
+            topology=topology,
         )
         #: Seconds between this process's heartbeat writes to one heartbeat set: fetch
         #: and ack write it only when the last write is older (the broker derives it from
@@ -263,7 +270,9 @@ class Scripts(ScriptRunner):
             "offer", [(_offer_keys(keys), ("bulk", delay_ms, *entries)) for keys, delay_ms, entries in calls]
         )
 
-    def enqueue_bulk(self, calls: Sequence[tuple[QueueKeys, Sequence[tuple[str, bytes]]]], window_ms: int) -> list[Any]:
+    def enqueue_bulk(
+        self, calls: Sequence[tuple[QueueKeys, Sequence[tuple[str, bytes]]]], window_ms: float
+    ) -> list[Any]:
         """Push ``(redis_message_id, data)`` pairs, one script call per ``(keys, pairs)``,
         streamed (see :meth:`stream`; duplicates are skipped as in :meth:`enqueue`).
 
@@ -293,7 +302,7 @@ class Scripts(ScriptRunner):
         own_slots: int = 0,
         worker_id: str = "",
         listening: bool = False,
-        window_ms: int = 0,
+        window_ms: float = 0,
         upkeep_ms: int = 0,
     ) -> TransferResult:
         """Move due entries if consumer ``token`` holds (or can take) the transfer lease
@@ -414,7 +423,7 @@ class Scripts(ScriptRunner):
         self,
         keys: QueueKeys,
         entries: Sequence[tuple[str, bytes]],
-        window_ms: int,
+        window_ms: float,
         client: Any = None,
         replacing: str = "",
     ) -> Any:
@@ -503,7 +512,7 @@ class Scripts(ScriptRunner):
         )
 
     def maintenance(
-        self, keys: QueueKeys, dead_workers: Sequence[str], *, dead_message_ttl_ms: int, expire_limit: int
+        self, keys: QueueKeys, dead_workers: Sequence[str], *, dead_message_ttl_ms: float, expire_limit: int
     ) -> tuple[int, int]:
         requeued, expired = self._run(
             "maintenance",
@@ -617,7 +626,7 @@ class Scripts(ScriptRunner):
         """Mark ``worker_id`` alive (runs on a full server too) and list the queue in the
         namespace's registry; returns the server time, epoch ms. On a cluster the
         registry lives in another slot: it is written by a command of its own."""
-        if keys.cluster:
+        if not keys.reaches_namespace:
             now_ms = int(self._run_idempotent("heartbeat", (keys.heartbeats,), (worker_id,)))
             self.client.sadd(keys.registry, keys.queue_name)
             return now_ms
@@ -635,7 +644,7 @@ class Scripts(ScriptRunner):
         by_connection: Sequence[str] = (),
         *,
         timeout_ms: int,
-        forget_ms: int,
+        forget_ms: float,
     ) -> tuple[int, int]:
         """Put back the messages of dead workers, waking idle consumers for them: those
         ``by_connection`` (every subscription gone), and those ``by_beat`` (checked again:

@@ -54,7 +54,7 @@ class TransferTimer:
 
     def __init__(
         self,
-        safety_interval_ms: int,
+        safety_interval_ms: float,
         clock: Callable[[], float] = time.monotonic,
         lease_ms: int | None = None,
         jitter: Callable[[], float] = random.random,

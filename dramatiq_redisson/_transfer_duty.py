@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis
 from dramatiq.common import compute_backoff
@@ -30,8 +31,10 @@ from ._permissions import check_permissions
 from ._timer import TransferTimer
 
 if TYPE_CHECKING:
-    from ._consumer import RedissonConsumer
-    from ._scripts import TransferResult
+    from ._consumer import ConsumerHost
+    from ._keys import QueueKeys
+    from ._liveness import Reaper
+    from ._scripts import Scripts, TransferResult
 
 #: Most transfer calls in one tick before the consumer hands back control.
 MAX_TRANSFER_CALLS_PER_TICK = 20
@@ -77,10 +80,47 @@ def lapsed_renewal(lease_until_ms: int, taken_at_ms: int, lease_ms: int) -> int 
     return None
 
 
+_T = TypeVar("_T")
+
+
+class DutyOwner(Protocol):
+    """What a transfer duty reads of the consumer it works for: its names and keys, how
+    it takes fetched messages and counts free slots, its idle registration and back-off,
+    its failure log and its queue's reaper (and, through ``broker``, the
+    :class:`._consumer.ConsumerHost`). Nothing else (``tests/test_shape.py`` checks it)."""
+
+    broker: ConsumerHost
+    keys: QueueKeys
+    logger: Any
+    queue_name: str
+    reaper: Reaper
+    scripts: Scripts
+    token: str
+    wake_channel: str
+    worker_id: str
+
+    @property
+    def free_slots(self) -> int: ...
+
+    def take(self, fetched: list[tuple[str, bytes | None]]) -> None: ...
+
+    def note_idle(self, registered: bool) -> None: ...
+
+    def woken(self) -> None: ...
+
+    def lost_reply(self) -> None: ...
+
+    def reset_backoff(self) -> None: ...
+
+    def log_failure(self, error: Exception) -> None: ...
+
+    def guarded(self, task: Callable[..., _T], *args: Any) -> _T | None: ...
+
+
 class TransferDuty:
     """The transfers, lease and subscriptions of one consumer (see the module)."""
 
-    def __init__(self, consumer: RedissonConsumer) -> None:
+    def __init__(self, consumer: DutyOwner) -> None:
         self.consumer = consumer
         self.broker = consumer.broker
         self.logger = consumer.logger  # one logger per consumer, as before the split
@@ -89,7 +129,7 @@ class TransferDuty:
         self.queue_name = consumer.queue_name
         self.token = consumer.token
         self.wake_channel = consumer.wake_channel
-        self.timer = TransferTimer(self.broker.safety_interval, lease_ms=self.broker.transfer_lease)
+        self.timer = TransferTimer(self.broker.settings.safety_interval, lease_ms=self.broker.settings.transfer_lease)
         self.pubsub: Any = None
         #: The wake channel's subscription is confirmed: fetches may register as idle.
         self.wake_ready = False
@@ -183,15 +223,12 @@ class TransferDuty:
         if self.timer.owner:
             channels.append(self.keys.channel)
         pubsub: Any = None
+        topology = self.broker.topology
         try:
-            if self.broker.cluster:
-                # Sharded pub/sub: the queue's channels live on the node that owns its
-                # slot (one node: they share the queue's hash tag).
-                pubsub = self.scripts.node_client(self.keys.channel).pubsub()
-                pubsub.ssubscribe(*channels)
-            else:
-                pubsub = self.broker.client.pubsub()
-                pubsub.subscribe(*channels)
+            # On a cluster: sharded pub/sub, on the node that owns the queue's slot (its
+            # channels share the queue's hash tag).
+            pubsub = topology.pubsub(self.keys.channel)
+            topology.subscribe(pubsub, *channels)
         except (*CONNECTION_ERRORS, redis.ResponseError) as e:
             if pubsub is not None:
                 _close_quietly(pubsub)
@@ -215,7 +252,7 @@ class TransferDuty:
                 self.broker.client,
                 self.keys,
                 worker_id=self.consumer.worker_id,
-                wait_for_replicas=bool(self.broker.wait_for_replicas),
+                wait_for_replicas=bool(self.broker.settings.wait_for_replicas),
                 server_version=self.broker.server_version,
             )
         except MissingPermission as e:
@@ -234,9 +271,8 @@ class TransferDuty:
         self.wake_ready = self.announcements = False
         self.standing_by = None  # the server may have restarted: a lapse says nothing
         self.consumer.note_idle(False)
-        if self.broker.cluster:
-            # The slot may have moved (failover, migration): subscribe where it is now.
-            self.scripts.redirected(error)
+        # On a cluster the slot may have moved (failover, migration): subscribe where it is now.
+        self.broker.topology.follow(error)
         if isinstance(error, redis.ResponseError):
             self.consumer.log_failure(error)  # a refused channel: rate-limited, with its reason
         elif self.resubscribe_attempts == 0:
@@ -263,7 +299,7 @@ class TransferDuty:
             return
         holder, lease_until = self.standing_by
         self.standing_by = None
-        renewed_ms = lapsed_renewal(lease_until, result.server_now_us // 1000, self.broker.transfer_lease)
+        renewed_ms = lapsed_renewal(lease_until, result.server_now_us // 1000, self.broker.settings.transfer_lease)
         if holder != self.token and renewed_ms is not None:
             self.consumer.reaper.lapsed(holder, renewed_ms=renewed_ms)
 
@@ -272,14 +308,14 @@ class TransferDuty:
         losing it (only the holder times transfers, so only it needs them)."""
         if self.pubsub is None or self.announcements == self.timer.owner:
             return
-        cluster = self.broker.cluster
+        topology = self.broker.topology
         try:
             if self.timer.owner:
                 # Its confirmation forces a transfer.
-                (self.pubsub.ssubscribe if cluster else self.pubsub.subscribe)(self.keys.channel)
+                topology.subscribe(self.pubsub, self.keys.channel)
                 self.logger.debug("Took the transfer lease of queue %r.", self.queue_name)
             else:
-                (self.pubsub.sunsubscribe if cluster else self.pubsub.unsubscribe)(self.keys.channel)
+                topology.unsubscribe(self.pubsub, self.keys.channel)
                 self.logger.debug("Another consumer holds the transfer lease of queue %r.", self.queue_name)
         except (*CONNECTION_ERRORS, redis.ResponseError) as e:
             self.subscription_failed(e)
@@ -384,16 +420,16 @@ class TransferDuty:
                 try:
                     result = self.scripts.transfer(
                         self.keys,
-                        limit=self.broker.transfer_batch_size,
+                        limit=self.broker.settings.transfer_batch_size,
                         trim_budget=TRIM_BUDGET,
                         compact_step=COMPACT_STEP,
                         compact_slack=COMPACT_SLACK,
                         token=self.token,
-                        lease_ms=self.broker.transfer_lease,
+                        lease_ms=self.broker.settings.transfer_lease,
                         own_slots=own_slots,
                         worker_id=self.consumer.worker_id,
                         listening=self.wake_ready,
-                        window_ms=self.broker.dedupe_window,
+                        window_ms=self.broker.settings.dedupe_window,
                         upkeep_ms=UPKEEP_INTERVAL_MS,
                     )
                 except CONNECTION_ERRORS:
@@ -423,14 +459,17 @@ class TransferDuty:
                     result.dead,
                     self.queue_name,
                 )
-            if result.moved + result.dead < self.broker.transfer_batch_size:
+            if result.moved + result.dead < self.broker.settings.transfer_batch_size:
                 break
         else:
             self.timer.force()
         self._follow_lease()
         if unreplicated is not None:
             raise NotReplicated.describe(
-                "A transfer", unreplicated.replicas, self.broker.wait_for_replicas, self.broker.wait_timeout
+                "A transfer",
+                unreplicated.replicas,
+                self.broker.settings.wait_for_replicas,
+                self.broker.settings.wait_timeout,
             )
 
 

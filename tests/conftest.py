@@ -147,7 +147,8 @@ def _session_server_version() -> tuple[int, int, int]:
 #: README's Contributing): ``faults`` kill and stop real processes; ``topology`` starts
 #: clusters and Sentinel setups; ``browser`` drives Chromium.
 LAYERS = {
-    "faults": ("tests/faults/",),
+    # Node ids (or their start): a file, or one test of a file (its parameters too).
+    "faults": ("tests/faults/", "tests/test_cluster.py::test_fault["),
     "topology": (
         "tests/test_cluster.py",
         "tests/test_sentinel.py",
@@ -160,10 +161,9 @@ LAYERS = {
 
 def _mark_layers(items: list[pytest.Item]) -> None:
     for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        path = path if path.startswith("tests/") else f"tests/{path}"
+        nodeid = item.nodeid if item.nodeid.startswith("tests/") else f"tests/{item.nodeid}"
         for layer, prefixes in LAYERS.items():
-            if path.startswith(prefixes):
+            if nodeid.startswith(prefixes):
                 item.add_marker(layer)
 
 

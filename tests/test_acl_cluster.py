@@ -43,7 +43,8 @@ from dramatiq_redisson._permissions import (
     key_patterns,
     scratch_key,
 )
-from dramatiq_redisson._scripts import _CLUSTER_SOURCES
+from dramatiq_redisson._scripts import _SOURCES
+from dramatiq_redisson._topology import Cluster as ClusterTopology
 from dramatiq_redisson.embedded import binary_version
 
 from .helpers import wait_for
@@ -87,9 +88,9 @@ def test_cluster_rule_text() -> None:
 def test_cluster_rule_has_every_command_of_the_cluster_scripts(tmp_path: Path) -> None:
     """The scripts as a cluster broker loads them (PUBLISH rewritten to SPUBLISH)."""
     used: set[str] = set()
-    for name, source in _CLUSTER_SOURCES.items():
+    for name, source in _SOURCES.items():
         path = tmp_path / f"{name}.lua"
-        path.write_bytes(source)
+        path.write_bytes(ClusterTopology(None).script_source(source))
         used |= lua_commands(path)
     assert "spublish" in used and "publish" not in used
     assert used <= set(CLUSTER_COMMANDS), sorted(used - set(CLUSTER_COMMANDS))

@@ -265,6 +265,7 @@ def test_a_lapsed_lease_holder_without_its_subscription_is_dead_at_once(
     assert reaper._lapsed is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("busy", "requeued"), [("python", False), ("c", True)], ids=["python-loop", "gil-held-c-call"])
 def test_a_busy_actor_is_not_dead_but_a_gil_held_longer_than_the_timeout_is(
     redis_url: str, redis_client: redis.Redis, busy: str, requeued: bool

@@ -63,6 +63,7 @@ def _start(broker: RedissonBroker) -> Worker:
 # -- exactly once, on time -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_three_worker_processes_run_each_tick_of_a_one_second_schedule_exactly_once_on_time(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -93,6 +94,7 @@ def test_three_worker_processes_run_each_tick_of_a_one_second_schedule_exactly_o
 # -- catch-up after downtime -----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["one", "all", "none"])
 def test_after_every_worker_was_down_for_4_s_the_catch_up_policy_decides_what_runs(
     broker: RedissonBroker, redis_client: redis.Redis, policy: str

@@ -152,18 +152,72 @@ def test_no_module_class_or_function_too_long_to_read(root: str) -> None:
 
 
 def _host_reads(source: str, attribute: str) -> set[str]:
-    """The names read as ``self.<attribute>.<name>`` in ``source``."""
+    """The names read or written as ``self.<attribute>.<name>`` (or ``<attribute>.<name>``,
+    a local of that name) in ``source``."""
     names = set()
     for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        value = node.value
         if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Attribute)
-            and node.value.attr == attribute
-            and isinstance(node.value.value, ast.Name)
-            and node.value.value.id == "self"
-        ):
+            isinstance(value, ast.Attribute)
+            and value.attr == attribute
+            and isinstance(value.value, ast.Name)
+            and value.value.id == "self"
+        ) or (isinstance(value, ast.Name) and value.id == attribute):
             names.add(node.attr)
     return names
+
+
+def _protocol_members(protocol: type) -> set[str]:
+    return {name for name in vars(protocol) if not name.startswith("_")} | set(protocol.__annotations__)
+
+
+#: Each part, the name it holds its host by, and the Protocol of what it may read of it
+#: (issue 34: parts take what they use, and no part reaches into another's privates).
+_PARTS = [
+    ("_consumer", "broker", "_consumer", "ConsumerHost"),
+    ("_transfer_duty", "broker", "_consumer", "ConsumerHost"),
+    ("_transfer_duty", "consumer", "_transfer_duty", "DutyOwner"),
+    ("_producer", "broker", "_producer", "ProducerHost"),
+    ("_liveness", "broker", "_liveness", "LivenessHost"),
+    ("_periodic", "broker", "_periodic", "PeriodicHost"),
+    ("_dead_letters", "broker", "_scripts", "ScriptsHost"),
+    ("_delayed_queue", "broker", "_scripts", "ScriptsHost"),
+    ("_queue_admin", "host", "_queue_admin", "AdminHost"),
+]
+
+
+@pytest.mark.parametrize(("module", "attribute", "home", "protocol"), _PARTS)
+def test_each_part_reads_only_what_its_host_protocol_names(
+    module: str, attribute: str, home: str, protocol: str
+) -> None:
+    import importlib
+
+    declared = _protocol_members(getattr(importlib.import_module(f"dramatiq_redisson.{home}"), protocol))
+    read = _host_reads((PACKAGE / f"{module}.py").read_text(), attribute)
+    assert read, f"{module} reads nothing through {attribute}: the check would pass vacuously"
+    assert read <= declared, f"{module} reads {sorted(read - declared)} of its {attribute}, not in {protocol}"
+    assert not any(name.startswith("_") for name in declared)
+
+
+def test_the_broker_is_every_host_its_parts_take() -> None:
+    """At run time too (mypy checks the types): the broker has every member of every
+    host Protocol, once built."""
+    import importlib
+
+    from dramatiq_redisson import RedissonBroker
+
+    broker = RedissonBroker(host="127.0.0.1", port=1, middleware=[])
+    try:
+        for _, _, home, protocol in _PARTS:
+            if protocol == "DutyOwner":
+                continue
+            members = _protocol_members(getattr(importlib.import_module(f"dramatiq_redisson.{home}"), protocol))
+            missing = [name for name in members if not hasattr(broker, name)]
+            assert missing == [], (protocol, missing)
+    finally:
+        broker.close()
 
 
 def test_the_read_and_admin_side_reads_only_what_its_host_protocol_names() -> None:
@@ -174,9 +228,8 @@ def test_the_read_and_admin_side_reads_only_what_its_host_protocol_names() -> No
     from dramatiq_redisson._queue_admin import AdminHost, QueueAdmin
 
     source = (PACKAGE / "_queue_admin.py").read_text()
-    declared = {name for name in vars(AdminHost) if not name.startswith("_")} | set(AdminHost.__annotations__)
     read = _host_reads(source, "host")
-    assert read and read <= declared, sorted(read - declared)
+    assert read and read <= _protocol_members(AdminHost), sorted(read - _protocol_members(AdminHost))
     for name in ("known_queues", "stats", "history", "running", "pause", "resume", "flush"):
         assert getattr(RedissonBroker, name).__doc__ == getattr(QueueAdmin, name).__doc__
         assert getattr(QueueAdmin, name).__doc__

@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from .. import RedissonBroker
 from .._format import one_line
@@ -112,13 +112,7 @@ def connect(path: str | None, args: argparse.Namespace, commands: Sequence[str])
 def server_address(broker: RedissonBroker) -> str:
     """Where the broker's client connects, without credentials: ``host:port/db``, or on
     a cluster ``cluster:host:port`` of the node it started from."""
-    if broker.cluster:
-        node = cast(Any, broker.client).get_default_node()
-        return f"cluster:{node.host}:{node.port}"
-    kwargs = broker.client.connection_pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    return broker.topology.address()
 
 
 def server_now(broker: RedissonBroker) -> int:
