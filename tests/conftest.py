@@ -23,6 +23,16 @@ from dramatiq_redisson.embedded import redis_url as _redis_url
 from .helpers import record, wait_for
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """``$REDIS_URL`` names one server for every test: tests that read or flush the whole
+    server cannot share it, so ``-n`` (pytest-xdist, which tox passes) runs one test at a
+    time then. Without it each xdist worker starts its own server."""
+    if os.environ.get("REDIS_URL") and getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     # redis_url() raises unless a server answers: a session without one is red, not green.

@@ -1,7 +1,9 @@
 """The architecture stays easy to see (issue 20): no import cycle inside the package at run
 time (imports inside functions and ``importlib.import_module("...")`` count,
 ``TYPE_CHECKING`` imports do not), the dashboard never
-imports the CLI, and no module, class or function grows past the sizes a reader can hold.
+imports the CLI, each part reads only what its host Protocol names (issue 34), and a
+warning lists the modules, classes and functions past the sizes a reader holds at once
+(sizes are not goals: nothing fails on size).
 
 Read from the source with ``ast``: nothing is imported, so a cycle that Python would
 tolerate (a late import inside a function) is still found.
@@ -10,6 +12,7 @@ tolerate (a late import inside a function) is still found.
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 import pytest
@@ -135,20 +138,28 @@ def test_the_dashboard_never_imports_the_cli() -> None:
 
 
 @pytest.mark.parametrize("root", ["dramatiq_redisson", "benchmarks"])
-def test_no_module_class_or_function_too_long_to_read(root: str) -> None:
-    too_long = []
+def test_the_largest_units_are_listed_never_limited(root: str) -> None:
+    """Sizes are not goals (issue 34): a split is right where a responsibility separates.
+    A warning lists the units past the sizes a reader holds at once, and the largest
+    module, class and function; nothing fails on size."""
+    units: dict[str, list[tuple[int, str]]] = {"module": [], "class": [], "function": []}
     for path in sorted((ROOT / root).rglob("*.py")):
         text = path.read_text()
         where = path.relative_to(ROOT)
-        if text.count("\n") > MAX_MODULE_LINES:
-            too_long.append(f"{where}: {text.count(chr(10))} lines")
+        units["module"].append((text.count("\n"), str(where)))
         for node in ast.walk(ast.parse(text)):
-            size = (node.end_lineno or node.lineno) - node.lineno + 1 if hasattr(node, "lineno") else 0
-            if isinstance(node, ast.ClassDef) and size > MAX_CLASS_LINES:
-                too_long.append(f"{where}: class {node.name} {size} lines")
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and size > MAX_FUNCTION_LINES:
-                too_long.append(f"{where}: {node.name}() {size} lines")
-    assert too_long == []
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                kind = "class" if isinstance(node, ast.ClassDef) else "function"
+                units[kind].append((size, f"{where}: {node.name}"))
+    limits = {"module": MAX_MODULE_LINES, "class": MAX_CLASS_LINES, "function": MAX_FUNCTION_LINES}
+    assert all(units.values()), "the walk found no units: the listing would say nothing"
+    over = [
+        f"{kind} {name} ({size} lines)" for kind, found in units.items() for size, name in found if size > limits[kind]
+    ]
+    largest = [f"{kind} {max(found)[1]} ({max(found)[0]} lines)" for kind, found in units.items()]
+    if over:
+        warnings.warn(f"past the reading sizes {limits}: {over}; largest: {largest}", stacklevel=1)
 
 
 def _host_reads(source: str, attribute: str) -> set[str]:

@@ -286,7 +286,7 @@ class Dashboard:
             self.logger.exception("Could not render the error page.")
             return f"<!doctype html><title>{error.status.value}</title><p>{error.status.phrase}</p>"
 
-    def _back(self, request: Request, default: str, flash: str) -> Redirect:
+    def back(self, request: Request, default: str, flash: str) -> Redirect:
         """A redirect to the form's ``next`` page (only a page of this dashboard), or
         ``default``, telling what was done."""
         target = request.next_page(default)
@@ -296,12 +296,12 @@ class Dashboard:
 
     # -- lookups -----------------------------------------------------------------------
 
-    def _queue(self, name: str) -> str:
+    def known_queue(self, name: str) -> str:
         if name not in self.broker.known_queues():
             raise HTTPError(HTTPStatus.NOT_FOUND, f"No queue named {name!r} in namespace {self.broker.namespace!r}.")
         return name
 
-    def _now(self) -> int:
+    def now_ms(self) -> int:
         return self.broker.admin.server_ms()
 
     def _page_size(self, request: Request) -> int:
@@ -347,7 +347,7 @@ class Dashboard:
 
     def queue(self, request: Request, name: str) -> str:
         started = time.perf_counter()
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         size = self._page_size(request)
         actor, text = request.arg("actor"), request.arg("q")
         delayed = self.broker.delayed_queue(queue)
@@ -389,7 +389,7 @@ class Dashboard:
         )
 
     def message(self, request: Request, name: str, message_id: str) -> str:
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         found = self.broker.delayed_queue(queue).get(message_id)
         if found is None:
             raise HTTPError(
@@ -405,13 +405,13 @@ class Dashboard:
             queue=queue,
             due=due,
             message=message,
-            now=self._now(),
+            now=self.now_ms(),
             presets=RESCHEDULE_PRESETS,
             here=request.url(f"queues/{_quote(queue)}/messages/{_quote(message_id)}"),
         )
 
     def message_action(self, request: Request, name: str, message_id: str, action: str) -> str:
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         delayed = self.broker.delayed_queue(queue)
         default = request.url(f"queues/{_quote(queue)}")
         if action == "cancel":
@@ -436,14 +436,14 @@ class Dashboard:
         else:
             raise HTTPError(HTTPStatus.NOT_FOUND, f"No action {action!r} on a scheduled message.")
         if not done:
-            raise self._back(request, default, f"Message {message_id} is no longer scheduled: nothing done.")
-        raise self._back(request, default, f"Message {message_id} {what}.")
+            raise self.back(request, default, f"Message {message_id} is no longer scheduled: nothing done.")
+        raise self.back(request, default, f"Message {message_id} {what}.")
 
     def _selection(self, request: Request, page: str, ids: list[str], noun: str) -> str:
         """What a bulk action on the selected rows acts on ("the 2 selected messages"), or
         a redirect back to ``page`` when nothing is selected."""
         if not ids:
-            raise self._back(request, request.url(page), "Nothing selected: nothing done.")
+            raise self.back(request, request.url(page), "Nothing selected: nothing done.")
         return f"the {len(ids)} selected {noun}{'s' if len(ids) != 1 else ''}"
 
     def _ask_first(
@@ -467,7 +467,7 @@ class Dashboard:
         )
 
     def bulk(self, request: Request, name: str) -> str:
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         action = request.field("action") or request.arg("action")
         if action not in ("cancel", "promote"):
             raise HTTPError(HTTPStatus.BAD_REQUEST, "Choose to cancel or to run now.")
@@ -496,10 +496,10 @@ class Dashboard:
         else:
             count = delayed.promote_all(actor_name=actor or None, match=text or None)
         done = "cancelled" if action == "cancel" else "set to run now"
-        raise self._back(request, request.url(page), f"{_count(count, 'scheduled message')} {done}.")
+        raise self.back(request, request.url(page), f"{_count(count, 'scheduled message')} {done}.")
 
     def dead(self, request: Request, name: str) -> str:
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         size = self._page_size(request)
         page_text = request.arg("page", "1")
         if not page_text.isdigit() or int(page_text) < 1:
@@ -530,14 +530,14 @@ class Dashboard:
             page_sizes=PAGE_SIZES,
             page_number=1 if lookup else page_number,
             pages=1 if lookup else max(1, math.ceil(total / size)),
-            now=self._now(),
+            now=self.now_ms(),
             here=request.url(f"queues/{_quote(queue)}/dead", id=lookup, page=request.arg("page"), n=request.arg("n")),
         )
 
     def dead_letter(self, request: Request, name: str, id: str) -> str:
         """One dead letter, by its redis id or its message id; a message id that names
         several lists them."""
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         letters = self.broker.dead_letters(queue).find(id)
         if not letters:
             raise HTTPError(HTTPStatus.NOT_FOUND, f"No dead letter {id!r} on queue {queue!r}.")
@@ -553,7 +553,7 @@ class Dashboard:
             died=died,
             message=message,
             redis_message_id=redis_message_id,
-            now=self._now(),
+            now=self.now_ms(),
             here=request.url(f"queues/{_quote(queue)}/dead/{_quote(redis_message_id)}"),
         )
 
@@ -561,14 +561,14 @@ class Dashboard:
         """Requeue or delete the dead letter ``id`` names (a redis id, or a message id):
         a message id that names several is requeued by none (each would run the message
         again: the page lists them to pick one) and deleted whole."""
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         dead = self.broker.dead_letters(queue)
         default = request.url(f"queues/{_quote(queue)}/dead")
         if action not in ("requeue", "delete"):
             raise HTTPError(HTTPStatus.NOT_FOUND, f"No action {action!r} on a dead letter.")
         rids = [str(message.options["redis_message_id"]) for _, message in dead.find(id)]
         if action == "requeue" and len(rids) > 1:
-            raise self._back(
+            raise self.back(
                 request,
                 request.url(f"queues/{_quote(queue)}/dead", id=id),
                 f"Message id {id} names {len(rids)} dead letters: requeue one of them, nothing done.",
@@ -576,14 +576,14 @@ class Dashboard:
         scripts = self.broker.redisson_scripts
         count = scripts.dead(dead.keys, "requeue" if action == "requeue" else "remove", 0, rids) if rids else 0
         if not count:
-            raise self._back(request, default, f"No dead letter {id}: nothing done.")
+            raise self.back(request, default, f"No dead letter {id}: nothing done.")
         what = "put back on the ready queue" if action == "requeue" else "deleted"
         if len(rids) > 1:
-            raise self._back(request, default, f"{_count(count, 'dead letter')} of message id {id} {what}.")
-        raise self._back(request, default, f"Dead letter {id} {what}.")
+            raise self.back(request, default, f"{_count(count, 'dead letter')} of message id {id} {what}.")
+        raise self.back(request, default, f"Dead letter {id} {what}.")
 
     def dead_bulk(self, request: Request, name: str) -> str:
-        queue = self._queue(name)
+        queue = self.known_queue(name)
         action = request.field("action") or request.arg("action")
         if action not in ("requeue", "delete"):
             raise HTTPError(HTTPStatus.BAD_REQUEST, "Choose to requeue or to delete.")
@@ -609,7 +609,7 @@ class Dashboard:
         else:
             count = dead.clear()
         done = "requeued" if action == "requeue" else "deleted"
-        raise self._back(request, request.url(page), f"{_count(count, 'dead letter')} {done}.")
+        raise self.back(request, request.url(page), f"{_count(count, 'dead letter')} {done}.")
 
 
 def _quote(part: str) -> str:

@@ -75,7 +75,7 @@ def activity(dash: Dashboard, request: Request, queue: str) -> dict[str, Any]:
 
 def queue_action(dash: Dashboard, request: Request, name: str, action: str) -> str:
     """Pause or resume a queue, once confirmed."""
-    queue = dash._queue(name)
+    queue = dash.known_queue(name)
     if action not in QUEUE_ACTIONS:
         raise HTTPError(HTTPStatus.NOT_FOUND, f"No action {action!r} on a queue.")
     page = request.url(f"queues/{_quote(queue)}")
@@ -110,7 +110,7 @@ def queue_action(dash: Dashboard, request: Request, name: str, action: str) -> s
             flash = f"Queue {queue} resumed." if done else f"Queue {queue} was not paused: nothing done."
     except ValueError:  # no longer known
         raise HTTPError(HTTPStatus.NOT_FOUND, f"No queue named {queue!r}.") from None
-    raise dash._back(request, page, flash)
+    raise dash.back(request, page, flash)
 
 
 def running(dash: Dashboard, request: Request) -> str:
@@ -119,7 +119,7 @@ def running(dash: Dashboard, request: Request) -> str:
     started = time.perf_counter()
     queue = request.arg("queue")
     if queue:
-        dash._queue(queue)
+        dash.known_queue(queue)
     messages = dash.broker.running(queue or None)
     return dash.render(
         request,
@@ -130,7 +130,7 @@ def running(dash: Dashboard, request: Request) -> str:
         messages=messages[:RUNNING_LIMIT],
         total=len(messages),
         warn_ms=RUNNING_WARN_MS,
-        now=dash._now(),
+        now=dash.now_ms(),
         refresh=refresh,
         refresh_choices=REFRESH_CHOICES,
         elapsed_ms=(time.perf_counter() - started) * 1000,

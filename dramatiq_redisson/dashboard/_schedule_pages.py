@@ -38,7 +38,7 @@ def page(dash: Dashboard, request: Request) -> str:
         "schedules.html",
         title="Schedules",
         schedules=schedules,
-        now=dash._now(),
+        now=dash.now_ms(),
         here=request.url("schedules"),
         elapsed_ms=(time.perf_counter() - started) * 1000,
     )
@@ -58,7 +58,7 @@ def action(dash: Dashboard, request: Request, action: str) -> str:
     try:
         info = _read(lambda: schedules.get(name, queue or None))
     except (KeyError, ValueError):
-        raise dash._back(request, page, f"No schedule named {name}: nothing done.") from None
+        raise dash.back(request, page, f"No schedule named {name}: nothing done.") from None
     if request.field("confirmed") != "yes":
         verb, question = {
             "pause": (
@@ -115,4 +115,4 @@ def action(dash: Dashboard, request: Request, action: str) -> str:
         flash = _read(act)
     except KeyError:  # removed meanwhile
         flash = f"No schedule named {name}: nothing done."
-    raise dash._back(request, page, flash)
+    raise dash.back(request, page, flash)

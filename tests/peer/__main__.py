@@ -243,6 +243,24 @@ def _names_tests(arg: str) -> bool:
     return arg.startswith("tests/") or (arg.startswith("test_") and ".py" in arg)
 
 
+def one_at_a_time(pytest_args: list[str]) -> list[str]:
+    """``pytest_args`` without pytest-xdist's ``-n N`` / ``--numprocesses N`` (either
+    spelling): the tests of one shared server cannot run at once."""
+    kept: list[str] = []
+    skip = False
+    for arg in pytest_args:
+        if skip:
+            skip = False
+        elif arg in ("-n", "--numprocesses"):
+            skip = True
+        elif not (
+            arg.startswith("--numprocesses=")
+            or (arg.startswith("-n") and (arg[2:].isdigit() or arg[2:] in ("auto", "logical")))
+        ):
+            kept.append(arg)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     """Prepare the suite and run pytest on it; return pytest's exit code."""
     options, pytest_args = _parse(sys.argv[1:] if argv is None else argv)
@@ -251,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     suite = prepare_suite(sdist, version, CACHE_DIR / f"dramatiq-{version}")
     install_overlay(suite)
 
+    if options.cluster or os.environ.get("REDIS_URL"):
+        # One server (or cluster) for every test, flushed around each: one test at a time.
+        pytest_args = one_at_a_time(pytest_args)
     selection = [] if any(_names_tests(arg) for arg in pytest_args) else list(TEST_FILES)
     pytest_args = [f"tests/{arg}" if arg.startswith("test_") and ".py" in arg else arg for arg in pytest_args]
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--timeout={options.timeout}", "-rfE"]
