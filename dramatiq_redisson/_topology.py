@@ -54,6 +54,8 @@ class Topology:
     #: Dramatiq's built-in dispatch script (``do_qsize``, ``do_purge``…) can run: its
     #: keys span slots.
     runs_dispatch_script: ClassVar[bool] = True
+    #: The PUBSUB subcommand that counts a channel's subscribers.
+    numsub_command: ClassVar[str] = "NUMSUB"
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -103,7 +105,7 @@ class Topology:
         """Channel -> subscribers, as the server of ``key`` counts them."""
         if not channels:
             return {}
-        return _pairs(self.node(key).execute_command("PUBSUB", "NUMSUB", *channels))
+        return _pairs(self.node(key).execute_command("PUBSUB", self.numsub_command, *channels))
 
     def each(self, calls: Sequence[Call]) -> list[Any]:
         """Run ``calls`` (reads of one queue each) and return their replies in order:
@@ -139,6 +141,7 @@ class Cluster(Topology):
 
     cluster = True
     runs_dispatch_script = False
+    numsub_command = "SHARDNUMSUB"
 
     def script_source(self, source: bytes) -> bytes:
         """Announcements go out with SPUBLISH (sharded pub/sub): a queue's channels live
@@ -181,11 +184,6 @@ class Cluster(Topology):
 
     def unsubscribe(self, pubsub: Any, *channels: str) -> None:
         pubsub.sunsubscribe(*channels)
-
-    def numsub(self, key: str, channels: Sequence[str]) -> dict[str, int]:
-        if not channels:
-            return {}
-        return _pairs(self.node(key).execute_command("PUBSUB", "SHARDNUMSUB", *channels))
 
     def each(self, calls: Sequence[Call]) -> list[Any]:
         """One call after another, each routed by the cluster client to its slot's node."""
