@@ -54,8 +54,8 @@ class Topology:
     #: Dramatiq's built-in dispatch script (``do_qsize``, ``do_purge``…) can run: its
     #: keys span slots.
     runs_dispatch_script: ClassVar[bool] = True
-    #: The PUBSUB subcommand that counts a channel's subscribers.
-    numsub_command: ClassVar[str] = "NUMSUB"
+    #: The command that counts a channel's subscribers (written whole: the ACL test reads it).
+    numsub_command: ClassVar[tuple[str, str]] = ("PUBSUB", "NUMSUB")
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -105,7 +105,7 @@ class Topology:
         """Channel -> subscribers, as the server of ``key`` counts them."""
         if not channels:
             return {}
-        return _pairs(self.node(key).execute_command("PUBSUB", self.numsub_command, *channels))
+        return _pairs(self.node(key).execute_command(*self.numsub_command, *channels))
 
     def each(self, calls: Sequence[Call]) -> list[Any]:
         """Run ``calls`` (reads of one queue each) and return their replies in order:
@@ -141,7 +141,7 @@ class Cluster(Topology):
 
     cluster = True
     runs_dispatch_script = False
-    numsub_command = "SHARDNUMSUB"
+    numsub_command = ("PUBSUB", "SHARDNUMSUB")
 
     def script_source(self, source: bytes) -> bytes:
         """Announcements go out with SPUBLISH (sharded pub/sub): a queue's channels live
