@@ -158,11 +158,11 @@ def _session_server_version() -> tuple[int, int, int]:
 #: clusters and Sentinel setups; ``browser`` drives Chromium.
 LAYERS = {
     # Node ids (or their start): a file, or one test of a file (its parameters too).
-    "faults": ("tests/faults/", "tests/test_cluster.py::test_fault["),
+    "faults": ("tests/harness/faults/test_faults.py", "tests/test_cluster.py::test_fault["),
     "topology": (
         "tests/test_cluster.py",
         "tests/test_sentinel.py",
-        "tests/test_topology.py",
+        "tests/harness/test_topology.py",
         "tests/test_acl_cluster.py",
     ),
     "browser": ("tests/test_dashboard_browser.py",),

@@ -5,10 +5,13 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import redis
+
+from .harness.topology import wait_for
+
+__all__ = ["RECORD_KEY", "fill_to_maxmemory", "record", "records", "server_ms", "wait_for"]
 
 RECORD_KEY = "test:record"
 
@@ -30,16 +33,6 @@ def record(client: redis.Redis, **fields: Any) -> None:
 
 def records(client: redis.Redis) -> list[dict[str, Any]]:
     return [json.loads(r) for r in client.lrange(RECORD_KEY, 0, -1)]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout`` seconds pass; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def fill_to_maxmemory(client: redis.Redis) -> None:

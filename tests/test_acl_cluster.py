@@ -2,7 +2,7 @@
 cluster broker and redis-py's cluster client send, a user with exactly that rule on every
 node runs a worker end to end, and the permission probe works on a cluster client.
 
-Every live test runs on one local cluster of three masters (``tests/topology.py``)."""
+Every live test runs on one local cluster of three masters (``tests/harness/topology.py``)."""
 
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ from dramatiq_redisson._scripts import _SOURCES
 from dramatiq_redisson._topology import Cluster as ClusterTopology
 from dramatiq_redisson.embedded import binary_version
 
+from .harness.topology import HOST, Cluster, Server
 from .helpers import wait_for
 from .test_acl import DOCS, lua_commands
-from .topology import HOST, Cluster, Server
 
 # -- the rule ---------------------------------------------------------------------------
 

@@ -1,13 +1,13 @@
 """Redis Cluster (issue 9): the broker on a real local 3-master + 3-replica cluster.
 
 The cluster is started by the tests from the embedded server binary
-(``tests/topology.py``). Core behaviour runs on one cluster per module: the layout keeps
+(``tests/harness/topology.py``). Core behaviour runs on one cluster per module: the layout keeps
 every key of a queue in one slot, queues spread over the masters and one Worker serves
 them all, timeline order and lateness, delayed retries, cancel and the operations API,
 many worker processes exactly once, a due message behind 100 000 scheduled ones.
 
 Faults run each on a cluster of their own, with the shared failover harness
-(``tests/failover.py``: records on the session's server, which no fault touches): kill -9
+(``tests/harness/failover.py``: records on the session's server, which no fault touches): kill -9
 of the master that owns the busy queue, SIGSTOP of it past the node timeout, and a
 migration of the queue's slot to another master while messages are scheduled. Also a
 command, for the full-size numbers of ``docs/scaling.md``::
@@ -40,11 +40,11 @@ from dramatiq_redisson import RedissonBroker, periodic
 from dramatiq_redisson._keys import QueueKeys
 from dramatiq_redisson.dashboard import make_app
 
-from . import failover
-from .failover import QUEUE, SIZES, FailoverResult, Fault, Size
+from .harness import failover
+from .harness.failover import QUEUE, SIZES, FailoverResult, Fault, Size
+from .harness.topology import Cluster, Server
 from .helpers import records, wait_for
 from .test_processes import worker_processes
-from .topology import Cluster, Server
 from .wsgi_client import Client
 
 #: The broker on a cluster needs sharded pub/sub (Redis 7.0); an older server's cluster is

@@ -21,7 +21,7 @@ from dramatiq_redisson import RedissonBroker, UnsupportedServer, acl_rule, acl_t
 from dramatiq_redisson._server import parse_version, refusal
 from dramatiq_redisson.embedded import _binary_server, binary_version, server_binary
 
-from .topology import Cluster
+from .harness.topology import Cluster
 
 
 def test_versions_parse_as_servers_report_them() -> None:

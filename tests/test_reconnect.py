@@ -20,7 +20,7 @@ from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._client import Probe
 from dramatiq_redisson.embedded import redis_url as embedded_url
 
-from .faults.procs import ValkeyProcess
+from .harness.faults.procs import ValkeyProcess
 from .helpers import records, wait_for
 
 #: Loading slowed to 100 µs per key (a server-side test setting): with the ballast of

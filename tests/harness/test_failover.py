@@ -1,4 +1,4 @@
-"""The failover harness's windows (``tests/failover.py``, ``fault_events``): on a loaded
+"""The failover harness's windows (``tests/harness/failover.py``, ``fault_events``): on a loaded
 machine the sentinels may fail over a second time, promoting the restarted old primary
 while the first promoted one, still alive, goes on taking writes as a primary until they
 turn it into a replica about ten seconds later. Acks it took meanwhile are discarded, so a
@@ -7,9 +7,9 @@ switch, or of a run outside its window, stays unexplained."""
 
 from __future__ import annotations
 
-from tests.failover import Fault, fault_events
-from tests.faults.analysis import analyse
-from tests.faults.fault_common import FINISH, SENT, START, Record
+from tests.harness.failover import Fault, fault_events
+from tests.harness.faults.analysis import analyse
+from tests.harness.faults.fault_common import FINISH, SENT, START, Record
 
 KILL = 1_000_000
 PROMOTED = KILL + 2_200

@@ -47,7 +47,7 @@ def test_fault_scenario(name: str, records: ValkeyProcess) -> None:
 SIDE_BY_SIDE = ("worker-kill9", "server-stop-kill", "server-sigterm")
 #: CI runs one of them (the built-in is not the product under test: this checks that the
 #: comparison still runs and delivers, ~25 s); ``FAULTS_SIDE_BY_SIDE=all`` runs the three
-#: (another ~90 s), as ``python -m tests.faults ... --broker redisson,builtin`` does at
+#: (another ~90 s), as ``python -m tests.harness.faults ... --broker redisson,builtin`` does at
 #: full size.
 SIDE_BY_SIDE_RUN = SIDE_BY_SIDE if os.environ.get("FAULTS_SIDE_BY_SIDE") == "all" else ("server-sigterm",)
 

@@ -148,6 +148,17 @@ def _admin_client(port: int, timeout: float = 5.0) -> redis.Redis:
     )
 
 
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` seconds pass; returns its last value
+    (``wait_until`` is the form that raises)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, logs: Callable[[], str] | None = None) -> T:
     """Poll ``predicate`` until it returns something truthy; ``TopologyError`` after
     ``timeout`` seconds (with the last error seen, and ``logs()`` if given)."""

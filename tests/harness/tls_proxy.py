@@ -3,9 +3,9 @@ front of the session's plain Redis server.
 
 The embedded Valkey is built without TLS, so ``rediss://`` is tested through this
 proxy: clients speak TLS to the proxy, which forwards the decrypted bytes to the plain
-server. It runs an asyncio loop in a daemon thread of the test process and records,
-per accepted connection, whether its TLS handshake completed and what the client sent
-(so a test can tell which connection carried ``SUBSCRIBE``).
+server. It runs an asyncio loop in a daemon thread of the test process and records each
+connection whose TLS handshake completed, with what its client sent (so a test can tell
+which connection carried ``SUBSCRIBE``); a refused handshake leaves no record.
 
 Certificates come from ``trustme``: a throwaway CA and a server certificate for
 ``127.0.0.1`` and ``localhost``.
@@ -36,7 +36,6 @@ class ProxiedConnection:
 
     peer: str
     handshake_ok: bool = False
-    handshake_error: str | None = None
     client_cert_subject: object = None
     sent: bytearray = field(default_factory=bytearray)  # client -> server, first RECORD_LIMIT bytes
     received: bytearray = field(default_factory=bytearray)  # server -> client, first RECORD_LIMIT bytes
@@ -221,7 +220,7 @@ def make_certificates(directory: Path) -> Certificates:
 def upstream_address(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
     if parts.scheme != "redis" or parts.hostname is None:
-        raise ValueError(f"the TLS proxy needs a redis://host:port upstream, not {url!r}")
+        raise ValueError(f"the TLS proxy needs a plain redis://host:port upstream, not {url!r}")
     return parts.hostname, parts.port or 6379
 
 

@@ -1,4 +1,4 @@
-"""``python -m tests.faults [SCENARIO ...|all] [--size small|full] [--broker redisson,builtin] [--json]
+"""``python -m tests.harness.faults [SCENARIO ...|all] [--size small|full] [--broker redisson,builtin] [--json]
 [--product DIR]``
 
 Prints a Markdown table (or JSON) with one row per scenario; exits 1 when any scenario
@@ -18,7 +18,7 @@ from .runner import BROKERS, SCENARIOS, SIZES, as_json, from_json, markdown, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.faults", description=__doc__)
     parser.add_argument("scenarios", nargs="*", default=["all"], help=f"all, or any of: {', '.join(SCENARIOS)}")
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")

@@ -1,11 +1,11 @@
 """The failover harness shared by ``tests/test_sentinel.py`` and ``tests/test_cluster.py``.
 
 One run: a Worker (in-process threads) and a producer, each on a broker of its own, run
-against a topology from ``tests/topology.py`` while a fault thread breaks it mid-run
+against a topology from ``tests/harness/topology.py`` while a fault thread breaks it mid-run
 (kill -9 the primary, SIGSTOP it, migrate the queue's slot...). A tenth of the messages
 fail once and retry with a delay; four fifths are delayed 1-3 s. Every send and run is
 recorded on a server the fault never touches (the session's server) and counted with the
-fault suite's analysis (``tests/faults/analysis.py``: lost, duplicated, early, lateness).
+fault suite's analysis (``tests/harness/faults/analysis.py``: lost, duplicated, early, lateness).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dramatiq_redisson import RedissonBroker
 from .faults.analysis import Stats, analyse
 from .faults.fault_common import FAIL, FINISH, REFUSED, SENT, START, Record, Stamper, records_key
 from .faults.scenarios import Event
-from .helpers import wait_for
+from .topology import wait_for
 
 QUEUE = "failover"
 DELAY_MIN_MS, DELAY_MAX_MS = 1000, 3000

@@ -24,7 +24,7 @@ import redis
 #: Directory holding ``fault_app.py``, ``fault_producer.py`` and ``fault_common.py``.
 FAULTS_DIR = Path(__file__).resolve().parent
 #: The repository whose ``dramatiq_redisson`` is measured unless told otherwise.
-DEFAULT_PRODUCT_ROOT = FAULTS_DIR.parent.parent
+DEFAULT_PRODUCT_ROOT = FAULTS_DIR.parents[2]
 
 
 def valkey_binary() -> Path:

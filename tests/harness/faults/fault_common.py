@@ -2,8 +2,8 @@
 stamping script.
 
 This module is imported under two names: as ``fault_common`` by the subprocesses (whose
-``sys.path`` holds ``tests/faults`` so that they can import the product under test from
-another tree, see ``procs.subprocess_env``) and as ``tests.faults.fault_common`` by the
+``sys.path`` holds ``tests/harness/faults`` so that they can import the product under test from
+another tree, see ``procs.subprocess_env``) and as ``tests.harness.faults.fault_common`` by the
 suite. It therefore imports nothing but ``redis``.
 
 A record is one string in the list ``<prefix>:rec`` on the record server:

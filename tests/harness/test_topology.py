@@ -1,4 +1,4 @@
-"""Smoke tests of the local Cluster and Sentinel topologies (``tests/topology.py``): they
+"""Smoke tests of the local Cluster and Sentinel topologies (``tests/harness/topology.py``): they
 come up, route, fail over, migrate a slot, and leave no process behind."""
 
 from __future__ import annotations
