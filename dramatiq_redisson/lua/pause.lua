@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  STRING redisson_delay_queue_paused:{N}   since when the queue is paused (epoch ms)
 --
--- ARGV[1]  "pause" or "resume"
+-- ARGV[1]  "pause" or "resume" (anything else: an error, nothing written)
 --
 -- While KEYS[1] exists, fetch.lua hands out nothing and transfer.lua hands nothing off:
 -- consumers start no message of the queue (those in flight finish); due messages still
@@ -11,6 +11,9 @@
 -- Returns: {1 if the state changed (0: it was so already), since when the queue is
 --           paused (epoch ms, server clock) or -1}
 
+if ARGV[1] ~= "pause" and ARGV[1] ~= "resume" then
+    return redis.error_reply("ERR pause: the operation is \"pause\" or \"resume\", not " .. tostring(ARGV[1]))
+end
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] == "pause" then

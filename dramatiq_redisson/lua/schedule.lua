@@ -44,8 +44,8 @@
 --          none ran). Returns {definition or false, "|s" or "", "|p" or "", "|t" or "",
 --          chain member or ""}.
 --
--- Reads come before the first write: a key of the wrong type fails the call with nothing
--- written.
+-- Reads and checks come before the first write: a key of the wrong type, a due time that
+-- is not a number or an unknown operation fails the call with nothing written.
 
 -- include: _member.lua
 -- include: _wake.lua
@@ -128,6 +128,9 @@ if op == "start" then
         return 0
     end
     local member, payload, due = ARGV[6], ARGV[7], ARGV[8]
+    if member ~= "" and not tonumber(due) then
+        return redis.error_reply("ERR schedule: the due time must be a number of ms, not " .. tostring(due))
+    end
     local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
     redis.call("LLEN", backup) -- type checks: the writes below must not fail halfway
     redis.call("HLEN", payloads)

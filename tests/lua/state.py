@@ -1,0 +1,54 @@
+"""Shared helpers of the one-script Lua tests: the ``lua`` fixture's types, a snapshot of
+everything on the server, and a scheduled entry written the way the broker writes one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from dramatiq_redisson._ids import next_sort_key
+from dramatiq_redisson._keys import QueueKeys
+
+Script = Callable[..., Any]
+Lua = Callable[[str], Script]
+
+
+def snapshot(client: redis.Redis) -> dict[bytes, Any]:
+    """Every key's DUMP: equal snapshots mean nothing was written."""
+    return {key: client.dump(key) for key in client.keys("*")}
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A scheduled entry: its sort key and its member (sort key + message id)."""
+
+    sort_key: str
+    member: bytes
+
+
+def schedule_entry(
+    client: redis.Redis,
+    keys: QueueKeys,
+    message_id: str,
+    due: int,
+    *,
+    data: bytes = b"{}",
+    key: str = "",
+    ttl: int = 0,
+    sort_key: str = "",
+) -> Scheduled:
+    """Schedule ``message_id`` at ``due`` (epoch ms): its member in the ZSET and the backup
+    list, its payload (sort key + ``data``); with ``key``, the dedupe key it holds for
+    ``ttl`` ms. A fresh sort key unless ``sort_key`` is given."""
+    sort_key = sort_key or next_sort_key()
+    member = sort_key + message_id
+    client.zadd(keys.timeout_zset, {member: due})
+    client.rpush(keys.backup_list, member)
+    client.hset(keys.payloads, message_id, sort_key.encode() + data)
+    if key:
+        client.hset(keys.dedupe, key, message_id)
+        client.hset(keys.keyed, message_id, f"{ttl}:{key}")
+    return Scheduled(sort_key, member.encode())

@@ -1,0 +1,137 @@
+"""ack.lua: a fetched message was processed: drop it from the worker's ack set, its payload
+and its fetch record, count it in the queue's activity history (processed, or retried) once,
+and beat the worker's heartbeat."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import redis
+
+from dramatiq_redisson._history import RING_HOURS, RING_MINUTES
+from dramatiq_redisson._keys import QueueKeys
+
+from .state import Lua
+
+CLOCK = 1_700_000_000_000  # epoch ms, mid-minute
+MINUTE = CLOCK // 60_000
+
+
+def ack_keys(keys: QueueKeys, worker_id: str = "w1") -> list[str]:
+    return [keys.acks(worker_id), keys.ready_msgs, keys.heartbeats, keys.fetched, *keys.history_keys]
+
+
+def fetched(client: redis.Redis, keys: QueueKeys, *ids: str, worker_id: str = "w1") -> None:
+    """``ids`` as a fetch leaves them: in the ack set, with their payload and fetch record."""
+    client.sadd(keys.acks(worker_id), *ids)
+    client.hset(keys.ready_msgs, mapping={i: b"data" for i in ids})
+    client.hset(keys.fetched, mapping={i: f"{CLOCK}|{worker_id}|tok" for i in ids})
+
+
+def minute_slot(client: redis.Redis, keys: QueueKeys, minute: int) -> tuple[int, ...]:
+    """{stamp, processed, failed, retried} of ``minute``'s slot (see lua/_history.lua)."""
+    at = 16 + 16 * (minute % RING_MINUTES)
+    return struct.unpack(">IIII", client.getrange(keys.minutes, at, at + 15).ljust(16, b"\0"))
+
+
+def hour_slot(client: redis.Redis, keys: QueueKeys, hour: int) -> tuple[int, ...]:
+    at = 16 * (hour % RING_HOURS)
+    return struct.unpack(">IIII", client.getrange(keys.hours, at, at + 15).ljust(16, b"\0"))
+
+
+def last_minute(client: redis.Redis, keys: QueueKeys) -> int:
+    """The minutes ring's header: the last active minute not yet added to its hour."""
+    return int(struct.unpack(">I", client.getrange(keys.minutes, 0, 3).ljust(4, b"\0"))[0])
+
+
+def test_ack_forgets_the_message_counts_it_processed_and_beats(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    fetched(redis_client, keys, "m1", "m2")
+
+    assert lua("ack")(keys=ack_keys(keys), args=["m1", "w1", "1", "1", CLOCK]) == 1
+
+    assert redis_client.smembers(keys.acks("w1")) == {b"m2"}
+    assert list(redis_client.hgetall(keys.ready_msgs)) == [b"m2"]
+    assert list(redis_client.hgetall(keys.fetched)) == [b"m2"]
+    assert redis_client.zrange(keys.heartbeats, 0, -1, withscores=True) == [(b"w1", CLOCK)]
+    assert minute_slot(redis_client, keys, MINUTE) == (MINUTE, 1, 0, 0)
+    assert last_minute(redis_client, keys) == MINUTE
+    assert not redis_client.exists(keys.hours)  # nothing rolled up yet
+
+
+def test_ack_repeated_after_a_lost_reply_returns_0_and_counts_once(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    fetched(redis_client, keys, "m1")
+    ack = lua("ack")
+
+    assert ack(keys=ack_keys(keys), args=["m1", "w1", "0", "1", CLOCK]) == 1
+    assert ack(keys=ack_keys(keys), args=["m1", "w1", "0", "1", CLOCK + 1]) == 0
+
+    assert minute_slot(redis_client, keys, MINUTE) == (MINUTE, 1, 0, 0)
+
+
+def test_ack_of_a_retried_message_counts_it_as_retried(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
+    fetched(redis_client, keys, "m1", "m2")
+    ack = lua("ack")
+
+    ack(keys=ack_keys(keys), args=["m1", "w1", "0", "3", CLOCK])
+    ack(keys=ack_keys(keys), args=["m2", "w1", "0", "1", CLOCK + 5])
+
+    assert minute_slot(redis_client, keys, MINUTE) == (MINUTE, 1, 0, 1)
+
+
+def test_ack_of_a_message_not_in_the_ack_set_leaves_its_payload_and_counts_nothing(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    # Requeued meanwhile (by a reap): queued again, its payload is the queued copy's.
+    redis_client.rpush(keys.ready, "m1")
+    redis_client.hset(keys.ready_msgs, "m1", b"data")
+
+    assert lua("ack")(keys=ack_keys(keys), args=["m1", "w1", "1", "1", CLOCK]) == 0
+
+    assert redis_client.hget(keys.ready_msgs, "m1") == b"data"
+    assert not redis_client.exists(keys.minutes, keys.hours)
+    assert redis_client.zscore(keys.heartbeats, "w1") == CLOCK  # the beat is written anyway
+
+
+def test_ack_with_beat_zero_leaves_the_heartbeat_alone(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
+    fetched(redis_client, keys, "m1")
+    redis_client.zadd(keys.heartbeats, {"w1": 5})
+
+    assert lua("ack")(keys=ack_keys(keys), args=["m1", "w1", "0", "1", CLOCK]) == 1
+
+    assert redis_client.zscore(keys.heartbeats, "w1") == 5
+
+
+def test_ack_without_a_clock_estimate_uses_the_server_clock(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    fetched(redis_client, keys, "m1")
+
+    before = server_ms()
+    assert lua("ack")(keys=ack_keys(keys), args=["m1", "w1", "1", "1"]) == 1
+    after = server_ms()
+
+    beat = redis_client.zscore(keys.heartbeats, "w1")
+    assert beat is not None and before <= beat <= after
+    minute = last_minute(redis_client, keys)
+    assert before // 60_000 <= minute <= after // 60_000
+    assert minute_slot(redis_client, keys, minute) == (minute, 1, 0, 0)
+
+
+def test_ack_in_a_new_minute_adds_the_last_active_minute_to_its_hour(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    fetched(redis_client, keys, "m1", "m2", "m3")
+    ack = lua("ack")
+
+    ack(keys=ack_keys(keys), args=["m1", "w1", "0", "1", CLOCK])
+    ack(keys=ack_keys(keys), args=["m2", "w1", "0", "3", CLOCK + 1])
+    ack(keys=ack_keys(keys), args=["m3", "w1", "0", "1", CLOCK + 60_000])
+
+    assert last_minute(redis_client, keys) == MINUTE + 1
+    assert minute_slot(redis_client, keys, MINUTE + 1) == (MINUTE + 1, 1, 0, 0)
+    assert hour_slot(redis_client, keys, MINUTE // 60) == (MINUTE // 60, 1, 0, 1)

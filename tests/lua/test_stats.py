@@ -1,0 +1,112 @@
+"""stats.lua: one queue's counts read together on the server clock (ready, in flight,
+scheduled, overdue, earliest due time, dead letters, the lease holder, live consumers, the
+built-in delay queue's length, since when it is paused). Reads only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from dramatiq_redisson._keys import QueueKeys
+
+from .state import Lua, snapshot
+
+
+def _keys(keys: QueueKeys) -> list[str]:
+    """stats.lua's KEYS, as _scripts.stats passes them."""
+    return [
+        keys.ready,
+        keys.ready_msgs,
+        keys.timeout_zset,
+        keys.xq,
+        keys.lease,
+        keys.consumers,
+        keys.legacy_dq,
+        keys.paused,
+    ]
+
+
+@pytest.fixture
+def stats(lua: Lua, keys: QueueKeys) -> Callable[[int, int], Any]:
+    script = lua("stats")
+    return lambda grace_ms, live_ms: script(keys=_keys(keys), args=[grace_ms, live_ms])
+
+
+def test_stats_of_an_empty_queue(
+    stats: Callable[[int, int], Any], redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    before = server_ms()
+    reply = stats(1_000, 30_000)
+    assert before <= reply[0] <= server_ms()
+    assert reply[1:] == [0, 0, 0, 0, -1, 0, b"", 0, 0, -1]
+    assert redis_client.keys("*") == []
+
+
+def test_stats_counts_every_part_of_a_queue(
+    stats: Callable[[int, int], Any], keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    now = server_ms()
+    redis_client.rpush(keys.ready, "r1", "r2")
+    redis_client.hset(keys.ready_msgs, mapping={"r1": "x", "r2": "x", "flight": "x"})
+    redis_client.zadd(keys.timeout_zset, {"late": now - 60_000, "later": now - 30_000, "future": now + 60_000})
+    redis_client.zadd(keys.xq, {"d1": now, "d2": now, "d3": now, "d4": now})
+    redis_client.set(keys.lease, f"tok-1 {now + 5_000}")
+    redis_client.zadd(keys.consumers, {"tok-1": now, "tok-2": now - 10_000, "gone": now - 3_600_000})
+    redis_client.rpush(keys.legacy_dq, "old")
+    redis_client.set(keys.paused, now - 2_000)
+    reply = stats(1_000, 60_000)
+    assert reply[1:] == [2, 3, 3, 2, now - 60_000, 4, b"tok-1", 2, 1, now - 2_000]
+
+
+def test_stats_counts_as_overdue_only_entries_due_more_than_the_grace_ago(
+    stats: Callable[[int, int], Any], keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    now = server_ms()
+    redis_client.zadd(keys.timeout_zset, {"hour": now - 3_600_000, "minute": now - 60_000, "second": now - 1_000})
+    assert stats(30_000, 0)[4] == 2
+    assert stats(600_000, 0)[4] == 1
+    assert stats(7_200_000, 0)[4] == 0
+    assert stats(-3_600_000, 0)[4] == 3
+
+
+def test_stats_counts_as_live_only_consumers_seen_within_the_window(
+    stats: Callable[[int, int], Any], keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    now = server_ms()
+    redis_client.zadd(keys.consumers, {"a": now - 1_000, "b": now - 20_000, "c": now - 120_000})
+    assert stats(0, 10_000)[8] == 1
+    assert stats(0, 60_000)[8] == 2
+    assert stats(0, 600_000)[8] == 3
+
+
+def test_stats_reads_the_lease_holder_token_before_its_expiry(
+    stats: Callable[[int, int], Any], keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.lease, "host a:123 1700000000000")
+    assert stats(0, 0)[7] == b"host a:123"
+    redis_client.set(keys.lease, "malformed")
+    assert stats(0, 0)[7] == b""
+
+
+def test_stats_reads_a_pause_mark_without_a_time_as_0(
+    stats: Callable[[int, int], Any], keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.paused, "yes")
+    assert stats(0, 0)[10] == 0
+
+
+def test_stats_writes_nothing(
+    stats: Callable[[int, int], Any], keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    now = server_ms()
+    redis_client.rpush(keys.ready, "r1")
+    redis_client.zadd(keys.timeout_zset, {"late": now - 60_000})
+    redis_client.set(keys.lease, f"tok {now}")
+    redis_client.zadd(keys.consumers, {"tok": now})
+    redis_client.set(keys.paused, now)
+    before = snapshot(redis_client)
+    stats(0, 1_000)
+    assert snapshot(redis_client) == before
