@@ -133,6 +133,12 @@ def acks_pattern(namespace: str, worker_id: str) -> str:
     return f"{namespace}:__acks__.{worker_id}.*"
 
 
+def channels_pattern(namespace_glob: str) -> str:
+    """A PSUBSCRIBE/ACL pattern matching the channel of every queue of a namespace (given
+    as a glob, escaped by the caller)."""
+    return f"redisson_delay_queue_channel:{{{namespace_glob}:*}}"
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """The names of every key that belongs to one queue; ``cluster``: the cluster layout."""

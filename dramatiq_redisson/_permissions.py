@@ -49,7 +49,7 @@ from redis.crc import key_slot
 from redis.exceptions import NoPermissionError
 
 from ._errors import MissingPermission
-from ._keys import QueueKeys
+from ._keys import QueueKeys, acks_pattern, channels_pattern
 from ._server import server_versions
 
 #: Commands the Lua scripts in ``lua/`` issue (``redis.call``/``redis.pcall``).
@@ -262,7 +262,7 @@ def key_patterns(namespace: str = "dramatiq", *, cluster: bool = False) -> tuple
 
 def channel_patterns(namespace: str = "dramatiq") -> tuple[str, ...]:
     """The pub/sub channel pattern of a namespace's queues."""
-    return (f"redisson_delay_queue_channel:{{{_glob_escape(namespace)}:*}}",)
+    return (channels_pattern(_glob_escape(namespace)),)
 
 
 def acl_tokens(
@@ -436,7 +436,7 @@ def _client_calls(
             ("script|load", "", ("SCRIPT", "LOAD", _PROBE_SOURCE)),
             ("evalsha", "", ("EVALSHA", _PROBE_SHA, 0, *argv)),
             ("eval", "", ("EVAL", "return 0", 0)),
-            ("scan", "", ("SCAN", 0, "MATCH", f"{_glob_escape(keys.namespace)}:__acks__.{token}.*", "COUNT", 1)),
+            ("scan", "", ("SCAN", 0, "MATCH", acks_pattern(_glob_escape(keys.namespace), token), "COUNT", 1)),
         ]
         registry = [("smembers", keys.registry, ("SMEMBERS", keys.registry))]
     return [

@@ -61,7 +61,7 @@ class QueueAdmin:
         its namespace (each consumer's heartbeat lists its queue), sorted."""
         listed = cast("set[bytes]", self.host.client.smembers(registry_key(self.host.namespace)))
         names = {name.decode() for name in listed}
-        names.update(q for q in self.host.queues if not q.endswith((".DQ", ".XQ")))
+        names.update(q for q in self.host.queues if q_name(q) == q)  # not the .DQ/.XQ names
         return sorted(names)
 
     def stats(self, queue_name: str | None = None, *, overdue_grace: int = OVERDUE_GRACE) -> Stats:

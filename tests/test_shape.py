@@ -1,7 +1,8 @@
 """The architecture stays easy to see (issue 20): no import cycle inside the package at run
 time (imports inside functions and ``importlib.import_module("...")`` count,
 ``TYPE_CHECKING`` imports do not), the dashboard never
-imports the CLI, each part reads only what its host Protocol names (issue 34), and a
+imports the CLI, each part reads only what its host Protocol names (issue 34), every key
+name is written in ``_keys.py`` alone, and a
 warning lists the modules, classes and functions past the sizes a reader holds at once
 (sizes are not goals: nothing fails on size).
 
@@ -12,6 +13,7 @@ tolerate (a late import inside a function) is still found.
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from pathlib import Path
 
@@ -244,3 +246,45 @@ def test_the_read_and_admin_side_reads_only_what_its_host_protocol_names() -> No
     for name in ("known_queues", "stats", "history", "running", "pause", "resume", "flush"):
         assert getattr(RedissonBroker, name).__doc__ == getattr(QueueAdmin, name).__doc__
         assert getattr(QueueAdmin, name).__doc__
+
+
+#: What only a key's name contains: Redisson's prefix, Dramatiq's ack and heartbeat keys, and
+#: a queue's suffixes (``.DQ``, ``.XQ``, ``.msgs``) at the start of a string joined to its name.
+_KEY_NAME = re.compile(r"redisson_delay_queue_|__acks__|__heartbeats__|^\.(?:DQ|XQ|msgs)\b")
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def test_every_key_name_is_written_in_the_keys_module_alone() -> None:
+    """A key named outside ``_keys.py`` is a key a cluster layout, the ACL rule or a sharded
+    queue would miss (strings in code; docstrings and comments may name keys)."""
+    outside: list[str] = []
+    for name, path in modules().items():
+        if name == "dramatiq_redisson._keys":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and _KEY_NAME.search(node.value)
+            ):
+                outside.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not outside, "key names outside _keys.py:\n" + "\n".join(outside)
+
+
+def test_the_key_name_check_sees_a_key_in_a_string_or_an_f_string() -> None:
+    assert _KEY_NAME.search("redisson_delay_queue_timeout:{x}")
+    assert _KEY_NAME.search(".msgs")
+    assert _KEY_NAME.search(ast.parse('f"{ns}:__acks__.{w}"').body[0].value.values[1].value)  # type: ignore[attr-defined]
+    assert not _KEY_NAME.search("Messages still in the built-in broker's .DQ delay queue")
