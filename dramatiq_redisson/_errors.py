@@ -43,7 +43,7 @@ class EnqueueError(BrokerError):
         self.unknown = unknown
 
     def __reduce__(self) -> Any:
-        return _rebuild, (type(self), self.__dict__)
+        return _rebuild, (type(self), self.__dict__, self.args)
 
 
 class ServerMemoryFull(EnqueueError):
@@ -90,7 +90,7 @@ class UnsupportedServer(BrokerError):
         self.version = version
 
     def __reduce__(self) -> Any:
-        return _rebuild, (type(self), self.__dict__)
+        return _rebuild, (type(self), self.__dict__, self.args)
 
 
 class NotReplicated(BrokerError):
@@ -116,7 +116,7 @@ class NotReplicated(BrokerError):
 
     @classmethod
     def describe(cls, what: str, replicas: int | None, wanted: int, timeout_ms: int) -> NotReplicated:
-        got = "an unknown number of" if replicas is None else str(replicas)
+        got = "an unknown number" if replicas is None else str(replicas)
         return cls(
             f"{what} went through on the primary, but {got} of the {wanted} replica(s) asked for "
             f"(wait_for_replicas) acknowledged it within {timeout_ms} ms (wait_timeout): a failover "
@@ -187,9 +187,10 @@ class MissingPermission(NoPermissionError):
         self.unchecked = tuple(unchecked)
 
 
-def _rebuild(cls: type[BaseException], state: dict[str, Any], args: tuple[Any, ...] | None = None) -> BaseException:
+def _rebuild(cls: type[BaseException], state: dict[str, Any], args: tuple[Any, ...]) -> BaseException:
+    """An error unpickled: its message (``args``) and its attributes, without calling an
+    ``__init__`` whose keyword-only arguments pickle's default would not pass."""
     error = cls.__new__(cls)
-    if args is not None:
-        error.args = args
+    error.args = args
     error.__dict__.update(state)
     return error
