@@ -252,7 +252,7 @@ def test_periodic_actors_tick_once_and_are_operated_on_a_cluster(cluster_broker:
         worker.stop()
     assert len(set(ticks)) == len(ticks)
     info = broker.schedules.get("cluster-tick")
-    assert info.queue_name == "periodic" and info.last_lateness_ms is not None and info.last_lateness_ms <= 50
+    assert info.queue_name == "periodic" and info.last_lateness_ms is not None and 0 <= info.last_lateness_ms < 1000
     assert broker.schedules.remove("cluster-tick")
 
 
