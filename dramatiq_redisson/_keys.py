@@ -108,6 +108,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+#: The lane of messages with neither a priority nor a group: the queue's ready list.
+PLAIN_LANE = "0:"
+
+
+def lane_id(priority: int, group: str | None) -> str:
+    """The lane of a message: ``"<priority>:<group as hex>"`` (hex: a group name may hold
+    any character, and a ``}`` would end the lane's part of its key)."""
+    return f"{priority}:{(group or '').encode().hex()}"
+
+
 def heartbeats_key(namespace: str) -> str:
     """Worker id -> last heartbeat (epoch ms) of every worker of ``namespace``."""
     return f"{namespace}:__heartbeats__"
@@ -338,6 +348,56 @@ class QueueKeys:
         consumer whose subscription is gone for good (its process died, its connection
         closed) is dead, and its worker's messages run again elsewhere."""
         return f"redisson_delay_queue_subscribers:{{{self.name}}}"
+
+    # Flow control (priorities, groups, limits; see lua/_flow.lua and docs/flow-control-design.md).
+    # A lane is the ready list of one (priority, group); lane (0, no group) is :attr:`ready`.
+
+    @property
+    def flow(self) -> str:
+        """Set while the queue's ready messages go through lanes (a priority, a group or a
+        limit was used): the fetch then takes by priority and in turn over the groups."""
+        return f"redisson_delay_queue_flow:{{{self.name}}}"
+
+    @property
+    def levels(self) -> str:
+        """The priorities whose ring holds a lane (member and score: the priority)."""
+        return f"redisson_delay_queue_levels:{{{self.name}}}"
+
+    @property
+    def lane_prefix(self) -> str:
+        """A lane's list is this prefix, the lane id and ``}`` (:meth:`lane`); the scripts
+        build it the same way (a lane id never holds ``}``)."""
+        return f"redisson_delay_queue_lane:{{{self.name}}}:{{"
+
+    @property
+    def ring_prefix(self) -> str:
+        """A priority's ring (the lanes of that priority with messages, in turn) is this
+        prefix, the priority and ``}``."""
+        return f"redisson_delay_queue_ring:{{{self.name}}}:{{"
+
+    def lane(self, lane_id: str) -> str:
+        """The list of lane ``lane_id`` (``"0:"`` is the ready list itself)."""
+        return self.ready if lane_id == PLAIN_LANE else f"{self.lane_prefix}{lane_id}}}"
+
+    def ring(self, priority: int) -> str:
+        return f"{self.ring_prefix}{priority}}}"
+
+    @property
+    def lane_of(self) -> str:
+        """Message id -> lane id, for messages not in the plain lane: kept from the send
+        to the end of the run (a retry or a requeue goes back to its lane)."""
+        return f"redisson_delay_queue_lane_of:{{{self.name}}}"
+
+    @property
+    def flow_keys(self) -> tuple[str, str, str]:
+        """The flow keys a pushing or fetching script takes, in this order (lua/_flow.lua)."""
+        return (self.flow, self.levels, self.lane_of)
+
+    @property
+    def flow_affixes(self) -> tuple[str, str]:
+        """The lane and ring prefixes, passed in ARGV: they are not keys (the ACL rule's
+        key patterns match the lanes and rings built from them, not the prefixes)."""
+        return (self.lane_prefix, self.ring_prefix)
 
     def wake_channel(self, token: str) -> str:
         """The channel on which one consumer (``token``) is woken; the scripts build it

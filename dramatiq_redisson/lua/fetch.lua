@@ -7,6 +7,10 @@
 -- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}         consumer token -> free slots
 -- KEYS[6]  STRING redisson_delay_queue_paused:{N}      set while the queue is paused
 -- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}      redis message id -> fetch record
+-- KEYS[8]  STRING redisson_delay_queue_flow:{N}        optional (with KEYS[9..10] and
+--          ARGV[7..8]): set while the queue's messages go through lanes (_flow.lua)
+-- KEYS[9]  ZSET  redisson_delay_queue_levels:{N}       priorities with lanes in their ring
+-- KEYS[10] HASH  redisson_delay_queue_lane_of:{N}      message id -> lane (scheduled ones)
 --
 -- ARGV[1]  most messages to take
 -- ARGV[2]  worker id
@@ -21,6 +25,11 @@
 --          the ack deletes the record
 -- ARGV[6]  optional: the caller's estimate of the server clock (epoch ms, see ack.lua),
 --          for the beat and the fetch records instead of a TIME call; "" or absent: TIME
+-- ARGV[7]  with KEYS[8]: the lanes' key prefix; ARGV[8] the rings' (from _keys.py)
+--
+-- Lanes: when KEYS[8] exists, ids are taken by priority and in turn over the groups
+-- (flow_take in _flow.lua) instead of from the head of the ready queue, and each fetch
+-- record of an id not in the plain lane ends with "|<lane>" (a requeue puts it back there).
 --
 -- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
 -- (enqueues do not wake it; it polls until the queue is resumed).
@@ -34,6 +43,8 @@
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
 --          no message (it is then dropped from the ack set too); or false (nil) when the
 --          queue is paused.
+
+-- include: _flow.lua
 
 local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local idle, paused, fetched = KEYS[5], KEYS[6], KEYS[7]
@@ -59,7 +70,16 @@ if redis.call("EXISTS", paused) == 1 then
     end
     return false
 end
-local ids = redis.call("LPOP", ready, count)
+local ids, lanes = nil, nil
+local flow = KEYS[8] and flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[7], ARGV[8])
+if flow and flow_on(flow) then
+    ids, lanes = flow_take(flow, count)
+    if #ids == 0 then
+        ids = false
+    end
+else
+    ids = redis.call("LPOP", ready, count)
+end
 if token ~= "" then
     if not ids or #ids < count then
         redis.call("ZADD", idle, count - (ids and #ids or 0), token) -- idle with the slots left
@@ -83,9 +103,20 @@ end
 if #held > 0 then
     redis.call("SADD", acks, unpack(held))
     local record, pairs = (now_ms or server_ms()) .. "|" .. ARGV[5], {}
+    local lane_at = {}
+    if lanes then
+        for i = 1, #ids do
+            lane_at[ids[i]] = lanes[i]
+        end
+    end
     for i = 1, #held do
         pairs[2 * i - 1] = held[i]
-        pairs[2 * i] = record
+        local lane = lane_at[held[i]]
+        if lane and lane ~= PLAIN_LANE then
+            pairs[2 * i] = record .. "|" .. lane
+        else
+            pairs[2 * i] = record
+        end
     end
     redis.call("HSET", fetched, unpack(pairs))
 end

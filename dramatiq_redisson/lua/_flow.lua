@@ -1,0 +1,120 @@
+-- _flow.lua: lanes and their rings, for a queue whose `flow` key exists (a priority, a
+-- group or a limit was used; see docs/flow-control-design.md). Included by the scripts
+-- that push ready messages and by fetch.lua; not a script of its own.
+--
+-- A lane is the ready list of one (priority, group), its id "<priority>:<group as hex>";
+-- lane "0:" is the queue's ready list itself, so a message with neither a priority nor a
+-- group goes where it always went. A lane with ids is in its priority's ring (a LIST of
+-- lane ids, taken in turn) exactly once; a priority with a non-empty ring is in `levels`
+-- (ZSET, score = priority).
+--
+-- flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix): the keys; a lane's
+--   list is lane_prefix .. id .. "}", a ring ring_prefix .. priority .. "}" (the prefixes
+--   come from _keys.py in ARGV: they are not keys).
+-- flow_on(ctx): whether the queue's messages go through lanes.
+-- flow_push(ctx, ids, lanes, at_head): push ids[i] onto lane lanes[i] (nil, "" or "0:":
+--   the ready list), at the tail, or at the head (a message put back runs next in its
+--   lane). A lane that was empty joins its ring.
+-- flow_take(ctx, count): up to count ids, from the highest priority with a lane in its
+--   ring; the lanes of one priority in turn, one id per lane per turn (a group's backlog
+--   does not delay another group). Returns ids, lanes. O(1) commands per id taken: no
+--   scan of lanes, rings or ids.
+-- flow_enable(ctx): set the flow key; a ready list that holds ids joins ring 0.
+
+local PLAIN_LANE = "0:"
+
+local function flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix)
+    return {
+        ready = ready, flow = flow, levels = levels, lane_of = lane_of,
+        lane_prefix = lane_prefix, ring_prefix = ring_prefix,
+    }
+end
+
+local function flow_on(ctx)
+    return redis.call("EXISTS", ctx.flow) == 1
+end
+
+local function lane_list(ctx, lane)
+    if lane == PLAIN_LANE then
+        return ctx.ready
+    end
+    return ctx.lane_prefix .. lane .. "}"
+end
+
+local function lane_priority(lane)
+    return tonumber(string.match(lane, "^(%d+):"))
+end
+
+local function ring_list(ctx, priority)
+    return ctx.ring_prefix .. priority .. "}"
+end
+
+local function enlist(ctx, lane)
+    local priority = lane_priority(lane)
+    redis.call("RPUSH", ring_list(ctx, priority), lane)
+    redis.call("ZADD", ctx.levels, priority, priority)
+end
+
+local function flow_push(ctx, ids, lanes, at_head)
+    local push = at_head and "LPUSH" or "RPUSH"
+    local i = 1
+    while i <= #ids do
+        -- A run of ids of one lane in one call (order kept within a lane).
+        local lane = lanes[i]
+        if not lane or lane == "" then
+            lane = PLAIN_LANE
+        end
+        local j = i
+        while j < #ids and (lanes[j + 1] or PLAIN_LANE) == lane do
+            j = j + 1
+        end
+        local run = {}
+        if at_head then
+            for k = j, i, -1 do -- LPUSH reverses: the first id ends at the head
+                run[#run + 1] = ids[k]
+            end
+        else
+            for k = i, j do
+                run[#run + 1] = ids[k]
+            end
+        end
+        if redis.call(push, lane_list(ctx, lane), unpack(run)) == #run then
+            enlist(ctx, lane) -- it was empty
+        end
+        i = j + 1
+    end
+end
+
+local function flow_take(ctx, count)
+    local ids, lanes = {}, {}
+    while #ids < count do
+        local top = redis.call("ZREVRANGE", ctx.levels, 0, 0)[1]
+        if not top then
+            break
+        end
+        local ring = ring_list(ctx, top)
+        local lane = redis.call("LPOP", ring)
+        local left = 0
+        if lane then
+            local list = lane_list(ctx, lane)
+            local id = redis.call("LPOP", list)
+            if id then
+                ids[#ids + 1] = id
+                lanes[#lanes + 1] = lane
+                if redis.call("LLEN", list) > 0 then
+                    left = redis.call("RPUSH", ring, lane) -- its next turn
+                end
+            end
+        end
+        if left == 0 and redis.call("LLEN", ring) == 0 then
+            redis.call("ZREM", ctx.levels, top)
+        end
+    end
+    return ids, lanes
+end
+
+local function flow_enable(ctx)
+    if redis.call("SET", ctx.flow, "1", "NX") and redis.call("LLEN", ctx.ready) > 0 then
+        enlist(ctx, PLAIN_LANE)
+    end
+end

@@ -1,0 +1,102 @@
+"""fetch.lua through lanes (_flow.lua): with the queue's ``flow`` key set, a fetch takes the
+highest priority first and the lanes of one priority in turn (one id per lane per turn), so
+one group's backlog does not delay another's; the fetch record names the lane; emptied
+lanes leave their ring and emptied rings leave ``levels``. Without the key, the lanes are
+not looked at (a plain queue's fetch is today's)."""
+
+from __future__ import annotations
+
+import redis
+
+from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
+
+from .state import Lua
+
+CLOCK = 1_700_000_000_000
+
+
+def _fetch(lua: Lua, keys: QueueKeys, count: int) -> list[bytes]:
+    reply = lua("fetch")(
+        keys=[
+            keys.ready,
+            keys.ready_msgs,
+            keys.acks("w1"),
+            keys.heartbeats,
+            keys.idle,
+            keys.paused,
+            keys.fetched,
+            *keys.flow_keys,
+        ],
+        args=[count, "w1", "", "0", "w1|tok", CLOCK, *keys.flow_affixes],
+    )
+    return [reply[i] for i in range(0, len(reply), 2)]
+
+
+def _ready(client: redis.Redis, keys: QueueKeys, lane: str, *ids: str) -> None:
+    """Ids made ready in ``lane`` as the pushing scripts leave them: a lane that was empty
+    joins its priority's ring."""
+    if client.rpush(keys.lane(lane), *ids) == len(ids):
+        priority = int(lane.split(":")[0])
+        client.rpush(keys.ring(priority), lane)
+        client.zadd(keys.levels, {str(priority): priority})
+    client.hset(keys.ready_msgs, mapping={i: f"data-{i}".encode() for i in ids})
+
+
+def test_without_the_flow_key_a_fetch_takes_the_head_of_the_ready_queue_and_ignores_lanes(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    _ready(redis_client, keys, lane_id(5, None), "high")
+    _ready(redis_client, keys, PLAIN_LANE, "plain")
+    assert _fetch(lua, keys, 5) == [b"plain"]
+    assert redis_client.lrange(keys.lane(lane_id(5, None)), 0, -1) == [b"high"]
+
+
+def test_the_highest_priority_comes_first_and_fifo_within_a_priority(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    _ready(redis_client, keys, PLAIN_LANE, "p0-a", "p0-b")
+    _ready(redis_client, keys, lane_id(1, None), "p1-a")
+    _ready(redis_client, keys, lane_id(9, None), "p9-a", "p9-b")
+    assert _fetch(lua, keys, 3) == [b"p9-a", b"p9-b", b"p1-a"]
+    assert _fetch(lua, keys, 5) == [b"p0-a", b"p0-b"]
+    assert _fetch(lua, keys, 5) == []
+    assert redis_client.exists(keys.levels, keys.ring(0), keys.ring(1), keys.ring(9)) == 0
+
+
+def test_groups_of_one_priority_take_turns_so_a_backlog_does_not_delay_another_group(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    big, small = lane_id(0, "tenant-big"), lane_id(0, "tenant-small")
+    _ready(redis_client, keys, big, *(f"big-{n}" for n in range(50)))
+    _ready(redis_client, keys, small, "small-0", "small-1")
+    _ready(redis_client, keys, PLAIN_LANE, "plain-0")
+    taken = _fetch(lua, keys, 6)
+    assert taken == [b"big-0", b"small-0", b"plain-0", b"big-1", b"small-1", b"big-2"]
+    # The emptied lanes left the ring; the big one is the only one left in it.
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [big.encode()]
+    assert redis_client.llen(keys.lane(big)) == 47
+
+
+def test_each_fetch_record_names_its_lane_but_the_plain_lanes(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    group = lane_id(2, "a{b}c")
+    _ready(redis_client, keys, group, "g")
+    _ready(redis_client, keys, PLAIN_LANE, "p")
+    assert _fetch(lua, keys, 2) == [b"g", b"p"]
+    assert redis_client.hgetall(keys.fetched) == {
+        b"g": f"{CLOCK}|w1|tok|{group}".encode(),
+        b"p": f"{CLOCK}|w1|tok".encode(),
+    }
+    assert redis_client.smembers(keys.acks("w1")) == {b"g", b"p"}
+
+
+def test_a_lane_key_stays_in_the_queues_slot_whatever_the_group_name(keys: QueueKeys) -> None:
+    from redis.crc import key_slot
+
+    for group in ("a{b}c", "}", "{", "tenant:1", "ü"):
+        assert key_slot(keys.lane(lane_id(3, group)).encode()) == key_slot(keys.timeout_zset.encode())
+        assert keys.lane(lane_id(3, group)).endswith("}")
