@@ -107,7 +107,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 #: The lane of messages with neither a priority nor a group: the queue's ready list.
 PLAIN_LANE = "0:"
 

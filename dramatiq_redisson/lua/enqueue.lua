@@ -6,6 +6,11 @@
 -- KEYS[3]  CHANNEL  redisson_delay_queue_channel:{N}
 -- KEYS[4]  ZSET     redisson_delay_queue_sent:{N}   redis message id -> enqueue time (epoch ms)
 -- KEYS[5]  ZSET     redisson_delay_queue_idle:{N}   consumer token -> free slots (idle consumers)
+-- KEYS[6..8]        optional: the flow keys (flow, levels, lane_of; see _flow.lua). With
+--                   them, ARGV[4] and ARGV[5] are the lanes' and the rings' key prefixes
+--                   and the messages come in triples from ARGV[6]: id, encoded message,
+--                   lane ("" or "0:": the ready queue). A lane other than "0:" turns the
+--                   queue's flow on; while it is on, every id goes through flow_push.
 --
 -- ARGV[1]   dedupe window in ms (0: only the check against KEYS[2])
 -- ARGV[2]   "" or, for the retry of a message in flight on a full server, the redis
@@ -48,6 +53,14 @@ local ready, ready_msgs, channel, sent, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4
 local window = tonumber(ARGV[1])
 local in_flight = ARGV[2]
 
+-- include: _flow.lua
+
+local flow, first, step = nil, 4, 2
+if KEYS[6] then
+    flow = flow_context(ready, KEYS[6], KEYS[7], KEYS[8], ARGV[4], ARGV[5])
+    first, step = 6, 3
+end
+
 -- include: _chunked.lua
 
 local TRIM_EVERY = 8
@@ -73,8 +86,12 @@ end
 local pairs_, ids, recorded = {}, {}, {}
 local seen = {}
 local checked = in_flight ~= "" -- HEXISTS now, HSET after the RPUSH (the previous release's way)
-for i = 4, #ARGV, 2 do
+local lane_of_id, laned = {}, false
+for i = first, #ARGV, step do
     local id = ARGV[i]
+    if flow and ARGV[i + 2] ~= "" and ARGV[i + 2] ~= PLAIN_LANE then
+        lane_of_id[id] = ARGV[i + 2]
+    end
     if not seen[id] then
         seen[id] = true
         local fresh = true
@@ -116,6 +133,31 @@ end
 if in_flight ~= "" and redis.call("HEXISTS", ready_msgs, in_flight) == 1 then
     redis.call("LLEN", ready) -- type check: the HDEL below becomes the first write
     redis.call("HDEL", ready_msgs, in_flight)
+end
+if flow then
+    for i = 1, #ids do
+        laned = laned or lane_of_id[ids[i]] ~= nil
+    end
+    if laned then
+        redis.call("LLEN", ready) -- type check before the first write of the flow path
+        flow_enable(flow)
+    end
+end
+if flow and (laned or flow_on(flow)) then
+    local lanes = {}
+    for i = 1, #ids do
+        lanes[i] = lane_of_id[ids[i]] or PLAIN_LANE
+    end
+    flow_push(flow, ids, lanes, false)
+    if checked then
+        variadic("HSET", ready_msgs, pairs_)
+    end
+    if window > 0 then
+        variadic("ZADD", sent, recorded)
+        redis.call("PEXPIRE", sent, window)
+    end
+    wake(idle, channel .. ":wake:{", #ids)
+    return {redis.call("LLEN", ready), #ids, read_ms}
 end
 local length = 0
 for i = 1, #ids, CHUNK do
