@@ -20,6 +20,9 @@
 --   does not delay another group). Returns ids, lanes. O(1) commands per id taken: no
 --   scan of lanes, rings or ids.
 -- flow_enable(ctx): set the flow key; a ready list that holds ids joins ring 0.
+-- record_lane(record): the lane a fetch record names ("...|lane:<id>"), or PLAIN_LANE.
+-- flow_put_back(ctx, ids, records): ids (in the order they were fetched) back at the head
+--   of their lanes, each lane's ids in their order, read from their fetch records.
 
 local PLAIN_LANE = "0:"
 
@@ -56,10 +59,22 @@ local function enlist(ctx, lane)
 end
 
 local function flow_push(ctx, ids, lanes, at_head)
-    local push = at_head and "LPUSH" or "RPUSH"
+    if at_head then
+        -- Last first, so that each lane's ids end at its head in the order given.
+        for i = #ids, 1, -1 do
+            local lane = lanes[i] or PLAIN_LANE
+            if lane == "" then
+                lane = PLAIN_LANE
+            end
+            if redis.call("LPUSH", lane_list(ctx, lane), ids[i]) == 1 then
+                enlist(ctx, lane)
+            end
+        end
+        return
+    end
     local i = 1
     while i <= #ids do
-        -- A run of ids of one lane in one call (order kept within a lane).
+        -- A run of ids of one lane in one RPUSH (order kept within a lane).
         local lane = lanes[i]
         if not lane or lane == "" then
             lane = PLAIN_LANE
@@ -68,17 +83,7 @@ local function flow_push(ctx, ids, lanes, at_head)
         while j < #ids and (lanes[j + 1] or PLAIN_LANE) == lane do
             j = j + 1
         end
-        local run = {}
-        if at_head then
-            for k = j, i, -1 do -- LPUSH reverses: the first id ends at the head
-                run[#run + 1] = ids[k]
-            end
-        else
-            for k = i, j do
-                run[#run + 1] = ids[k]
-            end
-        end
-        if redis.call(push, lane_list(ctx, lane), unpack(run)) == #run then
+        if redis.call("RPUSH", lane_list(ctx, lane), unpack(ids, i, j)) == j - i + 1 then
             enlist(ctx, lane) -- it was empty
         end
         i = j + 1
@@ -117,4 +122,16 @@ local function flow_enable(ctx)
     if redis.call("SET", ctx.flow, "1", "NX") and redis.call("LLEN", ctx.ready) > 0 then
         enlist(ctx, PLAIN_LANE)
     end
+end
+
+local function record_lane(record)
+    return record and string.match(record, "|lane:(%d+:%x*)$") or PLAIN_LANE
+end
+
+local function flow_put_back(ctx, ids, records)
+    local lanes = {}
+    for i = 1, #ids do
+        lanes[i] = record_lane(records[i])
+    end
+    flow_push(ctx, ids, lanes, true)
 end

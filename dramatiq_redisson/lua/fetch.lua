@@ -29,7 +29,7 @@
 --
 -- Lanes: when KEYS[8] exists, ids are taken by priority and in turn over the groups
 -- (flow_take in _flow.lua) instead of from the head of the ready queue, and each fetch
--- record of an id not in the plain lane ends with "|<lane>" (a requeue puts it back there).
+-- record of an id not in the plain lane ends with "|lane:<lane>" (a requeue puts it back there).
 --
 -- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
 -- (enqueues do not wake it; it polls until the queue is resumed).
@@ -113,7 +113,7 @@ if #held > 0 then
         pairs[2 * i - 1] = held[i]
         local lane = lane_at[held[i]]
         if lane and lane ~= PLAIN_LANE then
-            pairs[2 * i] = record .. "|" .. lane
+            pairs[2 * i] = record .. "|lane:" .. lane
         else
             pairs[2 * i] = record
         end

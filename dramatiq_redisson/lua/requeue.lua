@@ -6,8 +6,13 @@
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
+-- KEYS[7..9]      optional: the flow keys (see _flow.lua); with them ARGV[1] and ARGV[2] are
+--                 the lanes' and rings' key prefixes, and the ids start at ARGV[3]
 --
 -- ARGV[1..] redis message ids, in the order they were fetched
+--
+-- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
+-- record names (the ready queue when it names none).
 --
 -- An id is put back only if this call removed it from the ack set: an id acked (or
 -- requeued) meanwhile is left alone, so a requeue never duplicates a message.
@@ -22,8 +27,34 @@
 
 -- include: _wake.lua
 
+-- include: _flow.lua
+
+local flow, first = nil, 1
+if KEYS[7] then
+    flow = flow_context(KEYS[3], KEYS[7], KEYS[8], KEYS[9], ARGV[1], ARGV[2])
+    first = 3
+end
+if flow and flow_on(flow) then
+    local back, records = {}, {}
+    for i = first, #ARGV do
+        if redis.call("SREM", KEYS[1], ARGV[i]) == 1 then
+            local record = redis.call("HGET", KEYS[6], ARGV[i])
+            redis.call("HDEL", KEYS[6], ARGV[i])
+            if redis.call("HEXISTS", KEYS[2], ARGV[i]) == 1 then
+                back[#back + 1] = ARGV[i]
+                records[#back] = record
+            end
+        end
+    end
+    flow_put_back(flow, back, records)
+    if #back > 0 then
+        wake(KEYS[4], KEYS[5] .. ":wake:{", #back)
+    end
+    return #back
+end
+
 local count = 0
-for i = #ARGV, 1, -1 do
+for i = #ARGV, first, -1 do
     if redis.call("SREM", KEYS[1], ARGV[i]) == 1 then
         redis.call("HDEL", KEYS[6], ARGV[i])
         if redis.call("HEXISTS", KEYS[2], ARGV[i]) == 1 then

@@ -88,7 +88,7 @@ def test_each_fetch_record_names_its_lane_but_the_plain_lanes(
     _ready(redis_client, keys, PLAIN_LANE, "p")
     assert _fetch(lua, keys, 2) == [b"g", b"p"]
     assert redis_client.hgetall(keys.fetched) == {
-        b"g": f"{CLOCK}|w1|tok|{group}".encode(),
+        b"g": f"{CLOCK}|w1|tok|lane:{group}".encode(),
         b"p": f"{CLOCK}|w1|tok".encode(),
     }
     assert redis_client.smembers(keys.acks("w1")) == {b"g", b"p"}
@@ -100,3 +100,41 @@ def test_a_lane_key_stays_in_the_queues_slot_whatever_the_group_name(keys: Queue
     for group in ("a{b}c", "}", "{", "tenant:1", "ü"):
         assert key_slot(keys.lane(lane_id(3, group)).encode()) == key_slot(keys.timeout_zset.encode())
         assert keys.lane(lane_id(3, group)).endswith("}")
+
+
+def _requeue(lua: Lua, keys: QueueKeys, *ids: str) -> int:
+    return lua("requeue")(
+        keys=[keys.acks("w1"), keys.ready_msgs, keys.ready, keys.idle, keys.channel, keys.fetched, *keys.flow_keys],
+        args=[*keys.flow_affixes, *ids],
+    )
+
+
+def test_a_requeue_puts_each_id_back_at_the_head_of_its_own_lane_in_fetch_order(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    a, b = lane_id(0, "a"), lane_id(4, "b")
+    _ready(redis_client, keys, a, "a1", "a2", "a3")
+    _ready(redis_client, keys, b, "b1", "b2")
+    _ready(redis_client, keys, PLAIN_LANE, "p1")
+    taken = _fetch(lua, keys, 4)
+    assert taken == [b"b1", b"b2", b"a1", b"p1"]
+    assert _requeue(lua, keys, "b1", "b2", "a1", "p1") == 4
+    assert redis_client.lrange(keys.lane(b), 0, -1) == [b"b1", b"b2"]
+    assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a1", b"a2", b"a3"]
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"p1"]
+    assert redis_client.hlen(keys.fetched) == 0
+    assert redis_client.scard(keys.acks("w1")) == 0
+    # The emptied lanes came back to their rings: the same fetch again takes the same ids.
+    assert _fetch(lua, keys, 4) == taken
+
+
+def test_a_requeue_without_flow_puts_ids_back_at_the_head_of_the_ready_queue(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    _ready(redis_client, keys, PLAIN_LANE, "p1", "p2", "p3")
+    redis_client.delete(keys.ring(0), keys.levels)  # as a queue without flow has them
+    assert _fetch(lua, keys, 2) == [b"p1", b"p2"]
+    assert _requeue(lua, keys, "p1", "p2") == 2
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"p1", b"p2", b"p3"]
+    assert redis_client.exists(keys.levels, keys.ring(0)) == 0
