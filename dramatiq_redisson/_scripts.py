@@ -652,7 +652,16 @@ class Scripts(ScriptRunner):
         workers = [*by_connection, *by_beat]
         requeued, dead = self._run_idempotent(
             "reap",
-            (keys.alive, keys.ready, keys.ready_msgs, keys.idle, keys.channel, keys.fetched, *map(keys.acks, workers)),
-            (timeout_ms, forget_ms, len(by_connection), *workers),
+            (
+                keys.alive,
+                keys.ready,
+                keys.ready_msgs,
+                keys.idle,
+                keys.channel,
+                keys.fetched,
+                *keys.flow_keys,
+                *map(keys.acks, workers),
+            ),
+            (timeout_ms, forget_ms, len(by_connection), *keys.flow_affixes, *workers),
         )
         return int(requeued), int(dead)

@@ -7,7 +7,8 @@
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[7..] SET  <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[4..]
+-- KEYS[7..9]     the flow keys (flow, levels, lane_of; see _flow.lua)
+-- KEYS[10..] SET <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[6..]
 --
 -- ARGV[1]  liveness timeout (ms): a worker is dead when its last beat is more than this
 --          older than the newest beat in KEYS[1]
@@ -17,7 +18,11 @@
 --          (every wake-channel subscription of the worker gone for a while): those are
 --          taken as dead; the others, found dead by their beats (ZRANGE of KEYS[1]), are
 --          checked again here, and one that beat meanwhile is left alone
--- ARGV[4..] worker ids
+-- ARGV[4]  the lanes' key prefix, ARGV[5] the rings' (from _keys.py)
+-- ARGV[6..] worker ids
+--
+-- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
+-- record names (the ready queue when it names none).
 --
 -- Dead is relative to the newest beat, not to the server clock: when no process could beat
 -- (the server was stopped or unreachable for a while, every entry equally old) nobody is
@@ -34,6 +39,7 @@
 
 -- include: _wake.lua
 -- include: _chunked.lua
+-- include: _flow.lua
 
 local alive, ready, ready_msgs, idle, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local timeout, forget = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -41,23 +47,38 @@ local timeout, forget = tonumber(ARGV[1]), tonumber(ARGV[2])
 local newest = redis.call("ZRANGE", alive, -1, -1, "WITHSCORES")
 local newest_ms = #newest > 0 and tonumber(newest[2]) or 0
 
+local flow = flow_context(ready, KEYS[7], KEYS[8], KEYS[9], ARGV[4], ARGV[5])
+local laned = flow_on(flow)
 local by_connection = tonumber(ARGV[3])
 local requeued, dead = 0, 0
-for i = 4, #ARGV do
+for i = 6, #ARGV do
     local beat = redis.call("ZSCORE", alive, ARGV[i])
-    if i - 3 <= by_connection or (beat and newest_ms - tonumber(beat) > timeout) then
+    if i - 5 <= by_connection or (beat and newest_ms - tonumber(beat) > timeout) then
         dead = dead + 1
-        local acks = KEYS[i + 3]
+        local acks = KEYS[i + 4]
         local ids = redis.call("SMEMBERS", acks)
         redis.call("DEL", acks)
+        local records = {}
         if #ids > 0 then
+            if laned then
+                records = redis.call("HMGET", KEYS[6], unpack(ids))
+            end
             variadic("HDEL", KEYS[6], ids)
         end
+        local back, back_records = {}, {}
         for j = 1, #ids do
             if redis.call("HEXISTS", ready_msgs, ids[j]) == 1 then
-                redis.call("LPUSH", ready, ids[j])
+                if laned then
+                    back[#back + 1] = ids[j]
+                    back_records[#back] = records[j]
+                else
+                    redis.call("LPUSH", ready, ids[j])
+                end
                 requeued = requeued + 1
             end
+        end
+        if laned then
+            flow_put_back(flow, back, back_records)
         end
     end
 end

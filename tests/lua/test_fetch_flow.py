@@ -138,3 +138,33 @@ def test_a_requeue_without_flow_puts_ids_back_at_the_head_of_the_ready_queue(
     assert _requeue(lua, keys, "p1", "p2") == 2
     assert redis_client.lrange(keys.ready, 0, -1) == [b"p1", b"p2", b"p3"]
     assert redis_client.exists(keys.levels, keys.ring(0)) == 0
+
+
+def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    a = lane_id(2, "a")
+    _ready(redis_client, keys, a, "a1", "a2")
+    _ready(redis_client, keys, PLAIN_LANE, "p1")
+    assert _fetch(lua, keys, 2) == [b"a1", b"p1"]
+    # w1 stopped beating 60 s before the newest beat (w2's).
+    redis_client.zadd(keys.alive, {"w1": CLOCK - 60_000, "w2": CLOCK})
+    reply = lua("reap")(
+        keys=[
+            keys.alive,
+            keys.ready,
+            keys.ready_msgs,
+            keys.idle,
+            keys.channel,
+            keys.fetched,
+            *keys.flow_keys,
+            keys.acks("w1"),
+        ],
+        args=[10_000, 3_600_000, 0, *keys.flow_affixes, "w1"],
+    )
+    assert reply == [2, 1]
+    assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a1", b"a2"]
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"p1"]
+    assert redis_client.hlen(keys.fetched) == 0
+    assert _fetch(lua, keys, 3) == [b"a1", b"a2", b"p1"]

@@ -23,8 +23,17 @@ def reap(lua: Lua, keys: QueueKeys, by_beat: Sequence[str], by_connection: Seque
     """Run reap.lua as the broker does (``_scripts.Scripts.reap``)."""
     workers = [*by_connection, *by_beat]
     result: list[int] = lua("reap")(
-        keys=[keys.alive, keys.ready, keys.ready_msgs, keys.idle, keys.channel, keys.fetched, *map(keys.acks, workers)],
-        args=[TIMEOUT, FORGET, len(by_connection), *workers],
+        keys=[
+            keys.alive,
+            keys.ready,
+            keys.ready_msgs,
+            keys.idle,
+            keys.channel,
+            keys.fetched,
+            *keys.flow_keys,
+            *map(keys.acks, workers),
+        ],
+        args=[TIMEOUT, FORGET, len(by_connection), *keys.flow_affixes, *workers],
     )
     return result
 
