@@ -147,7 +147,7 @@ def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
     a = lane_id(2, "a")
     _ready(redis_client, keys, a, "a1", "a2")
     _ready(redis_client, keys, PLAIN_LANE, "p1")
-    assert _fetch(lua, keys, 2) == [b"a1", b"p1"]
+    assert _fetch(lua, keys, 3) == [b"a1", b"a2", b"p1"]
     # w1 stopped beating 60 s before the newest beat (w2's).
     redis_client.zadd(keys.alive, {"w1": CLOCK - 60_000, "w2": CLOCK})
     reply = lua("reap")(
@@ -163,7 +163,7 @@ def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
         ],
         args=[10_000, 3_600_000, 0, *keys.flow_affixes, "w1"],
     )
-    assert reply == [2, 1]
+    assert reply == [3, 1]
     assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a1", b"a2"]
     assert redis_client.lrange(keys.ready, 0, -1) == [b"p1"]
     assert redis_client.hlen(keys.fetched) == 0
