@@ -524,9 +524,10 @@ class Scripts(ScriptRunner):
                 keys.legacy_dq,
                 keys.legacy_dq_msgs,
                 keys.fetched,
+                *keys.flow_keys,
                 *(k for w in dead_workers for k in (keys.acks(w), keys.legacy_dq_acks(w))),
             ),
-            (dead_message_ttl_ms, expire_limit),
+            (dead_message_ttl_ms, expire_limit, *keys.flow_affixes),
         )
         return int(requeued), int(expired)
 

@@ -7,12 +7,17 @@
 -- KEYS[5]  LIST  <ns>:<queue>.DQ          the built-in broker's delay queue
 -- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs
 -- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[8..] pairs of SETs per dead worker: <ns>:__acks__.<id>.<queue>, <ns>:__acks__.<id>.<queue>.DQ
+-- KEYS[8..10]    the flow keys (flow, levels, lane_of; see _flow.lua)
+-- KEYS[11..] pairs of SETs per dead worker: <ns>:__acks__.<id>.<queue>, <ns>:__acks__.<id>.<queue>.DQ
 --          (unacked messages go back to the queue they were fetched from; the .DQ
 --          ones are then migrated to the delayed queue by the consumer)
 --
 -- ARGV[1]  dead-letter time to live in ms
 -- ARGV[2]  most dead letters to expire in this call
+-- ARGV[3]  the lanes' key prefix, ARGV[4] the rings' (from _keys.py)
+--
+-- Lanes: while the queue's flow is on, each id of the ready queue goes back to the head of
+-- the lane its fetch record names (the ready queue when it names none).
 --
 -- Memory: every growing write (LPUSH) follows a DEL of the ack set it empties, and
 -- expiry only deletes, so maintenance runs on a server at its maxmemory limit.
@@ -20,26 +25,43 @@
 -- Returns: {messages requeued, dead letters expired}
 
 -- include: _chunked.lua
+-- include: _flow.lua
 
 local ready, ready_msgs, xq, xq_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+local flow = flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[3], ARGV[4])
+local laned = flow_on(flow)
 local requeued = 0
 local function recover(acks, list, msgs)
     local ids = redis.call("SMEMBERS", acks)
     redis.call("DEL", acks)
+    local by_lane = laned and list == ready
+    local records = {}
     if #ids > 0 and list == ready then
+        if by_lane then
+            records = redis.call("HMGET", KEYS[7], unpack(ids))
+        end
         variadic("HDEL", KEYS[7], ids)
     end
+    local back, back_records = {}, {}
     for i = 1, #ids do
         if redis.call("HEXISTS", msgs, ids[i]) == 1 then
-            redis.call("LPUSH", list, ids[i])
+            if by_lane then
+                back[#back + 1] = ids[i]
+                back_records[#back] = records[i]
+            else
+                redis.call("LPUSH", list, ids[i])
+            end
             requeued = requeued + 1
         end
     end
+    if by_lane then
+        flow_put_back(flow, back, back_records)
+    end
 end
-for k = 8, #KEYS, 2 do
+for k = 11, #KEYS, 2 do
     recover(KEYS[k], ready, ready_msgs)
     recover(KEYS[k + 1], KEYS[5], KEYS[6])
 end

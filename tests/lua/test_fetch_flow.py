@@ -168,3 +168,32 @@ def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
     assert redis_client.lrange(keys.ready, 0, -1) == [b"p1"]
     assert redis_client.hlen(keys.fetched) == 0
     assert _fetch(lua, keys, 3) == [b"a1", b"a2", b"p1"]
+
+
+def test_maintenance_puts_a_dead_workers_messages_back_to_their_own_lanes(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    a = lane_id(1, "a")
+    _ready(redis_client, keys, a, "a1")
+    _ready(redis_client, keys, PLAIN_LANE, "p1")
+    assert _fetch(lua, keys, 2) == [b"a1", b"p1"]
+    reply = lua("maintenance")(
+        keys=[
+            keys.ready,
+            keys.ready_msgs,
+            keys.xq,
+            keys.xq_msgs,
+            keys.legacy_dq,
+            keys.legacy_dq_msgs,
+            keys.fetched,
+            *keys.flow_keys,
+            keys.acks("w1"),
+            keys.legacy_dq_acks("w1"),
+        ],
+        args=[86_400_000, 100, *keys.flow_affixes],
+    )
+    assert reply == [2, 0]
+    assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a1"]
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"p1"]
+    assert _fetch(lua, keys, 2) == [b"a1", b"p1"]

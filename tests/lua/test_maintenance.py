@@ -27,6 +27,7 @@ def _keys(keys: QueueKeys, dead_workers: Sequence[str] = ()) -> list[str]:
         keys.legacy_dq,
         keys.legacy_dq_msgs,
         keys.fetched,
+        *keys.flow_keys,
         *(k for w in dead_workers for k in (keys.acks(w), keys.legacy_dq_acks(w))),
     ]
 
@@ -36,7 +37,7 @@ def maintenance(lua: Lua, keys: QueueKeys) -> Callable[..., Any]:
     script = lua("maintenance")
 
     def run(dead_workers: Sequence[str] = (), ttl_ms: int = DAY_MS, limit: int = 100) -> Any:
-        return script(keys=_keys(keys, dead_workers), args=[ttl_ms, limit])
+        return script(keys=_keys(keys, dead_workers), args=[ttl_ms, limit, *keys.flow_affixes])
 
     return run
 
