@@ -93,7 +93,7 @@ end
 local function flow_take(ctx, count)
     local ids, lanes = {}, {}
     while #ids < count do
-        local top = redis.call("ZREVRANGE", ctx.levels, 0, 0)[1]
+        local top = redis.call("ZRANGE", ctx.levels, -1, -1)[1] -- the highest priority
         if not top then
             break
         end
