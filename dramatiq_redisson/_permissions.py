@@ -49,7 +49,7 @@ from redis.crc import key_slot
 from redis.exceptions import NoPermissionError
 
 from ._errors import MissingPermission
-from ._keys import QueueKeys, acks_pattern, channels_pattern
+from ._keys import QueueKeys, acks_pattern, channels_pattern, lane_id
 from ._server import server_versions
 
 #: Commands the Lua scripts in ``lua/`` issue (``redis.call``/``redis.pcall``).
@@ -363,6 +363,10 @@ def scratch_key(keys: QueueKeys) -> str:
     return f"{keys.ready}.__permission_probe__"
 
 
+#: The lane the probe checks for all of a queue's lanes (they share the key pattern).
+PROBED_LANE = lane_id(1, "probe")
+
+
 def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
     pairs = (
         ("list", keys.ready),
@@ -397,6 +401,11 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("zset", keys.idle),
         ("zset", keys.alive),
         ("hash", keys.subscribers),
+        ("string", keys.flow),
+        ("zset", keys.levels),
+        ("hash", keys.lane_of),
+        ("list", keys.lane(PROBED_LANE)),  # one lane and one ring stand for all
+        ("list", keys.ring(1)),
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
         ("none", keys.wake_channel(worker_id)),  # matches the key and channel patterns
     )

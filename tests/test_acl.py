@@ -32,6 +32,7 @@ from dramatiq_redisson._permissions import (
     COMMANDS,
     CONNECTION_COMMANDS,
     OPTIONAL_COMMANDS,
+    PROBED_LANE,
     PUBSUB_COMMANDS,
     REPLICATION_COMMANDS,
     SCRIPT_COMMANDS,
@@ -272,6 +273,11 @@ def test_probe_covers_every_key_of_a_queue(cluster: bool) -> None:
             "cluster",
             "reaches_namespace",
             "every_name",
+            "lane_prefix",  # not keys: the lanes' and rings' names start with them
+            "ring_prefix",
+            "flow_affixes",
+            "lane",  # one lane and one ring stand for all (checked below)
+            "ring",
         }:
             continue
         value = getattr(keys, attribute)
@@ -279,6 +285,7 @@ def test_probe_covers_every_key_of_a_queue(cluster: bool) -> None:
         names.update([value] if isinstance(value, str) else value)
     checked = set(argv) | {target for _, target, _ in (_routed_calls(keys) if cluster else [])}
     assert names <= checked, sorted(names - checked)
+    assert {keys.lane(PROBED_LANE), keys.ring(1)} <= checked
     if cluster:
         assert keys.registry not in argv  # in another slot: not inside the probe
 
@@ -601,6 +608,11 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_idle:{dramatiq:default}",
         "redisson_delay_queue_alive:{dramatiq:default}",
         "redisson_delay_queue_subscribers:{dramatiq:default}",
+        "redisson_delay_queue_flow:{dramatiq:default}",
+        "redisson_delay_queue_levels:{dramatiq:default}",
+        "redisson_delay_queue_lane_of:{dramatiq:default}",
+        "redisson_delay_queue_lane:{dramatiq:default}:{1:70726f6265}",
+        "redisson_delay_queue_ring:{dramatiq:default}:{1}",
         "redisson_delay_queue_channel:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}:wake:{__dramatiq_redisson_permission_probe__}",
     }
