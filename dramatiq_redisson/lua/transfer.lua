@@ -28,6 +28,8 @@
 --                                                    (see schedule.lua)
 -- KEYS[22] STRING redisson_delay_queue_paused:{N}   set while the queue is paused: no hand-off
 -- KEYS[23] HASH  redisson_delay_queue_fetched:{N}   fetch records of handed-off messages
+-- KEYS[24..26]    optional: the flow keys (flow, levels, lane_of; see _flow.lua), with
+--                 ARGV[15] and ARGV[16] the lanes' and rings' key prefixes
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list (per upkeep tick)
@@ -51,6 +53,10 @@
 --          returned, so that the caller adds more
 -- ARGV[14] "<worker id>|<consumer token>" of the caller, recorded with the time of each
 --          message handed off (as fetch.lua records a fetch)
+--
+-- Lanes: while the queue's flow is on (KEYS[24] exists), moved messages go to the lanes
+-- KEYS[26] recorded for them at the offer (the ready queue when none) and nothing is
+-- handed off: consumers fetch by priority and in turn (fetch.lua).
 --
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
@@ -127,6 +133,7 @@
 -- include: _lease.lua
 -- include: _chain.lua
 -- include: _upkeep.lua
+-- include: _flow.lua
 
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ready, ready_msgs, xq, xq_msgs = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -240,7 +247,24 @@ if #due > 0 then
         variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
         local take = 0
-        if own_slots > 0 and token ~= "" and not state[3] and redis.call("LLEN", ready) == 0 then
+        local flow = KEYS[24] and flow_context(ready, KEYS[24], KEYS[25], KEYS[26], ARGV[15], ARGV[16])
+        local laned = flow and flow_on(flow)
+        if laned then
+            local lanes, recorded = {}, {}
+            for i = 1, #delivered, 1000 do
+                local chunk = redis.call("HMGET", flow.lane_of, unpack(delivered, i, math.min(#delivered, i + 999)))
+                for j = 1, #chunk do
+                    lanes[#lanes + 1] = chunk[j]
+                    if chunk[j] then
+                        recorded[#recorded + 1] = delivered[i + j - 1]
+                    end
+                end
+            end
+            if #recorded > 0 then
+                variadic("HDEL", flow.lane_of, recorded)
+            end
+            flow_push(flow, members, lanes, false) -- no hand-off: consumers fetch through the lanes
+        elseif own_slots > 0 and token ~= "" and not state[3] and redis.call("LLEN", ready) == 0 then
             take = math.min(own_slots, moved)
             local record, records = now_ms .. "|" .. (ARGV[14] or ""), {}
             for i = 1, take do
@@ -252,7 +276,7 @@ if #due > 0 then
             redis.call("SADD", acks, unpack(members, 1, take))
             redis.call("HSET", KEYS[23], unpack(records))
         end
-        if take < moved then
+        if not laned and take < moved then
             variadic("RPUSH", ready, { unpack(members, take + 1) })
         end
         if sent and window > 0 then

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from dramatiq_redisson._ids import next_sort_key, next_sort_keys, sort_key_at
-from dramatiq_redisson._keys import QueueKeys
+from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
 
 from .state import Lua, schedule_entry
 
@@ -69,8 +69,9 @@ def _transfer(
     upkeep: int = 0,
     grace: int = 1_000,
     low_water: int = 0,
+    flow: bool = False,
 ) -> list[Any]:
-    args = [
+    args: list[Any] = [
         limit,
         trim,
         step,
@@ -86,7 +87,11 @@ def _transfer(
         low_water,
         f"{WORKER}|{token}",
     ]
-    return list(lua("transfer")(keys=_transfer_keys(keys), args=args))
+    transfer_keys = _transfer_keys(keys)
+    if flow:
+        transfer_keys += keys.flow_keys
+        args += keys.flow_affixes
+    return list(lua("transfer")(keys=transfer_keys, args=args))
 
 
 # -- moving due entries --------------------------------------------------------------
@@ -549,3 +554,35 @@ def test_transfer_compacts_a_backup_list_far_longer_than_the_schedule_step_by_st
     assert redis_client.lrange(keys.backup_list, 0, -1) == live
     assert redis_client.exists(keys.compact_list, keys.compact_cursor) == 0
     assert redis_client.zrange(keys.timeout_zset, 0, -1) == live
+
+
+# -- lanes (flow control) ---------------------------------------------------------------
+
+
+def test_with_the_flow_keys_but_flow_off_a_transfer_hands_off_as_before(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    member = schedule_entry(redis_client, keys, "m1", 1_000).member
+    reply = _transfer(lua, keys, token="tok", lease_ms=10_000, own_slots=5, flow=True)
+    assert reply[0] == 1
+    assert reply[5][0] == member  # handed off
+    assert redis_client.exists(keys.flow, keys.levels, keys.ring(0)) == 0
+
+
+def test_with_flow_on_due_messages_go_to_their_lanes_and_nothing_is_handed_off(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    high = lane_id(5, "acme")
+    plain = schedule_entry(redis_client, keys, "plain", 1_000).member
+    laned = schedule_entry(redis_client, keys, "laned", 1_001).member
+    redis_client.hset(keys.lane_of, "laned", high)
+    reply = _transfer(lua, keys, token="tok", lease_ms=10_000, own_slots=5, flow=True)
+    assert reply[0] == 2
+    assert reply[5] == []  # nothing handed off
+    assert redis_client.lrange(keys.lane(high), 0, -1) == [laned]
+    assert redis_client.lrange(keys.ready, 0, -1) == [plain]
+    assert redis_client.lrange(keys.ring(5), 0, -1) == [high.encode()]
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]
+    assert redis_client.exists(keys.lane_of) == 0  # the lane moved with the message
+    assert redis_client.scard(keys.acks(WORKER)) == 0
