@@ -20,6 +20,8 @@
 --   does not delay another group). Returns ids, lanes. O(1) commands per id taken: no
 --   scan of lanes, rings or ids.
 -- flow_enable(ctx): set the flow key; a ready list that holds ids joins ring 0.
+-- enable_flow(flow, ready, levels, ring0): the same with the keys given one by one (a
+--   script that has ring 0's key but not the prefixes: offer.lua).
 -- record_lane(record): the lane a fetch record names ("...|lane:<id>"), or PLAIN_LANE.
 -- flow_put_back(ctx, ids, records): ids (in the order they were fetched) back at the head
 --   of their lanes, each lane's ids in their order, read from their fetch records.
@@ -118,10 +120,15 @@ local function flow_take(ctx, count)
     return ids, lanes
 end
 
-local function flow_enable(ctx)
-    if redis.call("SET", ctx.flow, "1", "NX") and redis.call("LLEN", ctx.ready) > 0 then
-        enlist(ctx, PLAIN_LANE)
+local function enable_flow(flow, ready, levels, ring0)
+    if redis.call("SET", flow, "1", "NX") and redis.call("LLEN", ready) > 0 then
+        redis.call("RPUSH", ring0, PLAIN_LANE)
+        redis.call("ZADD", levels, 0, 0)
     end
+end
+
+local function flow_enable(ctx)
+    enable_flow(ctx.flow, ctx.ready, ctx.levels, ring_list(ctx, 0))
 end
 
 local function record_lane(record)

@@ -15,6 +15,10 @@
 -- KEYS[11] ZSET  redisson_delay_queue_holds:{N}   dedupe key -> end of its throttle window
 -- KEYS[12] HASH  redisson_delay_queue_held:{N}    dedupe key -> encoded message that moved
 --                                      (KEYS[9..12]: see _dedupe.lua)
+-- KEYS[13] HASH  redisson_delay_queue_lane_of:{N}  optional (with KEYS[14..17]): message id ->
+--                                      lane, for a scheduled message not in the plain lane
+-- KEYS[14] STRING redisson_delay_queue_flow:{N}   KEYS[15] ZSET its levels, KEYS[16] LIST
+--                                      the ready queue, KEYS[17] LIST ring 0 (see _flow.lua)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose
@@ -25,9 +29,14 @@
 -- rel/abs: ARGV[2..] repeated groups of 8:
 --          time_ms, sort_key (see _member.lua), message_id, payload (see _body.lua),
 --          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed),
---          dedupe key ("": none), dedupe mode ("keep", "replace" or "retry"), ttl in ms
+--          dedupe key ("": none), dedupe mode ("keep", "replace" or "retry"), ttl in ms;
+--          with KEYS[13], groups of 9: the 9th the message's lane ("" or "0:": plain)
 -- bulk:    ARGV[2] delay in ms; ARGV[3..] repeated pairs:
---          message_id, sort_key .. payload
+--          message_id, sort_key .. payload (with KEYS[13], triples: the lane third)
+--
+-- Lanes: a scheduled message with a lane other than "0:" is recorded in KEYS[13] (its
+-- transfer moves it to that lane) and turns the queue's flow on (_flow.lua); one
+-- rescheduled without a lane loses its record.
 --
 -- A member is sort_key .. message_id: equal due times order by sort key (offer order).
 -- Offering a message id that is already scheduled on this queue reschedules it (within
@@ -78,10 +87,18 @@
 -- include: _member.lua
 -- include: _chunked.lua
 -- include: _dedupe.lua
+-- include: _flow.lua
 
 local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local legacy_list, legacy_msgs, ready_msgs, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local dedupe, keyed, holds, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local lane_of = KEYS[13]
+local step = lane_of and 9 or 8 -- ARGV per rel/abs entry
+local laned = false -- a message with a lane was scheduled: the queue's flow goes on
+
+local function lane_given(lane)
+    return lane and lane ~= "" and lane ~= PLAIN_LANE
+end
 
 -- Reads first: a key of the wrong type fails the call before anything is written.
 -- KEYS[3] is read (HGET/HMGET) before the first write of a plain offer, and KEYS[11] and
@@ -100,7 +117,7 @@ local function check_indexes()
         indexes_checked = true
     end
 end
-if ARGV[1] == "bulk" or #ARGV > 9 then
+if ARGV[1] == "bulk" or #ARGV > 1 + step then
     check_indexes()
 elseif string.sub(ARGV[1], 1, 5) == "move:" or (ARGV[6] and ARGV[6] ~= "") then
     -- A retry's "move:" and a legacy claim write before the entry's HGET: check it all.
@@ -131,7 +148,8 @@ if mode == "bulk" then
     local due_ms = now_ms + tonumber(ARGV[2])
     local ids, last = {}, {}
     local repeated = false
-    for i = 3, #ARGV, 2 do
+    local width = lane_of and 3 or 2 -- ARGV per bulk entry
+    for i = 3, #ARGV, width do
         ids[#ids + 1] = ARGV[i]
         repeated = repeated or last[ARGV[i]] ~= nil
         last[ARGV[i]] = i
@@ -145,8 +163,9 @@ if mode == "bulk" then
     end
     local due_text = string.format("%d", due_ms)
     local stale, scored, pushed, stored, rescheduled = {}, {}, {}, {}, {}
+    local lanes, unlaned = {}, {}
     for n = 1, #ids do
-        local i = 2 * n + 1
+        local i = width * (n - 1) + 3
         local message_id, value = ARGV[i], ARGV[i + 1]
         -- The last offer of a message id wins; an earlier schedule of it leaves the ZSET
         -- (unless it is the same member: the ZADD below then only moves its due time).
@@ -166,9 +185,17 @@ if mode == "bulk" then
             if not same then
                 pushed[#pushed + 1] = member
             end
-            if repeated then
+            if repeated or lane_of then
                 stored[#stored + 1] = message_id
                 stored[#stored + 1] = value
+            end
+            if lane_of then
+                if lane_given(ARGV[i + 2]) then
+                    lanes[#lanes + 1] = message_id
+                    lanes[#lanes + 1] = ARGV[i + 2]
+                elseif previous[n] then
+                    unlaned[#unlaned + 1] = message_id
+                end
             end
             added[member] = true
             any_added = true
@@ -185,7 +212,14 @@ if mode == "bulk" then
         end
         -- Offered again without a dedupe key: a key it held is released.
         unkey(keyed, dedupe, rescheduled)
-        if repeated then
+        if #lanes > 0 then
+            variadic("HSET", lane_of, lanes)
+            laned = true
+        end
+        if #unlaned > 0 then
+            variadic("HDEL", lane_of, unlaned)
+        end
+        if repeated or lane_of then
             variadic("HSET", payloads, stored)
         else
             -- Every entry is kept: its (message id, value) pairs are ARGV[3..] as they are.
@@ -197,7 +231,7 @@ if mode == "bulk" then
     result = {#ids, due_ms}
 else
     local relative = mode == "rel"
-    for i = 2, #ARGV, 8 do
+    for i = 2, #ARGV, step do
         local time_ms = tonumber(ARGV[i])
         local sort_key, message_id, data, claim = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
         local key, key_mode, ttl = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
@@ -270,6 +304,14 @@ else
                     redis.call("RPUSH", backup, member)
                 end
                 redis.call("HSET", payloads, message_id, sort_key .. data)
+                if lane_of then
+                    if lane_given(ARGV[i + 8]) then
+                        redis.call("HSET", lane_of, message_id, ARGV[i + 8])
+                        laned = true
+                    elseif previous then
+                        redis.call("HDEL", lane_of, message_id)
+                    end
+                end
                 if previous then
                     -- A key this id held under another name (or none now) is released.
                     local had = redis.call("HGET", keyed, message_id)
@@ -286,6 +328,9 @@ else
                         redis.call("ZREM", zset, stored_key(holder_stored) .. holder)
                         redis.call("HDEL", payloads, holder)
                         redis.call("HDEL", keyed, holder)
+                        if lane_of then
+                            redis.call("HDEL", lane_of, holder)
+                        end
                     end
                     if window_seen then
                         redis.call("ZREM", holds, key)
@@ -302,6 +347,9 @@ else
     end
 end
 
+if laned then
+    enable_flow(KEYS[14], KEYS[16], KEYS[15], KEYS[17])
+end
 if any_added then
     local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
     if head[1] and added[head[1]] then

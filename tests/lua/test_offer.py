@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from dramatiq_redisson._ids import next_sort_key, next_sort_keys
-from dramatiq_redisson._keys import QueueKeys
+from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
 
 from .state import Lua, snapshot
 
@@ -413,3 +413,71 @@ def test_offer_bulk_of_a_keyed_message_releases_its_key(lua: Lua, keys: QueueKey
     _bulk(lua, keys, 1_000, [("m1", sort_key.encode() + b"{}")])
     assert redis_client.exists(keys.dedupe, keys.keyed) == 0
     assert redis_client.zcard(keys.timeout_zset) == 1
+
+
+# -- lanes (flow control) ---------------------------------------------------------------
+
+
+def _flow_keys(keys: QueueKeys) -> list[str]:
+    return [*_offer_keys(keys), keys.lane_of, keys.flow, keys.levels, keys.ready, keys.ring(0)]
+
+
+def _offer_laned(lua: Lua, keys: QueueKeys, *entries: tuple[Sequence[Any], str]) -> Any:
+    args: list[Any] = ["rel"]
+    for entry, lane in entries:
+        args += [*entry, lane]
+    return lua("offer")(keys=_flow_keys(keys), args=args)
+
+
+def test_a_laned_offer_records_its_lane_and_turns_flow_on_with_the_waiting_ready_queue_in_ring_0(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.rpush(keys.ready, "waiting")
+    lane = lane_id(4, "acme")
+    _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "m1"), lane), (_entry(60_000, next_sort_key(), "m2"), ""))
+    assert redis_client.hgetall(keys.lane_of) == {b"m1": lane.encode()}
+    assert redis_client.get(keys.flow) == b"1"
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]
+    assert redis_client.zrange(keys.levels, 0, -1) == [b"0"]
+    assert redis_client.zcard(keys.timeout_zset) == 2
+
+
+def test_plain_offers_with_the_flow_keys_write_no_lane_and_leave_flow_off(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.rpush(keys.ready, "waiting")
+    _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "m1"), ""), (_entry(60_000, next_sort_key(), "m2"), "0:"))
+    assert redis_client.exists(keys.lane_of, keys.flow, keys.levels, keys.ring(0)) == 0
+
+
+def test_a_message_rescheduled_without_its_lane_loses_the_record_and_one_given_a_lane_gains_it(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    lane = lane_id(2, None)
+    _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "m1"), lane))
+    _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "m1"), ""))
+    assert redis_client.exists(keys.lane_of) == 0
+    _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "m1"), lane))
+    assert redis_client.hgetall(keys.lane_of) == {b"m1": lane.encode()}
+
+
+def test_a_replaced_key_holder_loses_its_lane_record(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
+    lane = lane_id(1, "t")
+    _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "old", key="k", mode="replace"), lane))
+    _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "new", key="k", mode="replace"), lane))
+    assert redis_client.hgetall(keys.lane_of) == {b"new": lane.encode()}
+
+
+def test_a_bulk_offer_records_the_lanes_given_in_its_triples(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    lane = lane_id(3, "g")
+    sort_a, sort_b = next_sort_keys(2)
+    reply = lua("offer")(
+        keys=_flow_keys(keys),
+        args=["bulk", 60_000, "a", sort_a + "{}", lane, "b", sort_b + "{}", ""],
+    )
+    assert reply[0] == 2
+    assert redis_client.hgetall(keys.lane_of) == {b"a": lane.encode()}
+    assert redis_client.hgetall(keys.payloads) == {b"a": (sort_a + "{}").encode(), b"b": (sort_b + "{}").encode()}
+    assert redis_client.get(keys.flow) == b"1"
