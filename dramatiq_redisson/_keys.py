@@ -435,7 +435,7 @@ class QueueKeys:
         )
 
     @property
-    def scheduled_keys(self) -> tuple[str, str, str, str, str, str, str]:
+    def scheduled_keys(self) -> tuple[str, str, str, str, str, str, str, str]:
         """The keys that hold scheduled messages and their dedupe-key index, in the order
         clear.lua takes them (throttle windows, :attr:`holds`, outlive a clear)."""
         return (
@@ -446,4 +446,5 @@ class QueueKeys:
             self.compact_cursor,
             self.dedupe,
             self.keyed,
+            self.lane_of,
         )

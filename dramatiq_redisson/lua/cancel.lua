@@ -4,6 +4,8 @@
 -- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
 -- KEYS[3]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
 -- KEYS[4]  HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[5]  HASH  redisson_delay_queue_lane_of:{N}   optional: message id -> lane; a cancelled
+--                                                   message's record goes with it
 --
 -- ARGV[1]  "id": ARGV[2..] are message ids; "key": ARGV[2..] are dedupe keys (the
 --          messages that hold them are cancelled)
@@ -15,6 +17,7 @@
 -- Returns: the number of scheduled messages removed.
 
 -- include: _member.lua
+-- include: _chunked.lua
 -- include: _dedupe.lua
 
 local zset, payloads, dedupe, keyed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -36,4 +39,7 @@ for i = 2, #ARGV do
     end
 end
 unkey(keyed, dedupe, removed)
+if KEYS[5] and #removed > 0 then
+    variadic("HDEL", KEYS[5], removed)
+end
 return #removed

@@ -7,6 +7,7 @@
 -- KEYS[5]  STRING redisson_delay_queue_cursor:{N}
 -- KEYS[6]  HASH   redisson_delay_queue_dedupe:{N}   dedupe key -> message id (optional)
 -- KEYS[7]  HASH   redisson_delay_queue_keyed:{N}    message id -> ttl:dedupe key (optional)
+-- KEYS[8]  HASH   redisson_delay_queue_lane_of:{N}  message id -> lane (optional)
 --
 -- Keys are unlinked, so a large queue is freed off the server's main thread. The dedupe
 -- keys of the dropped messages go with them; throttle windows of messages that already

@@ -94,3 +94,16 @@ def test_cancel_refuses_an_unknown_mode_and_writes_nothing(
     with pytest.raises(redis.ResponseError, match="cancel: unknown mode ids"):
         _cancel(lua, keys, "ids", "m1")
     assert {key: redis_client.dump(key) for key in redis_client.keys("*")} == before
+
+
+def test_a_cancelled_message_loses_its_lane_record_when_the_lanes_key_is_given(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    schedule_entry(redis_client, keys, "a", 5_000)
+    schedule_entry(redis_client, keys, "b", 5_000)
+    redis_client.hset(keys.lane_of, mapping={"a": "2:", "b": "3:"})
+    removed = lua("cancel")(
+        keys=[keys.timeout_zset, keys.payloads, keys.dedupe, keys.keyed, keys.lane_of], args=["id", "a"]
+    )
+    assert removed == 1
+    assert redis_client.hgetall(keys.lane_of) == {b"b": b"3:"}

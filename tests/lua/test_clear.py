@@ -20,10 +20,12 @@ def _clear_keys(keys: QueueKeys) -> list[str]:
         keys.compact_cursor,
         keys.dedupe,
         keys.keyed,
+        keys.lane_of,
     ]
 
 
 def _fill(client: redis.Redis, keys: QueueKeys) -> None:
+    client.hset(keys.lane_of, "c", "1:")
     client.zadd(keys.timeout_zset, {"g0000000000001a": 1_000, "g0000000000002b": 2_000, "g0000000000003c": 3_000})
     client.rpush(keys.backup_list, "g0000000000000z", "g0000000000001a", "g0000000000002b", "g0000000000003c")
     client.hset(keys.payloads, mapping={"a": "g000000000001x", "b": "g000000000002y", "c": "g000000000003z"})
