@@ -6,6 +6,9 @@
 -- KEYS[4]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
 -- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
 -- KEYS[6]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
+-- KEYS[7..9]      optional: the flow keys (flow, levels, lane_of; see _flow.lua); with them
+--                 ARGV[3] and ARGV[4] are the lanes' and rings' key prefixes and the ids
+--                 start at ARGV[5]
 --
 -- ARGV[1]  "requeue" or "remove"
 -- ARGV[2]  batch: with no ids, act on up to this many of the oldest dead letters
@@ -20,9 +23,13 @@
 -- Memory: the first write is a ZREM (never grows memory), so both run on a full
 -- server (a requeue moves data from one hash to another).
 --
+-- Lanes: a dead letter with a lane (nack.lua kept it in lane_of) is requeued to that lane
+-- (turning the queue's flow on), and loses the record when it leaves the dead letters.
+--
 -- Returns: the number of dead letters requeued or removed.
 
 -- include: _wake.lua
+-- include: _flow.lua
 
 local xq, xq_msgs, ready, ready_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local action, batch = ARGV[1], tonumber(ARGV[2])
@@ -30,9 +37,14 @@ if action ~= "requeue" and action ~= "remove" then
     return redis.error_reply("dead: unknown action " .. tostring(action))
 end
 
+local flow, first = nil, 3
+if KEYS[7] then
+    flow = flow_context(ready, KEYS[7], KEYS[8], KEYS[9], ARGV[3], ARGV[4])
+    first = 5
+end
 local ids = {}
-if #ARGV > 2 then
-    for i = 3, #ARGV do
+if #ARGV >= first then
+    for i = first, #ARGV do
         if redis.call("ZSCORE", xq, ARGV[i]) then
             ids[#ids + 1] = ARGV[i]
         end
@@ -46,21 +58,34 @@ end
 local data = redis.call("HMGET", xq_msgs, unpack(ids))
 redis.call("ZREM", xq, unpack(ids))
 redis.call("HDEL", xq_msgs, unpack(ids))
+local lanes = flow and redis.call("HMGET", flow.lane_of, unpack(ids))
+if flow then
+    redis.call("HDEL", flow.lane_of, unpack(ids))
+end
 if action == "remove" then
     return #ids
 end
 local queued = redis.call("HMGET", ready_msgs, unpack(ids))
-local pairs_, pushed = {}, {}
+local pairs_, pushed, pushed_lanes, laned = {}, {}, {}, false
 for i = 1, #ids do
     if data[i] and not queued[i] then
         pairs_[#pairs_ + 1] = ids[i]
         pairs_[#pairs_ + 1] = data[i]
         pushed[#pushed + 1] = ids[i]
+        pushed_lanes[#pushed] = lanes and lanes[i]
+        laned = laned or (lanes and lanes[i]) and true or false
     end
 end
 if #pushed > 0 then
     redis.call("HSET", ready_msgs, unpack(pairs_))
-    redis.call("RPUSH", ready, unpack(pushed))
+    if laned then
+        flow_enable(flow)
+    end
+    if flow and flow_on(flow) then
+        flow_push(flow, pushed, pushed_lanes, false)
+    else
+        redis.call("RPUSH", ready, unpack(pushed))
+    end
     wake(KEYS[5], KEYS[6] .. ":wake:{", #pushed)
 end
 return #ids

@@ -70,5 +70,6 @@ local expired = redis.call("ZRANGEBYSCORE", xq, "-inf", now_ms - tonumber(ARGV[1
 if #expired > 0 then
     redis.call("ZREM", xq, unpack(expired))
     redis.call("HDEL", xq_msgs, unpack(expired))
+    redis.call("HDEL", flow.lane_of, unpack(expired)) -- a dead letter's lane record
 end
 return {requeued, #expired}

@@ -8,6 +8,9 @@
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   redis message id -> fetch record
 -- KEYS[7]  STRING redisson_delay_queue_minutes:{N}  activity history (see _history.lua)
 -- KEYS[8]  STRING redisson_delay_queue_hours:{N}
+-- KEYS[9]  HASH  redisson_delay_queue_lane_of:{N}   optional: the dead letter keeps the lane
+--                                                   its fetch record names (dead.lua's
+--                                                   requeue puts it back there)
 --
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
@@ -20,17 +23,22 @@
 -- Returns: 1 if the message was moved (and counted as failed), else 0.
 
 -- include: _history.lua
+-- include: _flow.lua
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local moved = 0
 if redis.call("SREM", KEYS[1], ARGV[1]) == 1 then
+    local lane = KEYS[9] and record_lane(redis.call("HGET", KEYS[6], ARGV[1])) or PLAIN_LANE
     redis.call("HDEL", KEYS[6], ARGV[1])
     local data = redis.call("HGET", KEYS[2], ARGV[1])
     if data then
         redis.call("HDEL", KEYS[2], ARGV[1])
         redis.call("ZADD", KEYS[3], now_ms, ARGV[1])
         redis.call("HSET", KEYS[4], ARGV[1], ARGV[3] or data)
+        if lane ~= PLAIN_LANE then
+            redis.call("HSET", KEYS[9], ARGV[1], lane)
+        end
         moved = 1
         record_history(KEYS[7], KEYS[8], now_ms, 2)
     end

@@ -197,3 +197,38 @@ def test_maintenance_puts_a_dead_workers_messages_back_to_their_own_lanes(
     assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a1"]
     assert redis_client.lrange(keys.ready, 0, -1) == [b"p1"]
     assert _fetch(lua, keys, 2) == [b"a1", b"p1"]
+
+
+def test_a_dead_letter_keeps_its_lane_and_a_requeue_puts_it_back_there(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.flow, "1")
+    lane = lane_id(6, "acme")
+    _ready(redis_client, keys, lane, "m1", "m2")
+    assert _fetch(lua, keys, 2) == [b"m1", b"m2"]
+    for message_id in ("m1", "m2"):
+        moved = lua("nack")(
+            keys=[
+                keys.acks("w1"),
+                keys.ready_msgs,
+                keys.xq,
+                keys.xq_msgs,
+                keys.heartbeats,
+                keys.fetched,
+                *keys.history_keys,
+                keys.lane_of,
+            ],
+            args=[message_id, "w1"],
+        )
+        assert moved == 1
+    assert redis_client.hgetall(keys.lane_of) == {b"m1": lane.encode(), b"m2": lane.encode()}
+    assert redis_client.exists(keys.levels) == 0  # nothing ready
+
+    dead = lua("dead")
+    dead_keys = [keys.xq, keys.xq_msgs, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *keys.flow_keys]
+    assert dead(keys=dead_keys, args=["requeue", 10, *keys.flow_affixes, "m1"]) == 1
+    assert redis_client.lrange(keys.lane(lane), 0, -1) == [b"m1"]
+    assert redis_client.lrange(keys.ring(6), 0, -1) == [lane.encode()]
+    assert dead(keys=dead_keys, args=["remove", 10, *keys.flow_affixes, "m2"]) == 1
+    assert redis_client.exists(keys.lane_of) == 0
+    assert _fetch(lua, keys, 2) == [b"m1"]
