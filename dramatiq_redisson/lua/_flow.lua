@@ -22,6 +22,9 @@
 -- flow_enable(ctx): set the flow key; a ready list that holds ids joins ring 0.
 -- enable_flow(flow, ready, levels, ring0): the same with the keys given one by one (a
 --   script that has ring 0's key but not the prefixes: offer.lua).
+-- push_plain(flow, ready, levels, ring0, ids): RPUSH ids onto the ready queue; while flow is
+--   on, a ready queue that was empty joins ring 0 (a script that pushes plain ids only and
+--   has ring 0's key: schedule.lua). Returns the ready queue's length.
 -- record_lane(record): the lane a fetch record names ("...|lane:<id>"), or PLAIN_LANE.
 -- flow_put_back(ctx, ids, records): ids (in the order they were fetched) back at the head
 --   of their lanes, each lane's ids in their order, read from their fetch records.
@@ -141,4 +144,13 @@ local function flow_put_back(ctx, ids, records)
         lanes[i] = record_lane(records[i])
     end
     flow_push(ctx, ids, lanes, true)
+end
+
+local function push_plain(flow, ready, levels, ring0, ids)
+    local length = redis.call("RPUSH", ready, unpack(ids))
+    if length == #ids and flow and redis.call("EXISTS", flow) == 1 then
+        redis.call("RPUSH", ring0, PLAIN_LANE)
+        redis.call("ZADD", levels, 0, 0)
+    end
+    return length
 end

@@ -467,3 +467,16 @@ def test_an_unknown_operation_is_refused_with_nothing_written(
     with pytest.raises(redis.ResponseError, match="schedule: unknown operation resume"):
         schedule("resume", NAME)
     assert snapshot(redis_client) == before
+
+
+def test_with_flow_on_ticks_run_now_into_an_empty_ready_queue_join_ring_0(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    redis_client.set(keys.flow, "1")
+    now = server_ms()
+    ran: list[Any] = [_member(now - 60_000), b"encoded"]
+    flow_keys = [*_keys(keys), keys.flow, keys.levels, keys.ring(0)]
+    assert lua("schedule")(keys=flow_keys, args=_start_args(now + 60_000, ran=ran)) == 1
+    assert redis_client.lrange(keys.ready, 0, -1) == [_member(now - 60_000).encode()]
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [b"0:"]
+    assert redis_client.zrange(keys.levels, 0, -1) == [b"0"]
