@@ -6,6 +6,8 @@
 -- KEYS[3]  CHANNEL redisson_delay_queue_channel:{N} due time of a new head
 -- KEYS[4]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
 -- KEYS[5]  HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[6]  HASH  redisson_delay_queue_lane_of:{N}   optional: a removed message's lane
+--                                                   record goes with it
 --
 -- ARGV[1]  "promote" or "remove"
 -- ARGV[2]  batch: with no members, act on up to this many of the earliest entries
@@ -67,6 +69,9 @@ if action == "remove" then
     end
     redis.call("HDEL", payloads, unpack(message_ids))
     unkey(keyed, dedupe, message_ids)
+    if KEYS[6] then
+        redis.call("HDEL", KEYS[6], unpack(message_ids))
+    end
 else
     local pairs_ = {}
     for i = 1, #members do

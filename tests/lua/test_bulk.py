@@ -117,3 +117,14 @@ def test_bulk_refuses_an_unknown_action_and_writes_nothing(
     with pytest.raises(redis.ResponseError, match="bulk: unknown action purge"):
         _bulk(lua, keys, "purge", 10)
     assert {key: redis_client.dump(key) for key in redis_client.keys("*")} == before
+
+
+def test_bulk_remove_drops_the_lane_records_of_the_removed_messages_when_given_their_key(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    a = schedule_entry(redis_client, keys, "a", FAR + 1).member
+    schedule_entry(redis_client, keys, "b", FAR + 2)
+    redis_client.hset(keys.lane_of, mapping={"a": "1:", "b": "2:"})
+    bulk_keys = [keys.timeout_zset, keys.payloads, keys.channel, keys.dedupe, keys.keyed, keys.lane_of]
+    assert lua("bulk")(keys=bulk_keys, args=["remove", 10, a]) == 1
+    assert redis_client.hgetall(keys.lane_of) == {b"b": b"2:"}
