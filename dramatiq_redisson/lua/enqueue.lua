@@ -134,6 +134,17 @@ if in_flight ~= "" and redis.call("HEXISTS", ready_msgs, in_flight) == 1 then
     redis.call("LLEN", ready) -- type check: the HDEL below becomes the first write
     redis.call("HDEL", ready_msgs, in_flight)
 end
+-- The ids pushed, recorded for the dedupe window (trimmed on one call in TRIM_EVERY).
+local function record_sent()
+    if window > 0 then
+        if now_ms % TRIM_EVERY == 0 then
+            redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
+        end
+        variadic("ZADD", sent, recorded)
+        redis.call("PEXPIRE", sent, window)
+    end
+end
+
 if flow then
     for i = 1, #ids do
         laned = laned or lane_of_id[ids[i]] ~= nil
@@ -152,10 +163,7 @@ if flow and (laned or flow_on(flow)) then
     if checked then
         variadic("HSET", ready_msgs, pairs_)
     end
-    if window > 0 then
-        variadic("ZADD", sent, recorded)
-        redis.call("PEXPIRE", sent, window)
-    end
+    record_sent()
     wake(idle, channel .. ":wake:{", #ids)
     return {redis.call("LLEN", ready), #ids, read_ms}
 end
@@ -176,12 +184,6 @@ end
 if checked then
     variadic("HSET", ready_msgs, pairs_)
 end
-if window > 0 then
-    if now_ms % TRIM_EVERY == 0 then
-        redis.call("ZREMRANGEBYSCORE", sent, "-inf", string.format("(%d", now_ms - window))
-    end
-    variadic("ZADD", sent, recorded)
-    redis.call("PEXPIRE", sent, window)
-end
+record_sent()
 wake(idle, channel .. ":wake:{", #ids)
 return {length, #ids, read_ms}
