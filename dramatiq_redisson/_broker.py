@@ -21,6 +21,7 @@ from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
 from ._history import History
 from ._keys import QueueKeys, check_cluster_name
+from ._lanes import FLOW_OPTIONS
 from ._limits import HEARTBEAT_INTERVAL_MS
 from ._liveness import Liveness
 from ._message import prepare_scheduled
@@ -134,6 +135,7 @@ class RedissonBroker(RedisBroker):
         wait_timeout: int = DEFAULT_WAIT_TIMEOUT,
         cluster: bool = False,
         liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT,
+        max_priority: int | None = None,
         **parameters: Any,
     ) -> None:
         # Checked before anything is made: a bad value makes no client (see _settings).
@@ -148,6 +150,7 @@ class RedissonBroker(RedisBroker):
             wait_for_replicas=wait_for_replicas,
             wait_timeout=wait_timeout,
             liveness_timeout=liveness_timeout,
+            max_priority=0 if max_priority is None else max_priority,
         )
         owns_client = client is None
         if isinstance(client, RedisCluster):
@@ -168,6 +171,8 @@ class RedissonBroker(RedisBroker):
             client=client,
             **parameters,
         )
+        # broker_priority and group_key are actor options too (flow control, see _lanes).
+        self.actor_options |= FLOW_OPTIONS
         #: What differs between one server and a cluster (see :mod:`._topology`).
         self.topology = topology_for(self.client)
         span = self.topology.retry_span_ms()

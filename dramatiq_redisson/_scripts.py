@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import redis
 
-from ._keys import QueueKeys
+from ._keys import PLAIN_LANE, QueueKeys
 from ._limits import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ._message import queue_json
 from ._script_runner import ScriptRunner, load_source
@@ -71,20 +71,31 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
     )
 
 
+def _offer_flow_keys(keys: QueueKeys) -> tuple[str, ...]:
+    """offer.lua's KEYS for a call with laned entries (their lanes recorded, flow turned on)."""
+    return (*_offer_keys(keys), keys.lane_of, keys.flow, keys.levels, keys.ready, keys.ring(0))
+
+
 #: An offer entry without a dedupe key: key, mode, ttl (see offer.lua).
 _NO_KEY = ("", "", 0)
 
 
 def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
-    return (keys.ready, keys.ready_msgs, keys.channel, keys.sent, keys.idle)
+    return (keys.ready, keys.ready_msgs, keys.channel, keys.sent, keys.idle, *keys.flow_keys)
 
 
 def _enqueue_args(
-    pairs: Sequence[tuple[str, bytes]], window_ms: float, in_flight: str = "", clock_ms: str = ""
+    keys: QueueKeys,
+    entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str]],
+    window_ms: float,
+    in_flight: str = "",
+    clock_ms: str = "",
 ) -> list[Any]:
-    args: list[Any] = [window_ms, in_flight, clock_ms if window_ms else ""]
-    for pair in pairs:
-        args.extend(pair)
+    """enqueue.lua's ARGV with the flow keys: ``(redis message id, data, lane)`` triples
+    (a pair's lane is the plain one)."""
+    args: list[Any] = [window_ms, in_flight, clock_ms if window_ms else "", *keys.flow_affixes]
+    for entry in entries:
+        args.extend(entry if len(entry) == 3 else (*entry, PLAIN_LANE))
     return args
 
 
@@ -227,9 +238,11 @@ class Scripts(ScriptRunner):
         absolute: bool = False,
         client: Any = None,
         replacing: str = "",
+        lanes: Sequence[str] | None = None,
     ) -> Any:
         """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries, each
-        optionally followed by ``dedupe_key, dedupe_mode, ttl_ms`` (see offer.lua).
+        optionally followed by ``dedupe_key, dedupe_mode, ttl_ms`` (see offer.lua);
+        ``lanes``: each entry's lane (flow control), when one is not the plain lane.
 
         ``replacing``: the redis id of the in-flight copy of the message being retried,
         whose payload makes room for the retry on a full server (see offer.lua).
@@ -239,11 +252,14 @@ class Scripts(ScriptRunner):
         ``[due time or -3, member, stored payload]`` of the message holding the key; or
         the pipeline when ``client`` is one."""
         args: list[Any] = ["abs" if absolute else f"move:{replacing}" if replacing else "rel"]
-        for entry in entries:
+        laned = lanes is not None and any(lane != PLAIN_LANE for lane in lanes)
+        for n, entry in enumerate(entries):
             args.extend(entry)
             if len(entry) == 5:
                 args.extend(_NO_KEY)
-        return self._run_resending("offer", _offer_keys(keys), args, client)
+            if laned:
+                args.append(lanes[n])  # type: ignore[index]
+        return self._run_resending("offer", _offer_flow_keys(keys) if laned else _offer_keys(keys), args, client)
 
     def offer_one(self, keys: QueueKeys, delay_ms: int, sort_key: str, message_id: str, data: bytes, look: str) -> int:
         """Schedule one fresh message ``delay_ms`` from now, without a dedupe key (offer_one.lua;
@@ -281,7 +297,10 @@ class Scripts(ScriptRunner):
         outcomes = self.stream(
             "enqueue",
             [
-                (_enqueue_keys(keys), _enqueue_args(pairs, window_ms, clock_ms=self.server_now_ms(keys.queue_name)))
+                (
+                    _enqueue_keys(keys),
+                    _enqueue_args(keys, pairs, window_ms, clock_ms=self.server_now_ms(keys.queue_name)),
+                )
                 for keys, pairs in calls
             ],
         )
@@ -336,6 +355,7 @@ class Scripts(ScriptRunner):
             keys.schedule_state,
             keys.paused,
             keys.fetched,
+            *keys.flow_keys,
         )
         args = (
             limit,
@@ -352,6 +372,7 @@ class Scripts(ScriptRunner):
             PERIODIC_GRACE_MS,
             PERIODIC_LOW_WATER,
             f"{worker_id}|{token}",
+            *keys.flow_affixes,
         )
         replicas: int | None = None
         if self.wait_for_replicas:
@@ -395,6 +416,9 @@ class Scripts(ScriptRunner):
             keys.ready,
             keys.ready_msgs,
             keys.idle,
+            keys.flow,
+            keys.levels,
+            keys.ring(0),
         )
         if self.wait_for_replicas and op != "check":
             return self._wait_checked("A schedule change", "schedule", schedule_keys, (op, name, *args))
@@ -409,7 +433,7 @@ class Scripts(ScriptRunner):
         returns how many were scheduled. With ``wait_for_replicas``, raises
         :class:`NotReplicated` (``reply``: that count) when too few replicas acknowledged
         the cancel in time."""
-        cancel_keys = (keys.timeout_zset, keys.payloads, keys.dedupe, keys.keyed)
+        cancel_keys = (keys.timeout_zset, keys.payloads, keys.dedupe, keys.keyed, keys.lane_of)
         args = ("key" if by_key else "id", *message_ids)
         if self.wait_for_replicas:
             return int(self._wait_checked("Cancel", "cancel", cancel_keys, args))
@@ -422,17 +446,17 @@ class Scripts(ScriptRunner):
     def enqueue(
         self,
         keys: QueueKeys,
-        entries: Sequence[tuple[str, bytes]],
+        entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str]],
         window_ms: float,
         client: Any = None,
         replacing: str = "",
     ) -> Any:
-        """Push ``(redis_message_id, data)`` pairs, skipping ids already queued, in flight
+        """Push ``(redis_message_id, data)`` pairs (or ``(…, lane)`` triples), skipping ids already queued, in flight
         or enqueued within the last ``window_ms``; ``replacing`` as for :meth:`offer`.
         Returns ``[queue length, ids pushed, server clock read or 0]``, or the pipeline
         when ``client`` is one."""
         clock_ms = "" if client is not None else self.server_now_ms(keys.queue_name)
-        args = _enqueue_args(entries, window_ms, replacing, clock_ms)
+        args = _enqueue_args(keys, entries, window_ms, replacing, clock_ms)
         reply = self._run_resending("enqueue", _enqueue_keys(keys), args, client)
         if client is None:
             self._read_clock(keys.queue_name, reply)
@@ -454,7 +478,16 @@ class Scripts(ScriptRunner):
         the queue is paused (nothing taken)."""
         flat = self._run(
             "fetch",
-            (keys.ready, keys.ready_msgs, keys.acks(worker_id), keys.heartbeats, keys.idle, keys.paused, keys.fetched),
+            (
+                keys.ready,
+                keys.ready_msgs,
+                keys.acks(worker_id),
+                keys.heartbeats,
+                keys.idle,
+                keys.paused,
+                keys.fetched,
+                *keys.flow_keys,
+            ),
             (
                 count,
                 worker_id,
@@ -462,6 +495,7 @@ class Scripts(ScriptRunner):
                 self._beat(keys.heartbeats),
                 f"{worker_id}|{consumer or token}",
                 self.server_now_ms(keys.queue_name),
+                *keys.flow_affixes,
             ),
         )
         if flat is None:
@@ -497,6 +531,7 @@ class Scripts(ScriptRunner):
                     keys.heartbeats,
                     keys.fetched,
                     *keys.history_keys,
+                    keys.lane_of,
                 ),
                 (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final),
             )
@@ -506,8 +541,16 @@ class Scripts(ScriptRunner):
         return int(
             self._run_idempotent(
                 "requeue",
-                (keys.acks(worker_id), keys.ready_msgs, keys.ready, keys.idle, keys.channel, keys.fetched),
-                redis_message_ids,
+                (
+                    keys.acks(worker_id),
+                    keys.ready_msgs,
+                    keys.ready,
+                    keys.idle,
+                    keys.channel,
+                    keys.fetched,
+                    *keys.flow_keys,
+                ),
+                (*keys.flow_affixes, *redis_message_ids),
             )
         )
 
@@ -562,7 +605,7 @@ class Scripts(ScriptRunner):
         return int(
             self._run(
                 "bulk",
-                (keys.timeout_zset, keys.payloads, keys.channel, keys.dedupe, keys.keyed),
+                (keys.timeout_zset, keys.payloads, keys.channel, keys.dedupe, keys.keyed, keys.lane_of),
                 (action, batch, *members),
             )
         )
@@ -584,8 +627,8 @@ class Scripts(ScriptRunner):
         return int(
             self._run(
                 "dead",
-                (keys.xq, keys.xq_msgs, keys.ready, keys.ready_msgs, keys.idle, keys.channel),
-                (action, batch, *ids),
+                (keys.xq, keys.xq_msgs, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *keys.flow_keys),
+                (action, batch, *keys.flow_affixes, *ids),
             )
         )
 

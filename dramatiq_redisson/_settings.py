@@ -88,6 +88,9 @@ class BrokerSettings:
         killed one is found sooner, by its closed connections (see
         :mod:`dramatiq_redisson._liveness` for what can make a live process look dead).
         0 turns it off: then only ``heartbeat_timeout`` recovers them, as in Dramatiq.
+      max_priority: The highest ``broker_priority`` a message may have (RabbitMQ's
+        ``x-max-priority``: higher runs first; a value above it counts as it); 0 (the
+        default) ignores priorities, as a RabbitMQ queue without ``x-max-priority`` does.
     """
 
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
@@ -100,6 +103,7 @@ class BrokerSettings:
     wait_for_replicas: int = 0
     wait_timeout: int = DEFAULT_WAIT_TIMEOUT
     liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT
+    max_priority: int = 0
 
     def __post_init__(self) -> None:
         problems = [problem for problem in (check(self) for check in _CHECKS) if problem]
@@ -139,6 +143,13 @@ def _liveness(settings: BrokerSettings) -> str | None:
     return f"liveness_timeout must be 0 (off) or an int of at least 100 ms, got {value!r}"
 
 
+def _max_priority(settings: BrokerSettings) -> str | None:
+    value = settings.max_priority
+    if is_int(value) and 0 <= value <= 255:
+        return None
+    return f"max_priority must be an int from 0 (priorities ignored) to 255, got {value!r}"
+
+
 _CHECKS: tuple[Check, ...] = (
     _at_least("heartbeat_timeout", 0, numbers=True),  # 0, as Dramatiq's own tests set it: every worker is dead
     _at_least("dead_message_ttl", 0, numbers=True),
@@ -151,4 +162,5 @@ _CHECKS: tuple[Check, ...] = (
     # WAIT n 0 would block forever: a producer must never hang on a lost replica.
     _at_least("wait_timeout", 1),
     _liveness,
+    _max_priority,
 )
