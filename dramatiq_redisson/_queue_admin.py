@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from dramatiq.common import q_name
 
 from ._history import History, QueueHistory, check_window, parse, totals
-from ._keys import QueueKeys, heartbeats_key, registry_key
+from ._keys import PLAIN_LANE, QueueKeys, heartbeats_key, registry_key
 from ._message import epoch_ms
 from ._running import RunningMessage, running
 from ._settings import BrokerSettings, is_int
@@ -206,7 +206,17 @@ class QueueAdmin:
         # Redis before 7.4 and Valkey 7.2 refuse commands queued in one, and a flush is
         # how memory is freed.
         self.host.client.srem(keys.registry, keys.queue_name)
-        self.host.client.unlink(
+        client = self.host.client
+        # Lanes (flow control): each ring names its lanes with ids; ring 0's plain lane is
+        # the ready list (unlinked below).
+        rings = [keys.ring(int(p)) for p in client.zrange(keys.levels, 0, -1)]
+        lanes = {lane.decode() for ring in rings for lane in client.lrange(ring, 0, -1)}
+        laned = [keys.lane(lane) for lane in lanes if lane != PLAIN_LANE]
+        if rings or laned:
+            client.unlink(*rings, *laned)
+        client.unlink(
+            keys.flow,
+            keys.levels,
             keys.ready,
             keys.ready_msgs,
             keys.acks(self.host.broker_id),

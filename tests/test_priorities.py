@@ -1,0 +1,147 @@
+"""Priorities and groups through the broker (flow control, issue 35; branch `flow`): with
+``max_priority``, a ready message with a higher ``broker_priority`` starts first, FIFO within
+one priority, delayed ones keep theirs when they come due, an actor can set a default; the
+groups of one priority take turns; bad options raise and write nothing; without
+``max_priority`` priorities are ignored, as on a RabbitMQ queue without ``x-max-priority``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Worker
+from dramatiq.middleware import default_middleware
+
+from dramatiq_redisson import RedissonBroker
+
+from .helpers import record, records, wait_for
+
+
+@pytest.fixture
+def prio_broker(redis_url: str, redis_client: redis.Redis) -> Iterator[RedissonBroker]:
+    broker = RedissonBroker(url=redis_url, middleware=[m() for m in default_middleware], max_priority=9)
+    broker.safety_interval = 1000
+    dramatiq.set_broker(broker)
+    yield broker
+    broker.flush_all()
+    broker.close()
+
+
+def _one_at_a_time(broker: RedissonBroker) -> Worker:
+    worker = Worker(broker, worker_timeout=100, worker_threads=1)
+    worker.start()
+    return worker
+
+
+def _order(client: redis.Redis) -> list[Any]:
+    return [r["i"] for r in records(client)]
+
+
+def _recorder(client: redis.Redis, **options: Any) -> Callable[..., Any]:
+    @dramatiq.actor(max_retries=0, **options)
+    def job(i: Any) -> None:
+        record(client, i=i)
+
+    return job
+
+
+def test_higher_priority_ready_messages_start_first_and_fifo_within_a_priority(
+    prio_broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    job = _recorder(redis_client)
+    for n in range(6):
+        job.send_with_options(args=(f"low-{n}",))
+    for n in range(3):
+        job.send_with_options(args=(f"high-{n}",), broker_priority=7)
+    job.send_with_options(args=("top",), broker_priority=200)  # above max_priority: counts as 9
+    worker = _one_at_a_time(prio_broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 10, timeout=10)
+    finally:
+        worker.stop()
+    order = _order(redis_client)
+    assert order[:4] == ["top", "high-0", "high-1", "high-2"], order
+    assert order[4:] == [f"low-{n}" for n in range(6)], order
+
+
+def test_delayed_messages_keep_their_priority_when_they_come_due(
+    prio_broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    job = _recorder(redis_client)
+    for n in range(4):
+        job.send_with_options(args=(f"low-{n}",), delay=500)
+    job.send_with_options(args=("high",), delay=500, broker_priority=5)
+    time.sleep(0.8)  # all due before a worker exists: the first fetch sees them all
+    worker = _one_at_a_time(prio_broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 5, timeout=10)
+    finally:
+        worker.stop()
+    assert _order(redis_client)[0] == "high"
+
+
+def test_an_actor_sets_a_default_priority_and_a_message_option_overrides_it(
+    prio_broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    urgent = _recorder(redis_client, broker_priority=8)
+    for n in range(3):
+        urgent.send_with_options(args=(f"demoted-{n}",), broker_priority=0)
+    urgent.send(("default-8",))
+    worker = _one_at_a_time(prio_broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 4, timeout=10)
+    finally:
+        worker.stop()
+    assert _order(redis_client)[0] == "default-8"
+
+
+def test_the_groups_of_one_priority_take_turns(prio_broker: RedissonBroker, redis_client: redis.Redis) -> None:
+    job = _recorder(redis_client)
+    for n in range(30):
+        job.send_with_options(args=(f"big-{n}",), group_key="tenant-big")
+    for n in range(3):
+        job.send_with_options(args=(f"small-{n}",), group_key="tenant-small")
+    worker = _one_at_a_time(prio_broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 33, timeout=20)
+    finally:
+        worker.stop()
+    order = _order(redis_client)
+    last_small = max(order.index(f"small-{n}") for n in range(3))
+    assert last_small < 8, order  # not behind the 30 of the other group
+    assert [i for i in order if i.startswith("big")] == [f"big-{n}" for n in range(30)]  # FIFO in a group
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"broker_priority": -1}, {"broker_priority": 1.5}, {"broker_priority": True}, {"group_key": ""}, {"group_key": 7}],
+)
+def test_a_bad_priority_or_group_raises_and_writes_nothing(
+    prio_broker: RedissonBroker, redis_client: redis.Redis, options: dict[str, Any]
+) -> None:
+    job = _recorder(redis_client)
+    before = redis_client.dbsize()
+    with pytest.raises(ValueError, match="broker_priority|group_key"):
+        job.send_with_options(args=(1,), **options)
+    with pytest.raises(ValueError, match="broker_priority|group_key"):
+        job.send_with_options(args=(1,), delay=1000, **options)
+    assert redis_client.dbsize() == before
+
+
+def test_without_max_priority_priorities_are_ignored_and_the_queue_stays_plain(
+    broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    job = _recorder(redis_client)
+    job.send_with_options(args=("first",))
+    job.send_with_options(args=("second",), broker_priority=9)
+    assert redis_client.exists(broker.keys("default").flow) == 0
+    worker = _one_at_a_time(broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 2, timeout=10)
+    finally:
+        worker.stop()
+    assert _order(redis_client) == ["first", "second"]
