@@ -90,7 +90,7 @@ def test_an_actor_sets_a_default_priority_and_a_message_option_overrides_it(
     urgent = _recorder(redis_client, broker_priority=8)
     for n in range(3):
         urgent.send_with_options(args=(f"demoted-{n}",), broker_priority=0)
-    urgent.send(("default-8",))
+    urgent.send("default-8")
     worker = _one_at_a_time(prio_broker)
     try:
         assert wait_for(lambda: len(records(redis_client)) == 4, timeout=10)
