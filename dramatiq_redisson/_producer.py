@@ -69,15 +69,16 @@ class Packed:
     """A bulk send cut into script calls (see :func:`pack`).
 
     Attributes:
-      scheduled: offer.lua calls, ``(keys, args)``.
-      ready: enqueue.lua calls, ``(keys, [(redis id, data), ...])``.
+      scheduled: offer.lua calls, ``(keys, args, laned)`` (``laned``: the call's entries
+        carry their lanes, see :mod:`._lanes`).
+      ready: enqueue.lua calls, ``(keys, [(redis id, data, lane), ...])``.
       chunks: Per call (in the order sent), the indexes of its messages.
       keyed: The calls in offer.lua's "rel" mode, which reply per entry, by index
         into ``chunks``, with their queue's name.
     """
 
-    scheduled: list[tuple[QueueKeys, list[Any]]] = field(default_factory=list)
-    ready: list[tuple[QueueKeys, list[tuple[str, bytes]]]] = field(default_factory=list)
+    scheduled: list[tuple[QueueKeys, list[Any], bool]] = field(default_factory=list)
+    ready: list[tuple[QueueKeys, list[tuple[str, bytes, str]]]] = field(default_factory=list)
     chunks: list[list[int]] = field(default_factory=list)
     keyed: dict[int, str] = field(default_factory=dict)
 
@@ -95,11 +96,14 @@ def pack(
     delay_ms: int | None,
     keys_of: Callable[[str], QueueKeys],
     chunk_size: int = BULK_CHUNK_SIZE,
+    lanes: list[str] | None = None,
 ) -> Packed:
     """Cut prepared messages into script calls: per queue, in chunks of ``chunk_size``.
 
     Everything is encoded here, before the first write: an argument that cannot be
-    encoded is bad input, and bad input writes nothing."""
+    encoded is bad input, and bad input writes nothing. ``lanes``: each message's lane
+    (flow control); a call with a laned message passes every entry's lane."""
+    lane_of = lanes or [PLAIN_LANE] * len(prepared)
     by_queue: dict[str, list[int]] = defaultdict(list)
     for index, message in enumerate(prepared):
         by_queue[message.queue_name].append(index)
@@ -109,6 +113,7 @@ def pack(
         for start in range(0, len(indexes), chunk_size):
             chunk = indexes[start : start + chunk_size]
             packed.chunks.append(chunk)
+            laned = any(lane_of[i] != PLAIN_LANE for i in chunk)
             if delay_ms and any(dedupes[i] for i in chunk):
                 # Messages with dedupe keys: one entry each, in order (a later entry
                 # with the same key finds the earlier one scheduled).
@@ -118,16 +123,22 @@ def pack(
                     data = encode_scheduled(prepared[i], sort_keys[i])
                     args.extend((delay_ms, sort_keys[i], prepared[i].message_id, data, ""))
                     args.extend(dedupes[i] or ("", "", 0))
-                packed.scheduled.append((keys, args))
+                    if laned:
+                        args.append(lane_of[i])
+                packed.scheduled.append((keys, args, laned))
             elif delay_ms:
                 entries: list[Any] = ["bulk", delay_ms]  # flat: fewer objects for the garbage collector
                 for i in chunk:
                     entries.append(prepared[i].message_id)
                     entries.append(sort_keys[i].encode() + encode_scheduled(prepared[i], sort_keys[i]))
-                packed.scheduled.append((keys, entries))
+                    if laned:
+                        entries.append(lane_of[i])
+                packed.scheduled.append((keys, entries, laned))
             else:
-                pairs = [(prepared[i].options["redis_message_id"], encode_message(prepared[i])) for i in chunk]
-                packed.ready.append((keys, pairs))
+                triples = [
+                    (prepared[i].options["redis_message_id"], encode_message(prepared[i]), lane_of[i]) for i in chunk
+                ]
+                packed.ready.append((keys, triples))
     return packed
 
 
@@ -612,10 +623,7 @@ class Producer:
         broker = self.broker
         delay_ms = validate_delay(delay)
         messages = list(messages)
-        if any(self.lane(m) != PLAIN_LANE for m in messages):
-            # Work in progress (branch flow): pack() carries no lanes yet, so laned
-            # messages go one by one (an error stops at the first failed send).
-            return [self.enqueue(m, delay) for m in messages]
+        lanes = [self.lane(m) for m in messages]  # checked before anything is written
         dedupes = [dedupe_options(m.options, delay_ms) for m in messages]
         if delay_ms:
             sort_keys = next_sort_keys(len(messages))
@@ -628,7 +636,7 @@ class Producer:
         if self._hooked("before_enqueue"):
             for message in prepared:
                 self._emit_before_enqueue(message, delay, estimate)
-        packed = pack(prepared, sort_keys, dedupes, delay_ms, broker.keys)
+        packed = pack(prepared, sort_keys, dedupes, delay_ms, broker.keys, lanes=lanes)
         if packed.scheduled:
             outcomes = broker.redisson_scripts.offer_calls(packed.scheduled)
         elif packed.ready:

@@ -270,10 +270,13 @@ class Scripts(ScriptRunner):
         one_keys = (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.sent, keys.ready_msgs)
         return int(self._run_resending("offer_one", one_keys, (delay_ms, sort_key, message_id, data, look)))
 
-    def offer_calls(self, calls: Sequence[tuple[QueueKeys, Sequence[Any]]]) -> list[Any]:
-        """Offer calls of ``(keys, args)`` (offer.lua's ARGV, mode first), streamed (see
-        :meth:`stream`); returns per call its outcome."""
-        return self.stream("offer", [(_offer_keys(keys), args) for keys, args in calls])
+    def offer_calls(self, calls: Sequence[tuple[QueueKeys, Sequence[Any], bool]]) -> list[Any]:
+        """Offer calls of ``(keys, args, laned)`` (offer.lua's ARGV, mode first; ``laned``:
+        each entry ends with its lane), streamed (see :meth:`stream`); returns per call its
+        outcome."""
+        return self.stream(
+            "offer", [(_offer_flow_keys(keys) if laned else _offer_keys(keys), args) for keys, args, laned in calls]
+        )
 
     def offer_bulk(self, calls: Sequence[tuple[QueueKeys, int, Sequence[str | bytes]]]) -> list[Any]:
         """Schedule entries ``delay_ms`` from now, one script call per ``(keys, delay_ms,
@@ -287,9 +290,9 @@ class Scripts(ScriptRunner):
         )
 
     def enqueue_bulk(
-        self, calls: Sequence[tuple[QueueKeys, Sequence[tuple[str, bytes]]]], window_ms: float
+        self, calls: Sequence[tuple[QueueKeys, Sequence[tuple[str, bytes] | tuple[str, bytes, str]]]], window_ms: float
     ) -> list[Any]:
-        """Push ``(redis_message_id, data)`` pairs, one script call per ``(keys, pairs)``,
+        """Push ``(redis_message_id, data)`` pairs (or ``(…, lane)`` triples), one script call per ``(keys, pairs)``,
         streamed (see :meth:`stream`; duplicates are skipped as in :meth:`enqueue`).
 
         Returns per call its outcome; a reply is ``[queue length, ids pushed, server

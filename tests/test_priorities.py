@@ -145,3 +145,24 @@ def test_without_max_priority_priorities_are_ignored_and_the_queue_stays_plain(
     finally:
         worker.stop()
     assert _order(redis_client) == ["first", "second"]
+
+
+@pytest.mark.parametrize("delay", [None, 300])
+def test_enqueue_many_keeps_each_messages_priority_and_group(
+    prio_broker: RedissonBroker, redis_client: redis.Redis, delay: int | None
+) -> None:
+    job = _recorder(redis_client)
+    messages = [job.message_with_options(args=(f"low-{n}",)) for n in range(5)]
+    messages += [job.message_with_options(args=("high",), broker_priority=4)]
+    messages += [job.message_with_options(args=(f"g-{n}",), group_key="g") for n in range(2)]
+    prio_broker.enqueue_many(messages, delay=delay)
+    if delay:
+        time.sleep(0.6)
+    worker = _one_at_a_time(prio_broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 8, timeout=10)
+    finally:
+        worker.stop()
+    order = _order(redis_client)
+    assert order[0] == "high", order
+    assert order.index("g-0") < order.index("low-2"), order  # the group takes turns with the plain lane
