@@ -421,7 +421,7 @@ def test_the_dedupe_window_reads_each_records_time_so_a_call_need_not_trim(
     redis_client.zadd(keys.sent, {"old": now - window - 1000, "stale": now - window - 1000, "recent": now - 1000})
 
     def enqueue(clock: int, *ids: str) -> list[int]:
-        args = _enqueue_args([(i, b"{}") for i in ids], window, clock_ms=str(clock))
+        args = _enqueue_args(keys, [(i, b"{}") for i in ids], window, clock_ms=str(clock))
         return [int(x) for x in broker.redisson_scripts._run_resending("enqueue", _enqueue_keys(keys), args)]
 
     # When a call that does not trim (its clock's millisecond is not a multiple of 8)
