@@ -19,7 +19,7 @@ from ._periodic import Schedule, ScheduleInfo, Schedules, periodic
 from ._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
 from ._running import RunningMessage
 from ._schedule_spec import InvalidSchedule
-from ._stats import QueueStats, Stats
+from ._stats import QueueStats, Stats, WaitingLane
 
 __version__ = "0.1.0"
 
@@ -47,6 +47,7 @@ __all__ = [
     "ServerMemoryFull",
     "Stats",
     "UnsupportedServer",
+    "WaitingLane",
     "acl_rule",
     "acl_tokens",
     "check_permissions",

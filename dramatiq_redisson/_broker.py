@@ -43,7 +43,7 @@ from ._settings import (
     DEFAULT_WAIT_TIMEOUT,
     BrokerSettings,
 )
-from ._stats import OVERDUE_GRACE, Stats
+from ._stats import OVERDUE_GRACE, Stats, WaitingLane
 from ._topology import topology_for
 from .metrics import adopt_middleware
 
@@ -474,6 +474,9 @@ class RedissonBroker(RedisBroker):
     def running(self, queue_name: str | None = None) -> list[RunningMessage]:
         return self.admin.running(queue_name)
 
+    def waiting_groups(self, queue_name: str, *, limit: int = 100) -> list[WaitingLane]:
+        return self.admin.waiting_groups(queue_name, limit=limit)
+
     def pause(self, queue_name: str) -> bool:
         return self.admin.pause(queue_name)
 
@@ -516,7 +519,7 @@ class RedissonBroker(RedisBroker):
 
 
 # The delegates carry their QueueAdmin method's documentation (help(broker.stats)).
-for _name in ("known_queues", "stats", "history", "running", "pause", "resume", "flush"):
+for _name in ("known_queues", "stats", "history", "running", "waiting_groups", "pause", "resume", "flush"):
     getattr(RedissonBroker, _name).__doc__ = getattr(QueueAdmin, _name).__doc__
 del _name
 

@@ -353,8 +353,10 @@ class QueueKeys:
 
     @property
     def flow(self) -> str:
-        """Set while the queue's ready messages go through lanes (a priority, a group or a
-        limit was used): the fetch then takes by priority and in turn over the groups."""
+        """A HASH that exists while the queue's ready messages go through lanes (a
+        priority, a group or a limit was used): the fetch then takes by priority and in
+        turn over the groups. Fields: ``on``, and ``p<priority>``, the ids waiting in that
+        priority's lanes but the plain one (lua/_flow.lua keeps them)."""
         return f"redisson_delay_queue_flow:{{{self.name}}}"
 
     @property

@@ -401,7 +401,7 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("zset", keys.idle),
         ("zset", keys.alive),
         ("hash", keys.subscribers),
-        ("string", keys.flow),
+        ("hash", keys.flow),
         ("zset", keys.levels),
         ("hash", keys.lane_of),
         ("list", keys.lane(PROBED_LANE)),  # one lane and one ring stand for all

@@ -18,7 +18,7 @@ from ._keys import PLAIN_LANE, QueueKeys, heartbeats_key, registry_key
 from ._message import epoch_ms
 from ._running import RunningMessage, running
 from ._settings import BrokerSettings, is_int
-from ._stats import OVERDUE_GRACE, QueueStats, Stats
+from ._stats import OVERDUE_GRACE, QueueStats, Stats, WaitingLane
 
 if TYPE_CHECKING:
     from ._scripts import Scripts
@@ -27,6 +27,22 @@ if TYPE_CHECKING:
 #: The history windows ``stats()`` reads with the counts (minutes, hours): each queue's
 #: last 60 minutes and last 24 hours.
 _STATS_HISTORY = (60, 24)
+
+
+def _waiting(plain: int, levels: list[Any]) -> tuple[dict[int, int], int]:
+    """Ready messages per priority (highest first) and the lanes waiting, from stats.lua's
+    triples (priority, ids in its lanes but the plain one, lanes in its ring); ``({}, 0)``
+    on a queue that does not use lanes. The plain lane (the ready list) counts at priority
+    0, and is not counted as a lane: it is in ring 0 while it holds ids."""
+    if not levels:
+        return {}, 0
+    by_priority: dict[int, int] = {0: plain}
+    lanes = -1 if plain else 0
+    for i in range(0, len(levels), 3):
+        priority, waiting, in_ring = (int(v) for v in levels[i : i + 3])
+        by_priority[priority] = by_priority.get(priority, 0) + waiting
+        lanes += in_ring
+    return {p: n for p, n in sorted(by_priority.items(), reverse=True) if n}, max(0, lanes)
 
 
 def _on(method: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
@@ -105,11 +121,15 @@ class QueueAdmin:
         workers = len(set().union(*beats))
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
-            _, ready, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply
+            _, plain, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply[:11]
+            by_priority, lanes = _waiting(int(plain), reply[11:])
+            ready = sum(by_priority.values()) if by_priority else int(plain)
             history = histories[name]
             queues[name] = QueueStats(
-                ready=int(ready),
-                in_flight=max(0, int(with_data) - int(ready)),
+                ready=ready,
+                ready_by_priority=by_priority,
+                lanes_waiting=lanes,
+                in_flight=max(0, int(with_data) - ready),
                 scheduled=int(scheduled),
                 overdue=int(overdue),
                 next_due_ms=None if int(next_due) < 0 else int(next_due),
@@ -161,6 +181,39 @@ class QueueAdmin:
         clock) and how long ago. A message waiting in a worker's prefetch counts too (see
         :mod:`._running`)."""
         return running(self.host.client, self.host.keys, self._queue_names(queue_name))
+
+    def waiting_groups(self, queue_name: str, *, limit: int = 100) -> list[WaitingLane]:
+        """The lanes of ``queue_name`` with ready messages (priorities and groups; see
+        ``ready_by_priority`` in :meth:`stats`), highest priority first and, within one
+        priority, in the order the fetch takes them: up to ``limit`` entries of priority,
+        group (None for a priority's messages without a group) and ready messages. The
+        plain lane (priority 0 without a group) is left out: its count is the rest of
+        ``ready``. Two round trips, and a command per lane listed.
+
+        Raises:
+          ValueError: ``limit`` is not a positive int.
+        """
+        if not is_int(limit) or limit <= 0:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        keys = self.host.keys(queue_name)
+        client = self.host.client
+        priorities = [int(p) for p in reversed(cast("list[bytes]", client.zrange(keys.levels, 0, -1)))]
+        with client.pipeline(transaction=False) as pipe:
+            for priority in priorities:
+                pipe.lrange(keys.ring(priority), 0, limit)  # the plain lane may be one of them
+            rings = cast("list[list[bytes]]", pipe.execute())
+        lanes = [lane.decode() for ring in rings for lane in ring if lane.decode() != PLAIN_LANE][:limit]
+        with client.pipeline(transaction=False) as pipe:
+            for lane in lanes:
+                pipe.llen(keys.lane(lane))
+            counts = cast("list[int]", pipe.execute())
+        out: list[WaitingLane] = []
+        for lane, count in zip(lanes, counts, strict=True):
+            level, _, group = lane.partition(":")
+            if count:
+                name = bytes.fromhex(group).decode() if group else None
+                out.append(WaitingLane(priority=int(level), group=name, ready=count))
+        return out
 
     def pause(self, queue_name: str) -> bool:
         """Pause ``queue_name`` fleet-wide: within a second no consumer of it starts another

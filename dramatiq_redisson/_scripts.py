@@ -648,8 +648,10 @@ class Scripts(ScriptRunner):
                 keys.consumers,
                 keys.legacy_dq,
                 keys.paused,
+                keys.flow,
+                keys.levels,
             ),
-            (grace_ms, live_ms),
+            (grace_ms, live_ms, keys.ring_prefix),
             client,
         )
 

@@ -14,8 +14,17 @@ OVERDUE_GRACE = 1000
 class QueueStats(TypedDict):
     """One queue's counts, read in one atomic server step."""
 
-    #: Messages waiting in the ready queue.
+    #: Messages waiting in the ready queue (in all its lanes when priorities or groups
+    #: are used).
     ready: int
+    #: Ready messages per priority, highest first, on a queue whose messages go through
+    #: lanes (a ``broker_priority`` or ``group_key`` was sent to it); empty otherwise.
+    ready_by_priority: dict[int, int]
+    #: Lanes with ready messages: each (priority, group) pair counts once, and so do a
+    #: priority's messages without a group (the plain ready list, priority 0 without a
+    #: group, does not count). 0 on a queue without lanes. Per-group counts:
+    #: :meth:`RedissonBroker.waiting_groups`.
+    lanes_waiting: int
     #: Messages fetched by workers and not yet acked (prefetched or running).
     in_flight: int
     #: Messages scheduled for later (delays and retry back-offs).
@@ -40,6 +49,15 @@ class QueueStats(TypedDict):
     #: included), and in the last 24 hours (whole hours, the current one included).
     last_hour: Counts
     last_day: Counts
+
+
+class WaitingLane(TypedDict):
+    """One lane with ready messages (:meth:`RedissonBroker.waiting_groups`)."""
+
+    priority: int
+    #: The ``group_key``, or None for the priority's messages without a group.
+    group: str | None
+    ready: int
 
 
 class Stats(TypedDict):

@@ -166,3 +166,44 @@ def test_enqueue_many_keeps_each_messages_priority_and_group(
     order = _order(redis_client)
     assert order[0] == "high", order
     assert order.index("g-0") < order.index("low-2"), order  # the group takes turns with the plain lane
+
+
+def test_stats_count_ready_messages_per_priority_and_the_lanes_waiting_and_list_the_groups(
+    prio_broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    job = _recorder(redis_client)
+    # A plain queue: no breakdown
+    job.send_with_options(args=("plain",))
+    plain = prio_broker.stats("default")["queues"]["default"]
+    assert (plain["ready"], plain["ready_by_priority"], plain["lanes_waiting"]) == (1, {}, 0)
+    assert prio_broker.waiting_groups("default") == []
+    # Given messages at three priorities, two groups at priority 0 and one at priority 5
+    for n in range(3):
+        job.send_with_options(args=(n,), broker_priority=7)
+    for n in range(4):
+        job.send_with_options(args=(n,), group_key="tenant-a")
+    job.send_with_options(args=(0,), group_key="tenant-b")
+    job.send_with_options(args=(0,), group_key="tenant-é}{", broker_priority=5)
+    stats = prio_broker.stats("default")["queues"]["default"]
+    assert stats["ready_by_priority"] == {7: 3, 5: 1, 0: 6}
+    assert (stats["ready"], stats["in_flight"], stats["lanes_waiting"]) == (10, 0, 4)
+    assert prio_broker.waiting_groups("default") == [
+        {"priority": 7, "group": None, "ready": 3},
+        {"priority": 5, "group": "tenant-é}{", "ready": 1},
+        {"priority": 0, "group": "tenant-a", "ready": 4},
+        {"priority": 0, "group": "tenant-b", "ready": 1},
+    ]
+    assert len(prio_broker.waiting_groups("default", limit=2)) == 2
+    with pytest.raises(ValueError, match="limit"):
+        prio_broker.waiting_groups("default", limit=0)
+    # When a worker runs them all, every count goes back to 0
+    worker = _one_at_a_time(prio_broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 10, timeout=10)
+        prio_broker.join("default", timeout=10_000)
+    finally:
+        worker.stop()
+    done = prio_broker.stats("default")["queues"]["default"]
+    assert (done["ready"], done["in_flight"], done["lanes_waiting"]) == (0, 0, 0)
+    assert done["ready_by_priority"] == {}
+    assert prio_broker.waiting_groups("default") == []

@@ -8,6 +8,11 @@
 -- lane ids, taken in turn) exactly once; a priority with a non-empty ring is in `levels`
 -- (ZSET, score = priority).
 --
+-- The flow key is a HASH: "on" = 1 while the queue uses lanes, and "p<priority>" = how
+-- many ids wait in the lanes of that priority but the plain one (whose count is the ready
+-- list's length): stats.lua reads them with a command per priority, whatever the number of
+-- groups. A push or a take changes them with one HINCRBY per priority per call.
+--
 -- flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix): the keys; a lane's
 --   list is lane_prefix .. id .. "}", a ring ring_prefix .. priority .. "}" (the prefixes
 --   come from _keys.py in ARGV: they are not keys).
@@ -57,6 +62,19 @@ local function ring_list(ctx, priority)
     return ctx.ring_prefix .. priority .. "}"
 end
 
+local function count_waiting(flow, by_priority)
+    for priority, n in pairs(by_priority) do
+        redis.call("HINCRBY", flow, "p" .. priority, n)
+    end
+end
+
+local function add_waiting(by_priority, lane, n)
+    if lane ~= PLAIN_LANE then
+        local priority = lane_priority(lane)
+        by_priority[priority] = (by_priority[priority] or 0) + n
+    end
+end
+
 local function enlist(ctx, lane)
     local priority = lane_priority(lane)
     redis.call("RPUSH", ring_list(ctx, priority), lane)
@@ -64,6 +82,7 @@ local function enlist(ctx, lane)
 end
 
 local function flow_push(ctx, ids, lanes, at_head)
+    local waiting = {}
     if at_head then
         -- Last first, so that each lane's ids end at its head in the order given.
         for i = #ids, 1, -1 do
@@ -74,7 +93,9 @@ local function flow_push(ctx, ids, lanes, at_head)
             if redis.call("LPUSH", lane_list(ctx, lane), ids[i]) == 1 then
                 enlist(ctx, lane)
             end
+            add_waiting(waiting, lane, 1)
         end
+        count_waiting(ctx.flow, waiting)
         return
     end
     local i = 1
@@ -91,12 +112,14 @@ local function flow_push(ctx, ids, lanes, at_head)
         if redis.call("RPUSH", lane_list(ctx, lane), unpack(ids, i, j)) == j - i + 1 then
             enlist(ctx, lane) -- it was empty
         end
+        add_waiting(waiting, lane, j - i + 1)
         i = j + 1
     end
+    count_waiting(ctx.flow, waiting)
 end
 
 local function flow_take(ctx, count)
-    local ids, lanes = {}, {}
+    local ids, lanes, waiting = {}, {}, {}
     while #ids < count do
         local top = redis.call("ZRANGE", ctx.levels, -1, -1)[1] -- the highest priority
         if not top then
@@ -111,6 +134,7 @@ local function flow_take(ctx, count)
             if id then
                 ids[#ids + 1] = id
                 lanes[#lanes + 1] = lane
+                add_waiting(waiting, lane, -1)
                 if redis.call("LLEN", list) > 0 then
                     left = redis.call("RPUSH", ring, lane) -- its next turn
                 end
@@ -120,11 +144,12 @@ local function flow_take(ctx, count)
             redis.call("ZREM", ctx.levels, top)
         end
     end
+    count_waiting(ctx.flow, waiting)
     return ids, lanes
 end
 
 local function enable_flow(flow, ready, levels, ring0)
-    if redis.call("SET", flow, "1", "NX") and redis.call("LLEN", ready) > 0 then
+    if redis.call("HSETNX", flow, "on", 1) == 1 and redis.call("LLEN", ready) > 0 then
         redis.call("RPUSH", ring0, PLAIN_LANE)
         redis.call("ZADD", levels, 0, 0)
     end

@@ -7,7 +7,7 @@
 -- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}         consumer token -> free slots
 -- KEYS[6]  STRING redisson_delay_queue_paused:{N}      set while the queue is paused
 -- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}      redis message id -> fetch record
--- KEYS[8]  STRING redisson_delay_queue_flow:{N}        optional (with KEYS[9..10] and
+-- KEYS[8]  HASH   redisson_delay_queue_flow:{N}        optional (with KEYS[9..10] and
 --          ARGV[7..8]): set while the queue's messages go through lanes (_flow.lua)
 -- KEYS[9]  ZSET  redisson_delay_queue_levels:{N}       priorities with lanes in their ring
 -- KEYS[10] HASH  redisson_delay_queue_lane_of:{N}      message id -> lane (scheduled ones)

@@ -17,7 +17,7 @@
 --                                      (KEYS[9..12]: see _dedupe.lua)
 -- KEYS[13] HASH  redisson_delay_queue_lane_of:{N}  optional (with KEYS[14..17]): message id ->
 --                                      lane, for a scheduled message not in the plain lane
--- KEYS[14] STRING redisson_delay_queue_flow:{N}   KEYS[15] ZSET its levels, KEYS[16] LIST
+-- KEYS[14] HASH   redisson_delay_queue_flow:{N}   KEYS[15] ZSET its levels, KEYS[16] LIST
 --                                      the ready queue, KEYS[17] LIST ring 0 (see _flow.lua)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;

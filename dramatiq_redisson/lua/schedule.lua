@@ -17,7 +17,7 @@
 -- KEYS[8]  LIST  <ns>:<queue>                            ready queue
 -- KEYS[9]  HASH  <ns>:<queue>.msgs                       redis message id -> encoded message
 -- KEYS[10] ZSET  redisson_delay_queue_idle:{N}           idle consumers (see _wake.lua)
--- KEYS[11] STRING redisson_delay_queue_flow:{N}           optional, with KEYS[12] its levels
+-- KEYS[11] HASH   redisson_delay_queue_flow:{N}           optional, with KEYS[12] its levels
 --                                                          and KEYS[13] ring 0: ticks run now
 --                                                          join ring 0 while flow is on (_flow.lua)
 --

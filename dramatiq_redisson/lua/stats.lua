@@ -8,16 +8,23 @@
 -- KEYS[6]  ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
 -- KEYS[7]  LIST  <ns>:<queue>.DQ        the built-in broker's delay queue (not yet migrated)
 -- KEYS[8]  STRING redisson_delay_queue_paused:{N}    since when the queue is paused
+-- KEYS[9]  HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[10]: lanes (_flow.lua)
+-- KEYS[10] ZSET   redisson_delay_queue_levels:{N}    the priorities with waiting lanes
 --
 -- ARGV[1]  overdue grace (ms): entries due more than this long ago count as overdue
 -- ARGV[2]  consumers seen within this many ms count as live
+-- ARGV[3]  with KEYS[9]: the ring prefix (a priority's ring is ARGV[3] .. priority .. "}")
 --
--- Cost: O(log n), a fixed number of commands.
+-- Cost: O(log n), a fixed number of commands; with lanes, three more per priority that
+-- has waiting messages (at most max_priority + 1), whatever the number of groups.
 --
 -- Returns: {server now (epoch ms), ready, ready + in flight (messages with data in the
 --           ready queue's hash), scheduled, overdue, earliest due time or -1, dead,
 --           lease holder's token or "", live consumers, built-in delay-queue length,
---           since when the queue is paused (epoch ms; 0: unknown) or -1 if it is not}
+--           since when the queue is paused (epoch ms; 0: unknown) or -1 if it is not,
+--           then for each priority with waiting messages while the queue uses lanes:
+--           priority, ids waiting in its lanes but the plain one, lanes in its ring}
+--           (the plain lane is in ring 0 when the ready list holds ids)
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -25,7 +32,7 @@ local grace, live = tonumber(ARGV[1]), tonumber(ARGV[2])
 local head = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
 local holder = redis.call("GET", KEYS[5])
 local paused = redis.call("GET", KEYS[8])
-return {
+local reply = {
     now_ms,
     redis.call("LLEN", KEYS[1]),
     redis.call("HLEN", KEYS[2]),
@@ -38,3 +45,11 @@ return {
     redis.call("LLEN", KEYS[7]),
     paused and (tonumber(paused) or 0) or -1,
 }
+if KEYS[9] and redis.call("EXISTS", KEYS[9]) == 1 then
+    for _, priority in ipairs(redis.call("ZRANGE", KEYS[10], 0, -1)) do
+        reply[#reply + 1] = tonumber(priority)
+        reply[#reply + 1] = tonumber(redis.call("HGET", KEYS[9], "p" .. priority) or 0)
+        reply[#reply + 1] = redis.call("LLEN", ARGV[3] .. priority .. "}")
+    end
+end
+return reply

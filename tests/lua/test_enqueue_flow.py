@@ -52,7 +52,7 @@ def test_a_message_with_a_lane_turns_flow_on_and_the_waiting_ready_queue_joins_r
     _enqueue(lua, keys, ("old", "O", ""))
     high = lane_id(7, "acme")
     _enqueue(lua, keys, ("h1", "H1", high), ("p1", "P1", ""))
-    assert redis_client.get(keys.flow) == b"1"
+    assert redis_client.hget(keys.flow, "on") == b"1"
     assert redis_client.lrange(keys.lane(high), 0, -1) == [b"h1"]
     assert redis_client.lrange(keys.ready, 0, -1) == [b"old", b"p1"]
     assert redis_client.lrange(keys.ring(7), 0, -1) == [high.encode()]

@@ -54,7 +54,7 @@ def test_without_the_flow_key_a_fetch_takes_the_head_of_the_ready_queue_and_igno
 def test_the_highest_priority_comes_first_and_fifo_within_a_priority(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     _ready(redis_client, keys, PLAIN_LANE, "p0-a", "p0-b")
     _ready(redis_client, keys, lane_id(1, None), "p1-a")
     _ready(redis_client, keys, lane_id(9, None), "p9-a", "p9-b")
@@ -67,7 +67,7 @@ def test_the_highest_priority_comes_first_and_fifo_within_a_priority(
 def test_groups_of_one_priority_take_turns_so_a_backlog_does_not_delay_another_group(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     big, small = lane_id(0, "tenant-big"), lane_id(0, "tenant-small")
     _ready(redis_client, keys, big, *(f"big-{n}" for n in range(50)))
     _ready(redis_client, keys, small, "small-0", "small-1")
@@ -82,7 +82,7 @@ def test_groups_of_one_priority_take_turns_so_a_backlog_does_not_delay_another_g
 def test_each_fetch_record_names_its_lane_but_the_plain_lanes(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     group = lane_id(2, "a{b}c")
     _ready(redis_client, keys, group, "g")
     _ready(redis_client, keys, PLAIN_LANE, "p")
@@ -112,7 +112,7 @@ def _requeue(lua: Lua, keys: QueueKeys, *ids: str) -> int:
 def test_a_requeue_puts_each_id_back_at_the_head_of_its_own_lane_in_fetch_order(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     a, b = lane_id(0, "a"), lane_id(4, "b")
     _ready(redis_client, keys, a, "a1", "a2", "a3")
     _ready(redis_client, keys, b, "b1", "b2")
@@ -143,7 +143,7 @@ def test_a_requeue_without_flow_puts_ids_back_at_the_head_of_the_ready_queue(
 def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     a = lane_id(2, "a")
     _ready(redis_client, keys, a, "a1", "a2")
     _ready(redis_client, keys, PLAIN_LANE, "p1")
@@ -173,7 +173,7 @@ def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
 def test_maintenance_puts_a_dead_workers_messages_back_to_their_own_lanes(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     a = lane_id(1, "a")
     _ready(redis_client, keys, a, "a1")
     _ready(redis_client, keys, PLAIN_LANE, "p1")
@@ -202,7 +202,7 @@ def test_maintenance_puts_a_dead_workers_messages_back_to_their_own_lanes(
 def test_a_dead_letter_keeps_its_lane_and_a_requeue_puts_it_back_there(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     lane = lane_id(6, "acme")
     _ready(redis_client, keys, lane, "m1", "m2")
     assert _fetch(lua, keys, 2) == [b"m1", b"m2"]

@@ -436,7 +436,7 @@ def test_a_laned_offer_records_its_lane_and_turns_flow_on_with_the_waiting_ready
     lane = lane_id(4, "acme")
     _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "m1"), lane), (_entry(60_000, next_sort_key(), "m2"), ""))
     assert redis_client.hgetall(keys.lane_of) == {b"m1": lane.encode()}
-    assert redis_client.get(keys.flow) == b"1"
+    assert redis_client.hget(keys.flow, "on") == b"1"
     assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]
     assert redis_client.zrange(keys.levels, 0, -1) == [b"0"]
     assert redis_client.zcard(keys.timeout_zset) == 2
@@ -480,4 +480,4 @@ def test_a_bulk_offer_records_the_lanes_given_in_its_triples(
     assert reply[0] == 2
     assert redis_client.hgetall(keys.lane_of) == {b"a": lane.encode()}
     assert redis_client.hgetall(keys.payloads) == {b"a": (sort_a + "{}").encode(), b"b": (sort_b + "{}").encode()}
-    assert redis_client.get(keys.flow) == b"1"
+    assert redis_client.hget(keys.flow, "on") == b"1"

@@ -472,7 +472,7 @@ def test_an_unknown_operation_is_refused_with_nothing_written(
 def test_with_flow_on_ticks_run_now_into_an_empty_ready_queue_join_ring_0(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     now = server_ms()
     ran: list[Any] = [_member(now - 60_000), b"encoded"]
     flow_keys = [*_keys(keys), keys.flow, keys.levels, keys.ring(0)]

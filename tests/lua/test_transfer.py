@@ -572,7 +572,7 @@ def test_with_the_flow_keys_but_flow_off_a_transfer_hands_off_as_before(
 def test_with_flow_on_due_messages_go_to_their_lanes_and_nothing_is_handed_off(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.flow, "1")
+    redis_client.hset(keys.flow, "on", 1)
     high = lane_id(5, "acme")
     plain = schedule_entry(redis_client, keys, "plain", 1_000).member
     laned = schedule_entry(redis_client, keys, "laned", 1_001).member
