@@ -39,6 +39,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "lateness_paced": {"n": 60, "delay_lo": 200, "delay_hi": 800, "timeout": 30, "rate": 100},
         "immediate_paced": {"n": 60, "delay_lo": 0, "delay_hi": 0, "timeout": 30, "rate": 100, "immediate": True},
         "hol": {"far": 2_000, "near": 100, "near_delay": 1000, "window": 5},
+        "fair_share": {"backlog": 6_000, "front": 40, "rate": 100, "started": 200, "window": 5, "timeout": 30},
+        "priority": {"backlog": 6_000, "front": 40, "rate": 100, "started": 200, "window": 5, "timeout": 30},
         "backlog": {"levels": [2_000], "due": 200, "delay": 1000, "window": 5, "timeout": 30, "ref_budget": 2},
         "memory": {"levels": [0, 2_000], "settle": 0.5},
         "offer": {"one": 300, "bulk": 2_000, "repeat": 1},
@@ -84,6 +86,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "lateness_paced": {"n": 500, "delay_lo": 200, "delay_hi": 3000, "timeout": 60, "rate": 100},
         "immediate_paced": {"n": 500, "delay_lo": 0, "delay_hi": 0, "timeout": 30, "rate": 100, "immediate": True},
         "hol": {"far": 20_000, "near": 200, "near_delay": 1000, "window": 10},
+        "fair_share": {"backlog": 20_000, "front": 100, "rate": 50, "started": 500, "window": 10, "timeout": 60},
+        "priority": {"backlog": 10_000, "front": 100, "rate": 50, "started": 500, "window": 10, "timeout": 60},
         "backlog": {
             "levels": [0, 10_000, 100_000],
             "due": 2_000,
@@ -143,6 +147,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "lateness_paced": {"n": 2_000, "delay_lo": 200, "delay_hi": 3000, "timeout": 60, "rate": 200},
         "immediate_paced": {"n": 2_000, "delay_lo": 0, "delay_hi": 0, "timeout": 30, "rate": 200, "immediate": True},
         "hol": {"far": 100_000, "near": 1_000, "near_delay": 1000, "window": 30},
+        "fair_share": {"backlog": 50_000, "front": 100, "rate": 50, "started": 1_000, "window": 30, "timeout": 120},
+        "priority": {"backlog": 10_000, "front": 100, "rate": 50, "started": 1_000, "window": 30, "timeout": 120},
         "backlog": {
             "levels": [0, 100_000, 1_000_000],
             "due": 10_000,

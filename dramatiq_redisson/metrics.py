@@ -2,10 +2,10 @@
 
 Three kinds of metrics, all prefixed ``dramatiq_redisson_``:
 
-* queue gauges (scheduled, overdue, oldest overdue, ready, in flight, dead, consumers,
-  legacy delayed, paused; live workers), read at scrape time by :class:`StatsCollector` with one
-  :meth:`RedissonBroker.stats` call: a fixed number of O(1)/O(log n) commands per queue,
-  one round trip for all queues;
+* queue gauges (scheduled, overdue, oldest overdue, ready and ready per priority, lanes
+  waiting, in flight, dead, consumers, legacy delayed, paused; live workers), read at
+  scrape time by :class:`StatsCollector` with one :meth:`RedissonBroker.stats` call: a
+  fixed number of O(1)/O(log n) commands per queue, one round trip for all queues;
 * schedule gauges (each periodic actor's schedule: when its next tick is due, how late
   its last tick moved, whether it is paused), read at the same scrape by the same
   collector from :meth:`Schedules.list` (a few reads per queue that has schedules);
@@ -222,6 +222,21 @@ class StatsCollector:
                     value = 0.0
                 family.add_metric([queue_name], value)
             families.append(family)
+        by_priority = GaugeMetricFamily(
+            "dramatiq_redisson_ready_messages_by_priority",
+            "Ready messages per broker_priority, on queues whose messages go through lanes.",
+            labels=["queue_name", "priority"],
+        )
+        lanes = GaugeMetricFamily(
+            "dramatiq_redisson_lanes_waiting",
+            "Lanes (priority and group_key pairs) with ready messages, the plain ready list not counted.",
+            labels=["queue_name"],
+        )
+        for queue_name, queue in queues.items():
+            for priority, count in queue["ready_by_priority"].items():
+                by_priority.add_metric([queue_name, str(priority)], float(count))
+            lanes.add_metric([queue_name], float(queue["lanes_waiting"]))
+        families += [by_priority, lanes]
         workers = GaugeMetricFamily(
             "dramatiq_redisson_workers", "Worker processes of the namespace whose heartbeat is recent."
         )

@@ -45,6 +45,7 @@ GAUGE_FIELDS = {
     "dramatiq_redisson_consumers": "consumers",
     "dramatiq_redisson_legacy_delayed_messages": "legacy_delayed",
     "dramatiq_redisson_queue_paused": "paused",
+    "dramatiq_redisson_lanes_waiting": "lanes_waiting",
 }
 
 
@@ -103,8 +104,8 @@ def mismatches(samples: Samples, queues: Mapping[str, QueueStats], time_ms: int)
     return wrong
 
 
-def message(queue_name: str, actor_name: str, *args: Any) -> dramatiq.Message[Any]:
-    return dramatiq.Message(queue_name=queue_name, actor_name=actor_name, args=args, kwargs={}, options={})
+def message(queue_name: str, actor_name: str, *args: Any, **options: Any) -> dramatiq.Message[Any]:
+    return dramatiq.Message(queue_name=queue_name, actor_name=actor_name, args=args, kwargs={}, options=options)
 
 
 def stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
@@ -246,6 +247,28 @@ def test_wsgi_app_serves_the_gauges_of_broker_stats(broker: RedissonBroker) -> N
     assert value(only, "dramatiq_redisson_scheduled_messages", queue_name="other") == 0.0
     with pytest.raises(ValueError):
         m.make_wsgi_app(broker, queues=[])
+
+
+def test_wsgi_app_serves_ready_messages_per_priority_and_the_lanes_waiting(
+    make_broker: Callable[..., Any], redis_url: str
+) -> None:
+    broker = make_broker(url=redis_url, max_priority=9)
+    # Given a plain queue, and one with messages at priorities 0 and 7, two groups at 0
+    broker.declare_queue("plain")
+    broker.enqueue(message("plain", "nobody"))
+    broker.declare_queue("laned")
+    for options in ({}, {"broker_priority": 7}, {"broker_priority": 7}, {"group_key": "a"}, {"group_key": "b"}):
+        broker.enqueue(message("laned", "nobody", **options))
+    # When the WSGI app is called
+    samples = call_wsgi(m.make_wsgi_app(broker))
+    # Then the laned queue has a series per priority, the plain one none
+    name = "dramatiq_redisson_ready_messages_by_priority"
+    assert value(samples, name, queue_name="laned", priority="7") == 2.0
+    assert value(samples, name, queue_name="laned", priority="0") == 3.0
+    assert [labels for n, labels in samples if n == name and dict(labels)["queue_name"] == "plain"] == []
+    assert value(samples, "dramatiq_redisson_lanes_waiting", queue_name="laned") == 3.0
+    assert value(samples, "dramatiq_redisson_lanes_waiting", queue_name="plain") == 0.0
+    assert value(samples, "dramatiq_redisson_ready_messages", queue_name="laned") == 5.0
 
 
 def test_wsgi_app_reports_a_failed_read_instead_of_failing(make_broker: Callable[..., Any]) -> None:

@@ -13,6 +13,7 @@ from .backlog import backlog_cost
 from .burst import burst
 from .cluster import cluster
 from .fleet import fleet
+from .flow import fair_share, priority
 from .head_of_line import head_of_line
 from .idle import idle_pickup
 from .lateness import immediate_paced, lateness, lateness_paced, script_profile
@@ -28,6 +29,8 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "lateness-paced": lateness_paced,
     "immediate-paced": immediate_paced,
     "head-of-line": head_of_line,
+    "fair-share": fair_share,
+    "priority": priority,
     "backlog": backlog_cost,
     "memory": memory,
     "offer": offer_throughput,

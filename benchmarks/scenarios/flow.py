@@ -1,0 +1,281 @@
+"""Flow control (``max_priority``, ``broker_priority``, ``group_key``): ``fair-share``, a
+second group's messages behind one group's backlog; ``priority``, high-priority messages
+behind a backlog of low-priority ones.
+
+Both send a backlog without a delay, start the workers, wait until they have begun on it,
+then send a few "front" messages, paced, and measure for each one its wait (its start, the
+server's TIME in the record, minus the server's TIME read just before its send) and how
+many backlog messages started between its send and its start. Dramatiq's built-in
+``RedisBroker`` has neither groups nor priorities (it ignores both options): its row shows
+what a user gets today, the front messages queued behind the backlog (bounded window)."""
+
+from __future__ import annotations
+
+import bisect
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from .._actor import declare
+from .._common import PRODUCT_KINDS, QUEUE, Workers, make_broker
+from .._measure import REC_KEY, analyze, pct, read_records, wait_records
+from ._shared import Ctx, _r
+
+#: Backlog messages are numbered from here (as head-of-line's far ones); front ones from 0.
+BACKLOG_BASE = 1_000_000_000
+
+#: The priority of the ``priority`` scenario's high messages (and the brokers' max_priority).
+HIGH = 9
+
+
+def _fill(broker: Any, kind: str, actor: Any, seqs: Sequence[int], options: dict[str, Any]) -> None:
+    """Send ``seqs`` without a delay, in bulk: ``enqueue_many`` (chunks of 10 000) for the
+    Redisson brokers; for the built-in broker the ``dispatch.lua`` "enqueue" call
+    ``RedisBroker.enqueue`` makes, pipelined (it keeps the options, which it ignores)."""
+    chunk = 10_000
+    if kind != "builtin":
+        for start in range(0, len(seqs), chunk):
+            part = seqs[start : start + chunk]
+            broker.enqueue_many([actor.message_with_options(args=(seq,), **options) for seq in part])
+        return
+    from dramatiq.common import current_millis
+
+    dispatch = broker.scripts["dispatch"]
+    unpack = broker._max_unpack_size()
+    for start in range(0, len(seqs), chunk):
+        with broker.client.pipeline(transaction=False) as pipe:
+            for seq in seqs[start : start + chunk]:
+                m = actor.message_with_options(args=(seq,), **options)
+                m = m.copy(options={"redis_message_id": str(uuid.uuid4())})
+                args = [
+                    "enqueue",
+                    current_millis(),
+                    QUEUE,
+                    broker.broker_id,
+                    broker.heartbeat_timeout,
+                    broker.dead_message_ttl,
+                    0,
+                    unpack,
+                    m.options["redis_message_id"],
+                    m.encode(),
+                ]
+                dispatch(keys=[broker.namespace], args=args, client=pipe)
+            pipe.execute()
+
+
+def _queue_stats(broker: Any, kind: str) -> dict[str, Any] | None:
+    """The queue's ready count, ready per priority and lanes waiting (Redisson brokers)."""
+    if kind == "builtin":
+        return None
+    q = broker.stats(QUEUE)["queues"][QUEUE]
+    return {"ready": q["ready"], "ready_by_priority": q["ready_by_priority"], "lanes_waiting": q["lanes_waiting"]}
+
+
+def _run(
+    ctx: Ctx,
+    scenario: str,
+    kind: str,
+    label: str,
+    p: dict[str, Any],
+    n_back: int,
+    back_options: dict[str, Any],
+    front_options: dict[str, Any],
+    broker_options: dict[str, Any],
+) -> dict[str, Any]:
+    """One broker run: ``n_back`` backlog messages, workers, then ``p["front"]`` front
+    messages at ``p["rate"]``/s. The Redisson brokers are then given ``p["timeout"]`` s
+    to run everything (the delivery check covers the backlog too); the built-in broker
+    only the front messages' window (``p["window"]`` s after the last send)."""
+    ctx.server.flush()
+    broker = make_broker(kind, ctx.server.url, **broker_options)
+    actor = declare(broker)
+    back = list(range(BACKLOG_BASE, BACKLOG_BASE + n_back))
+    front = list(range(p["front"]))
+    ctx.log(
+        f"{scenario}/{label}: {n_back} queued {back_options or '(plain)'}, then {p['front']} "
+        f"{front_options} at {p['rate']}/s"
+    )
+    t0 = time.monotonic()
+    _fill(broker, kind, actor, back, back_options)
+    fill_s = time.monotonic() - t0
+    stats_filled = _queue_stats(broker, kind)
+    sent: dict[int, float] = {}
+    complete_all = None
+    workers = Workers(
+        kind,
+        ctx.server.url,
+        ctx.p["procs"],
+        ctx.p["threads"],
+        options={"broker": broker_options} if broker_options else None,
+    )
+    with workers as w:
+        # Let the workers begin on the backlog (and every process start fetching).
+        gate = min(p["started"], n_back)
+        deadline = time.monotonic() + p["timeout"]
+        while ctx.r.llen(REC_KEY) < gate and time.monotonic() < deadline:
+            w.check()
+            time.sleep(0.01)
+        started_before = ctx.r.llen(REC_KEY)
+        t1 = time.monotonic()
+        for seq in front:
+            time.sleep(max(0.0, t1 + seq / p["rate"] - time.monotonic()))
+            sent[seq] = ctx.server.now_ms()  # the server's clock, as the record's start
+            actor.send_with_options(args=(seq,), **front_options)
+        send_s = time.monotonic() - t1
+        stats_sent = _queue_stats(broker, kind)
+        complete = wait_records(ctx.r, front, time.monotonic() + p["window"], grace_s=0.0, check=w.check)
+        if kind in PRODUCT_KINDS:
+            complete_all = wait_records(ctx.r, front + back, time.monotonic() + p["timeout"], check=w.check)
+    ctx.check_crash(scenario, kind, w)
+    records = read_records(ctx.r)
+    broker.close()
+
+    res = analyze(sent, [rec for rec in records if rec[0] < BACKLOG_BASE])
+    starts: dict[int, float] = {}
+    for seq, start, _pid in records:
+        if seq < BACKLOG_BASE:
+            starts[seq] = min(start, starts.get(seq, start))
+    back_starts = sorted(start for seq, start, _pid in records if seq >= BACKLOG_BASE)
+    # Backlog messages that started after a front message's send and before its start.
+    ahead = [
+        bisect.bisect_right(back_starts, starts[seq]) - bisect.bisect_right(back_starts, sent[seq]) for seq in starts
+    ]
+    # The backlog's pace over the sends, and what was left of it when the last front message
+    # started (0: it ran dry, and the last front messages measured nothing).
+    first_send, last_send = min(sent.values()), max(sent.values())
+    in_sends = bisect.bisect_right(back_starts, last_send) - bisect.bisect_right(back_starts, first_send)
+    back_rate = in_sends / ((last_send - first_send) / 1000) if last_send > first_send else None
+    left = n_back - bisect.bisect_right(back_starts, max(starts.values())) if starts and n_back else None
+    res.update(
+        {
+            "complete": complete,
+            "window_s": p["window"],
+            "backlog": n_back,
+            "backlog_ran": len(back_starts),
+            "backlog_started_before_sends": started_before,
+            "backlog_left_at_last_front_start": left,
+            "backlog_per_s_during_sends": round(back_rate) if back_rate else None,
+            "ahead": pct(ahead),
+            "fill_seconds": round(fill_s, 2),
+            "front_sent_per_s": round(p["front"] / send_s) if send_s else None,
+            "stats_after_fill": stats_filled,
+            "stats_after_sends": stats_sent,
+            "_ahead_samples": ahead,
+        }
+    )
+    if kind in PRODUCT_KINDS:
+        # Delivery over the whole run, backlog included: each message once, nothing else.
+        counts = Counter(seq for seq, _, _ in records)
+        expected = set(front) | set(back)
+        whole = {
+            "lost": len(expected - counts.keys()),
+            "duplicated": sum(c - 1 for seq, c in counts.items() if seq in expected),
+            "unexpected": sum(c for seq, c in counts.items() if seq not in expected),
+            "early": res["early"],  # a start before its send: the measurement is broken
+        }
+        res["whole_run"] = dict(whole, complete=complete_all)
+        ctx.check_delivery(scenario, kind, whole)
+        if left == 0 and n_back:
+            ctx.log(f"{scenario}/{label}: the backlog ran dry before the last front message started")
+    ctx.log(
+        f"{scenario}/{label}: wait {res['lateness_ms']}, ahead {res['ahead']}, backlog left {left}, "
+        f"stats after fill {stats_filled}, after sends {stats_sent}"
+    )
+    return res
+
+
+def _row(label: str, res: dict[str, Any], front: str, back: str) -> dict[str, Any]:
+    wait, ahead = res["lateness_ms"], res["ahead"]
+    return {
+        "broker": label,
+        f"{back} queued": res["backlog"],
+        f"{front} ran": f"{res['ran']}/{res['expected']}",
+        "lost": res.get("whole_run", res)["lost"],
+        "dup": res.get("whole_run", res)["duplicated"],
+        "wait p50 ms": wait["p50"],
+        "wait p99 ms": wait["p99"],
+        "wait max ms": wait["max"],
+        f"{back} ahead p50": ahead["p50"],
+        f"{back} ahead p99": ahead["p99"],
+        f"{back} ahead max": ahead["max"],
+        f"{back}/s": res["backlog_per_s_during_sends"],
+        f"{back} left": res["backlog_left_at_last_front_start"],
+        "fill s": res["fill_seconds"],
+    }
+
+
+def _valid(res: dict[str, Any]) -> bool:
+    """Every front message ran, while backlog was still waiting."""
+    return bool(res["complete"]) and bool(res["backlog_left_at_last_front_start"])
+
+
+def fair_share(ctx: Ctx) -> dict[str, Any]:
+    """``fair-share``: group "big" has a backlog; group "small" sends a few, paced."""
+    p = ctx.p["fair_share"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    # Immediate messages only: no transfer, so redisson-lrem would repeat redisson.
+    kinds = [k for k in ctx.brokers if k != "redisson-lrem"]
+    plan = [(kind, p["backlog"], kind if kind != "builtin" else "builtin (ignores group_key)") for kind in kinds]
+    if "redisson" in kinds:
+        plan.append(("redisson", 0, "redisson (control: empty queue)"))
+    for kind, n_back, label in plan:
+        res = _run(ctx, "fair-share", kind, label, p, n_back, {"group_key": "big"}, {"group_key": "small"}, {})
+        data[label] = res
+        rows.append(_row(label, res, "small", "big"))
+    targets = []
+    ours, control = data.get("redisson"), data.get("redisson (control: empty queue)")
+    bound = 2 * ctx.p["procs"] * ctx.p["threads"]
+    if ours:
+        ahead = ours["ahead"]["p99"]
+        targets.append(
+            {
+                "target": f"fair-share: big started ahead of a small one, p99 <= 2 x procs x threads ({bound})",
+                "value": ahead,
+                "met": ahead is not None and ahead <= bound and _valid(ours) and ours["whole_run"]["lost"] == 0,
+            }
+        )
+        if control:
+            # "A few big messages' run time": the bound's worth of big messages at the pace
+            # the workers ran them during the sends.
+            rate = ours["backlog_per_s_during_sends"]
+            budget = bound * 1000 / rate if rate else None
+            mine, base = ours["lateness_ms"]["p99"], control["lateness_ms"]["p99"]
+            limit = base + budget if base is not None and budget is not None else None
+            targets.append(
+                {
+                    "target": f"fair-share: small p99 wait <= control p99 + {bound} big messages' run time",
+                    "value": f"{_r(mine, 1)} ms vs {_r(base, 1)} + {_r(budget, 1)} ms",
+                    "met": mine is not None and limit is not None and mine <= limit and _valid(ours),
+                }
+            )
+    return {"data": data, "rows": rows, "targets": targets}
+
+
+def priority(ctx: Ctx) -> dict[str, Any]:
+    """``priority``: a backlog of priority 0, then a few of priority 9, paced."""
+    p = ctx.p["priority"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    kinds = [k for k in ctx.brokers if k != "redisson-lrem"]
+    for kind in kinds:
+        label = kind if kind != "builtin" else "builtin (ignores broker_priority)"
+        options = {} if kind == "builtin" else {"max_priority": HIGH}
+        res = _run(ctx, "priority", kind, label, p, p["backlog"], {}, {"broker_priority": HIGH}, options)
+        data[label] = res
+        rows.append(_row(label, res, "high", "low"))
+    targets = []
+    ours = data.get("redisson")
+    bound = 2 * ctx.p["procs"] * ctx.p["threads"]
+    if ours:
+        ahead = ours["ahead"]["p99"]
+        targets.append(
+            {
+                "target": f"priority: low started ahead of a high one, p99 <= 2 x procs x threads ({bound})",
+                "value": ahead,
+                "met": ahead is not None and ahead <= bound and _valid(ours) and ours["whole_run"]["lost"] == 0,
+            }
+        )
+    return {"data": data, "rows": rows, "targets": targets}
