@@ -84,6 +84,32 @@ def test_delayed_messages_keep_their_priority_when_they_come_due(
     assert _order(redis_client)[0] == "high"
 
 
+def test_a_retry_keeps_its_priority_and_group(prio_broker: RedissonBroker, redis_client: redis.Redis) -> None:
+    failed: set[str] = set()
+
+    @dramatiq.actor(max_retries=1, min_backoff=200, max_backoff=200)
+    def flaky(i: Any) -> None:
+        if i == "high" and i not in failed:
+            failed.add(i)
+            raise RuntimeError("the first run fails")
+        record(redis_client, i=i)
+        time.sleep(0.05)
+
+    # Given a high-priority message of a group that fails once, sent behind 30 low ones
+    flaky.send_with_options(args=("high",), broker_priority=8, group_key="g")
+    for n in range(30):
+        flaky.send_with_options(args=(f"low-{n}",))
+    worker = _one_at_a_time(prio_broker)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 31, timeout=20)
+    finally:
+        worker.stop()
+    # Then its retry, due 200 ms later, ran before most of the low ones (a few were prefetched)
+    order = _order(redis_client)
+    assert "high" in order[:10], order
+    assert failed == {"high"}
+
+
 def test_an_actor_sets_a_default_priority_and_a_message_option_overrides_it(
     prio_broker: RedissonBroker, redis_client: redis.Redis
 ) -> None:
