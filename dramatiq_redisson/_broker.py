@@ -30,6 +30,7 @@ from ._permissions import acl_rule
 from ._primary_watch import PrimaryWatch
 from ._producer import Producer
 from ._queue_admin import QueueAdmin
+from ._queue_limits import Limits
 from ._running import RunningMessage
 from ._scripts import Scripts
 from ._server import check_server
@@ -225,6 +226,8 @@ class RedissonBroker(RedisBroker):
         #: The read and admin side: counts, history, running now, pause, flush (see
         #: :mod:`._queue_admin`; the broker's methods of those names delegate to it).
         self.admin = QueueAdmin(self)
+        #: Concurrency limits per queue and per group (see :mod:`._queue_limits`).
+        self.limits = Limits(self)
 
     @property
     def cluster(self) -> bool:
@@ -322,8 +325,11 @@ class RedissonBroker(RedisBroker):
         retried = self.held.was_retried(redis_message_id)
         if self.held.was_released(queue_name, redis_message_id):
             return 0
+        held = self.held.holds_slots(queue_name, redis_message_id)
         try:
-            acked = self.redisson_scripts.ack(self.keys(queue_name), self.broker_id, redis_message_id, retried=retried)
+            acked = self.redisson_scripts.ack(
+                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried, held=held
+            )
         except BaseException:
             if retried:
                 self.held.mark_retried(redis_message_id)  # the consumer tries the ack again
@@ -338,7 +344,8 @@ class RedissonBroker(RedisBroker):
         self.held.was_retried(redis_message_id)  # counted as failed, not retried
         if final is None:
             final = self.held.failed(redis_message_id)
-        nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id, final)
+        held = self.held.holds_slots(queue_name, redis_message_id)
+        nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id, final, held=held)
         self.held.discard(queue_name, (redis_message_id,))
         return nacked
 

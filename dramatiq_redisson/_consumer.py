@@ -428,7 +428,7 @@ class RedissonConsumer(Consumer):
                 self._note_paused(True)
                 self.registered = False
                 return False
-            self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None))
+            self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
         self._note_paused(False)
         self.note_idle(bool(token) and len(fetched) < count)
         if not fetched:

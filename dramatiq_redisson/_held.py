@@ -37,6 +37,9 @@ class HeldMessages:
         #: nack for the broker's ``do_nack``, whose built-in signature (queue_name,
         #: message_id) has no room for it.
         self._failed: dict[str, bytes] = {}
+        #: (queue, redis message id) of held messages fetched through lanes: they hold
+        #: slots, which their ack or nack gives back (fetch.lua).
+        self._slots: set[tuple[str, str]] = set()
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 
@@ -44,13 +47,24 @@ class HeldMessages:
         with self._guard:
             return self._locks[queue_name]
 
-    def add(self, queue_name: str, redis_message_ids: Iterable[str]) -> None:
+    def add(self, queue_name: str, redis_message_ids: Iterable[str], *, slots: bool = False) -> None:
+        """Hold ids; ``slots``: they were fetched through lanes (see :meth:`holds_slots`)."""
         with self._guard:
-            self._ids[queue_name].update(redis_message_ids)
+            ids = set(redis_message_ids)
+            self._ids[queue_name].update(ids)
+            if slots:
+                self._slots.update((queue_name, i) for i in ids)
+
+    def holds_slots(self, queue_name: str, redis_message_id: str) -> bool:
+        """Whether a held id was fetched through lanes: its ack or nack gives its slots back."""
+        with self._guard:
+            return (queue_name, redis_message_id) in self._slots
 
     def discard(self, queue_name: str, redis_message_ids: Iterable[str]) -> None:
         with self._guard:
-            self._ids[queue_name].difference_update(redis_message_ids)
+            ids = set(redis_message_ids)
+            self._ids[queue_name].difference_update(ids)
+            self._slots.difference_update((queue_name, i) for i in ids)
 
     def snapshot(self, queue_name: str) -> frozenset[str]:
         with self._guard:
@@ -61,6 +75,7 @@ class HeldMessages:
         :meth:`was_released`) but requeued by the next reconciliation."""
         with self._guard:
             self._ids[queue_name].discard(redis_message_id)
+            self._slots.discard((queue_name, redis_message_id))
             self._released.add((queue_name, redis_message_id))
 
     def was_released(self, queue_name: str, redis_message_id: str) -> bool:

@@ -400,10 +400,15 @@ class QueueKeys:
         key patterns match the lanes and rings built from them, not the prefixes)."""
         return (self.lane_prefix, self.ring_prefix)
 
+    @property
+    def wake_prefix(self) -> str:
+        """A consumer's wake channel is this prefix, its token and ``}``."""
+        return f"{self.channel}:wake:{{"
+
     def wake_channel(self, token: str) -> str:
         """The channel on which one consumer (``token``) is woken; the scripts build it
         from :attr:`channel` the same way."""
-        return f"{self.channel}:wake:{{{token}}}"
+        return f"{self.wake_prefix}{token}}}"
 
     def every_name(self, worker_id: str, token: str) -> tuple[str, ...]:
         """Every key and channel of the queue that its scripts touch, with ``worker_id``'s

@@ -59,6 +59,7 @@ def running(client: Any, keys: Callable[[str], QueueKeys], queue_names: list[str
         for raw_id, record in records.items():
             fetched, _, rest = record.decode(errors="replace").partition("|")
             worker_id, _, token = rest.partition("|")
+            token = token.partition("|")[0]  # flow control adds "|held" and "|lane:<lane>"
             if fetched.isdigit() and worker_id:
                 candidates.append((name, raw_id.decode(errors="replace"), int(fetched), worker_id, token))
     if not candidates:

@@ -48,6 +48,7 @@ _NAMES = (
     "reap",
     "schedule",
     "pause",
+    "limits",
     "history",
 )
 
@@ -69,6 +70,13 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
         keys.sent,
         *keys.dedupe_keys,
     )
+
+
+class Fetched(list[tuple[str, "bytes | None"]]):
+    """What a fetch took: (redis message id, its data or None) pairs; ``held``: they were
+    taken through lanes and hold slots, which their ack or nack gives back."""
+
+    held: bool = False
 
 
 def _offer_flow_keys(keys: QueueKeys) -> tuple[str, ...]:
@@ -472,9 +480,7 @@ class Scripts(ScriptRunner):
         if isinstance(reply, list) and len(reply) > 2 and int(reply[2]) > 0:
             self._clocks[queue_name] = (int(reply[2]) * 1000, time.monotonic())
 
-    def fetch(
-        self, keys: QueueKeys, worker_id: str, count: int, token: str = "", consumer: str = ""
-    ) -> list[tuple[str, bytes | None]] | None:
+    def fetch(self, keys: QueueKeys, worker_id: str, count: int, token: str = "", consumer: str = "") -> Fetched | None:
         """Take up to ``count`` ready messages; with a ``token``, a short fetch registers
         that consumer as idle (woken on its wake channel, see fetch.lua). ``consumer``
         (default: ``token``) is recorded with each message fetched (running now). ``None``:
@@ -503,26 +509,51 @@ class Scripts(ScriptRunner):
         )
         if flat is None:
             return None
-        return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
+        fetched = Fetched((flat[i].decode(), flat[i + 1]) for i in range(0, len(flat) - 1, 2))
+        fetched.held = len(flat) % 2 == 1  # a trailing "held": they hold slots (fetch.lua)
+        return fetched
 
-    def ack(self, keys: QueueKeys, worker_id: str, redis_message_id: str, *, retried: bool = False) -> int:
+    def ack(
+        self, keys: QueueKeys, worker_id: str, redis_message_id: str, *, retried: bool = False, held: bool = False
+    ) -> int:
         """Forget a processed message; the history counts it as processed, or as retried
-        (``retried``: it failed and Retries scheduled a retry)."""
+        (``retried``: it failed and Retries scheduled a retry). ``held``: it was fetched
+        through lanes (:attr:`Fetched.held`), and its slots are given back."""
         return int(
             self._run_idempotent(
                 "ack",
-                (keys.acks(worker_id), keys.ready_msgs, keys.heartbeats, keys.fetched, *keys.history_keys),
+                (
+                    keys.acks(worker_id),
+                    keys.ready_msgs,
+                    keys.heartbeats,
+                    keys.fetched,
+                    *keys.history_keys,
+                    *((keys.flow, keys.levels, keys.idle) if held else ()),
+                ),
                 (
                     redis_message_id,
                     worker_id,
                     self._beat(keys.heartbeats),
                     "3" if retried else "1",
                     self.server_now_ms(keys.queue_name),
+                    *((*keys.flow_affixes, keys.wake_prefix) if held else ()),
                 ),
             )
         )
 
-    def nack(self, keys: QueueKeys, worker_id: str, redis_message_id: str, final: bytes | None = None) -> int:
+    def nack(
+        self,
+        keys: QueueKeys,
+        worker_id: str,
+        redis_message_id: str,
+        final: bytes | None = None,
+        *,
+        held: bool = False,
+    ) -> int:
+        """Move a fetched message to the dead letters (``held``: see :meth:`ack`)."""
+        args: tuple[Any, ...] = (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final)
+        if held:
+            args = (redis_message_id, worker_id, final or "", *keys.flow_affixes, keys.wake_prefix)
         return int(
             self._run_idempotent(
                 "nack",
@@ -535,8 +566,9 @@ class Scripts(ScriptRunner):
                     keys.fetched,
                     *keys.history_keys,
                     keys.lane_of,
+                    *((keys.flow, keys.levels, keys.idle) if held else ()),
                 ),
-                (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final),
+                args,
             )
         )
 
@@ -654,6 +686,25 @@ class Scripts(ScriptRunner):
             (grace_ms, live_ms, keys.ring_prefix),
             client,
         )
+
+    def limits(self, keys: QueueKeys, op: str, concurrency: int | None = None, group: int | None = None) -> list[int]:
+        """``op`` "set" (both limits; None: none) or "clear" a queue's concurrency limits
+        (limits.lua). Returns the limits (-1: none), slots and groups in use, and the lanes
+        that waited for their group's slot."""
+        return [
+            int(v)
+            for v in self._run_idempotent(
+                "limits",
+                (keys.flow, keys.ready, keys.levels, keys.idle),
+                (
+                    op,
+                    "" if concurrency is None else concurrency,
+                    "" if group is None else group,
+                    *keys.flow_affixes,
+                    keys.wake_prefix,
+                ),
+            )
+        ]
 
     def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
         """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and

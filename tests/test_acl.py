@@ -276,6 +276,7 @@ def test_probe_covers_every_key_of_a_queue(cluster: bool) -> None:
             "lane_prefix",  # not keys: the lanes' and rings' names start with them
             "ring_prefix",
             "flow_affixes",
+            "wake_prefix",  # a channel prefix (the wake channel itself is checked)
             "lane",  # one lane and one ring stand for all (checked below)
             "ring",
         }:
@@ -651,8 +652,8 @@ def test_probe_with_read_only_keys_and_no_way_to_delete(
     assert "redisson_delay_queue_timeout:{dramatiq:default} (write)" in error.keys
     assert "dramatiq:default (write)" in error.keys
     # (HDEL is refused too: the scratch key is read-only, so HSETNX cannot be undone)
-    assert set(error.unchecked) == {"hsetnx", "lpush", "rpush", "sadd"}
-    assert "Not checked until those are granted: hsetnx, lpush, rpush, sadd" in str(error)
+    assert set(error.unchecked) == {"hincrby", "hsetnx", "lpush", "rpush", "sadd"}
+    assert "Not checked until those are granted: hincrby, hsetnx, lpush, rpush, sadd" in str(error)
     assert redis_client.keys("*") == []  # nothing left behind
 
 

@@ -182,6 +182,8 @@ def test_stats_table_and_json(
     next_due = broker.delayed_queue("default").next_due()
     assert default == {
         "ready": 1,
+        "ready_by_priority": {},
+        "lanes_waiting": 0,
         "in_flight": 0,
         "scheduled": 3,
         "overdue": 0,

@@ -334,3 +334,28 @@ def test_history_of_a_quiet_or_unknown_queue_and_bad_windows(cli: Run, broker: R
         result = cli("history", *args)
         assert_one_line_error(result, 2, "--" + args[0].lstrip("-"), fragment)
         assert result.stdout == ""
+
+
+def test_limits_set_show_and_clear_round_trip_and_refuse_bad_values(cli: Run, broker: RedissonBroker) -> None:
+    shown = ok_text(cli("limits", "show", "reports"))
+    assert shown.strip() == (
+        "'reports': concurrency none, per group none; 0 running, in 0 groups; 0 groups waiting for a slot"
+    )
+    set_ = ok_text(cli("limits", "set", "reports", "--concurrency", "8", "--group-concurrency", "1"))
+    assert set_.startswith("set 'reports': concurrency 8, per group 1; 0 running")
+    assert broker.limits.get("reports")["concurrency"] == 8
+    assert ok_json(cli("limits", "show", "reports", "--json")) == {
+        "queue": "reports",
+        "concurrency": 8,
+        "group_concurrency": 1,
+        "in_use": 0,
+        "groups_in_use": 0,
+        "lanes_blocked": 0,
+    }
+    # Bad values: one line on stderr, exit 2, nothing changed
+    for args in (("--concurrency", "0"), ("--group-concurrency", "x"), ()):
+        result = cli("limits", "set", "reports", *args)
+        assert result.returncode == 2 and result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+    assert broker.limits.get("reports")["group_concurrency"] == 1
+    cleared = ok_json(cli("limits", "clear", "reports", "--json"))
+    assert (cleared["concurrency"], cleared["group_concurrency"]) == (None, None)

@@ -32,7 +32,7 @@ import redis
 
 from .. import __version__
 from .._format import one_line, parse_duration, span
-from . import _acl, _dead, _live, _scheduled, _schedules, _serve, _stats
+from . import _acl, _dead, _limits, _live, _scheduled, _schedules, _serve, _stats
 from ._base import DEBUG_ENV, EXIT_NOT_FOUND, EXIT_USAGE, PLAIN_ENV, PROG, Command, Context, UsageError
 from ._connect import connect, server_address, split_broker_path
 from ._output import Output
@@ -50,6 +50,7 @@ REGISTRY: tuple[Command, ...] = (
     _schedules.SCHEDULES,
     _live.PAUSE,
     _live.RESUME,
+    _limits.LIMITS,
     _live.RUNNING,
     _live.HISTORY,
     _stats.WATCH,
@@ -74,7 +75,8 @@ class Parser(argparse.ArgumentParser):
 
 DESCRIPTION = """\
 Look at and operate the queues of a dramatiq-redisson broker: counts, scheduled
-messages, dead letters, what runs now and what ran; pause and resume queues.
+messages, dead letters, what runs now and what ran; pause and resume queues; set
+concurrency limits.
 
 BROKER is a broker import path as Dramatiq's CLI takes it (app.tasks:broker, or
 app.tasks for the broker that module sets up); importing it also declares the app's
@@ -89,6 +91,7 @@ examples:
   dramatiq-redisson reschedule default MESSAGE_ID --in 1h30m
   dramatiq-redisson dead requeue default --all --yes
   dramatiq-redisson pause emails
+  dramatiq-redisson limits set reports --concurrency 8 --group-concurrency 1
   dramatiq-redisson history default --minutes 30
 
 exit status: 0 success; 1 a message id was not found, or a confirmation was declined;

@@ -118,8 +118,34 @@ local function flow_push(ctx, ids, lanes, at_head)
     count_waiting(ctx.flow, waiting)
 end
 
+local function lane_group(lane)
+    return string.match(lane, "^%d+:(%x*)$") or ""
+end
+
+local function block(ctx, group, lane)
+    local field = "b" .. group
+    local blocked = redis.call("HGET", ctx.flow, field)
+    redis.call("HSET", ctx.flow, field, blocked and (blocked .. " " .. lane) or lane)
+    redis.call("HINCRBY", ctx.flow, "blocked", 1)
+end
+
 local function flow_take(ctx, count)
     local ids, lanes, waiting = {}, {}, {}
+    local limits = redis.call("HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse")
+    local limit, group_limit = tonumber(limits[1]), tonumber(limits[2])
+    if limit then
+        count = math.min(count, math.max(0, limit - (tonumber(limits[3]) or 0)))
+    end
+    local in_use = {} -- group -> its slots in use (read once, then counted here)
+    local function at_limit(group)
+        if not group_limit or group == "" then
+            return false
+        end
+        if not in_use[group] then
+            in_use[group] = tonumber(redis.call("HGET", ctx.flow, "g" .. group) or 0)
+        end
+        return in_use[group] >= group_limit
+    end
     while #ids < count do
         local top = redis.call("ZRANGE", ctx.levels, -1, -1)[1] -- the highest priority
         if not top then
@@ -129,14 +155,26 @@ local function flow_take(ctx, count)
         local lane = redis.call("LPOP", ring)
         local left = 0
         if lane then
-            local list = lane_list(ctx, lane)
-            local id = redis.call("LPOP", list)
-            if id then
-                ids[#ids + 1] = id
-                lanes[#lanes + 1] = lane
-                add_waiting(waiting, lane, -1)
-                if redis.call("LLEN", list) > 0 then
-                    left = redis.call("RPUSH", ring, lane) -- its next turn
+            local group = lane_group(lane)
+            if at_limit(group) then
+                block(ctx, group, lane) -- back on its ring when a slot of its group frees
+            else
+                local list = lane_list(ctx, lane)
+                local id = redis.call("LPOP", list)
+                if id then
+                    ids[#ids + 1] = id
+                    lanes[#lanes + 1] = lane
+                    add_waiting(waiting, lane, -1)
+                    if group ~= "" and in_use[group] then
+                        in_use[group] = in_use[group] + 1
+                    end
+                    if redis.call("LLEN", list) > 0 then
+                        if at_limit(group) then
+                            block(ctx, group, lane)
+                        else
+                            left = redis.call("RPUSH", ring, lane) -- its next turn
+                        end
+                    end
                 end
             end
         end
@@ -146,6 +184,25 @@ local function flow_take(ctx, count)
     end
     count_waiting(ctx.flow, waiting)
     return ids, lanes
+end
+
+local function flow_hold(ctx, lanes)
+    if #lanes == 0 then
+        return
+    end
+    redis.call("HINCRBY", ctx.flow, "inuse", #lanes)
+    local taken = {}
+    for i = 1, #lanes do
+        local group = lane_group(lanes[i])
+        if group ~= "" then
+            taken[group] = (taken[group] or 0) + 1
+        end
+    end
+    for group, n in pairs(taken) do
+        if redis.call("HINCRBY", ctx.flow, "g" .. group, n) == n then
+            redis.call("HINCRBY", ctx.flow, "groups", 1)
+        end
+    end
 end
 
 local function enable_flow(flow, ready, levels, ring0)
@@ -161,6 +218,73 @@ end
 
 local function record_lane(record)
     return record and string.match(record, "|lane:(%d+:%x*)$") or PLAIN_LANE
+end
+
+local function fetch_record(record, lane)
+    -- "|held": the message holds a slot of its queue (and of its lane's group, if any)
+    if lane and lane ~= PLAIN_LANE then
+        return record .. "|held|lane:" .. lane
+    end
+    return record .. "|held"
+end
+
+local function flow_release(ctx, records)
+    local freed, groups = 0, {}
+    for i = 1, #records do
+        local record = records[i]
+        if record and string.find(record, "|held", 1, true) then
+            freed = freed + 1
+            local group = lane_group(record_lane(record))
+            if group ~= "" then
+                groups[group] = (groups[group] or 0) + 1
+            end
+        end
+    end
+    if freed == 0 then
+        return 0
+    end
+    if redis.call("HINCRBY", ctx.flow, "inuse", -freed) < 0 then
+        redis.call("HSET", ctx.flow, "inuse", 0) -- never below the truth
+    end
+    for group, n in pairs(groups) do
+        if redis.call("HINCRBY", ctx.flow, "g" .. group, -n) <= 0 then
+            redis.call("HDEL", ctx.flow, "g" .. group)
+            if redis.call("HINCRBY", ctx.flow, "groups", -1) < 0 then
+                redis.call("HSET", ctx.flow, "groups", 0)
+            end
+        end
+        local blocked = redis.call("HGET", ctx.flow, "b" .. group)
+        if blocked then
+            redis.call("HDEL", ctx.flow, "b" .. group)
+            local unblocked = 0
+            for lane in string.gmatch(blocked, "%S+") do
+                unblocked = unblocked + 1
+                if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
+                    enlist(ctx, lane)
+                end
+            end
+            if redis.call("HINCRBY", ctx.flow, "blocked", -unblocked) < 0 then
+                redis.call("HSET", ctx.flow, "blocked", 0)
+            end
+        end
+    end
+    return freed
+end
+
+local function flow_unblock_all(ctx)
+    local fields = redis.call("HKEYS", ctx.flow)
+    for _, field in ipairs(fields) do
+        local group = string.match(field, "^b(%x*)$")
+        if group then
+            for lane in string.gmatch(redis.call("HGET", ctx.flow, field), "%S+") do
+                if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
+                    enlist(ctx, lane)
+                end
+            end
+            redis.call("HDEL", ctx.flow, field)
+        end
+    end
+    redis.call("HDEL", ctx.flow, "blocked")
 end
 
 local function flow_put_back(ctx, ids, records)

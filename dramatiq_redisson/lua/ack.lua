@@ -16,6 +16,16 @@
 --          heartbeat take it instead of a TIME call; "" or absent: TIME. (An estimate a
 --          moment behind the server's at a minute's start is handled by _history.lua.)
 --
+-- A message fetched through lanes holds slots (fetch.lua's reply ended with "held"): the
+-- caller then adds
+-- KEYS[7]  HASH  redisson_delay_queue_flow:{N}     slots in use, blocked lanes (_flow.lua)
+-- KEYS[8]  ZSET  redisson_delay_queue_levels:{N}
+-- KEYS[9]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> free slots
+-- ARGV[6]  the lanes' key prefix, ARGV[7] the rings', ARGV[8] the wake channels' prefix
+-- and the slots the fetch record names are given back: a lane of a group that was at its
+-- limit returns to its ring, and an idle consumer is woken per slot freed (_wake.lua).
+-- A repeated ack finds no record and gives nothing back.
+--
 -- Memory: the first write is the SREM (never grows memory), so acks run on a server
 -- at its maxmemory limit, where they are what frees memory.
 --
@@ -23,6 +33,8 @@
 --          ack repeated after a lost reply counts once).
 
 -- include: _history.lua
+-- include: _wake.lua
+-- include: _flow.lua
 
 local removed = redis.call("SREM", KEYS[1], ARGV[1])
 local now_ms = tonumber(ARGV[5] or "")
@@ -32,6 +44,12 @@ if not now_ms and (removed == 1 or ARGV[3] ~= "0") then
 end
 if removed == 1 then
     redis.call("HDEL", KEYS[2], ARGV[1])
+    if KEYS[7] then
+        local flow = flow_context(nil, KEYS[7], KEYS[8], nil, ARGV[6], ARGV[7])
+        if flow_release(flow, { redis.call("HGET", KEYS[4], ARGV[1]) }) > 0 then
+            wake(KEYS[9], ARGV[8], 1)
+        end
+    end
     redis.call("HDEL", KEYS[4], ARGV[1])
     record_history(KEYS[5], KEYS[6], now_ms, tonumber(ARGV[4]))
 end

@@ -28,8 +28,11 @@
 -- ARGV[7]  with KEYS[8]: the lanes' key prefix; ARGV[8] the rings' (from _keys.py)
 --
 -- Lanes: when KEYS[8] exists, ids are taken by priority and in turn over the groups
--- (flow_take in _flow.lua) instead of from the head of the ready queue, and each fetch
--- record of an id not in the plain lane ends with "|lane:<lane>" (a requeue puts it back there).
+-- (flow_take in _flow.lua) instead of from the head of the ready queue, within the queue's
+-- concurrency limits (a group at its limit waits off its ring). Each message taken holds a
+-- slot of its queue and of its group: its fetch record ends with "|held" and, for an id
+-- not in the plain lane, "|lane:<lane>" (a requeue puts it back there); the ack, nack,
+-- requeue and the liveness requeues give the slots back.
 --
 -- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
 -- (enqueues do not wake it; it polls until the queue is resumed).
@@ -42,7 +45,8 @@
 --
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
 --          no message (it is then dropped from the ack set too); or false (nil) when the
---          queue is paused.
+--          queue is paused. Through lanes, one more element ends the list: "held" (the
+--          messages hold slots: their acks and nacks give them back, see ack.lua).
 
 -- include: _flow.lua
 
@@ -109,15 +113,20 @@ if #held > 0 then
             lane_at[ids[i]] = lanes[i]
         end
     end
+    local held_lanes = {}
     for i = 1, #held do
         pairs[2 * i - 1] = held[i]
-        local lane = lane_at[held[i]]
-        if lane and lane ~= PLAIN_LANE then
-            pairs[2 * i] = record .. "|lane:" .. lane
+        if lanes then
+            held_lanes[i] = lane_at[held[i]]
+            pairs[2 * i] = fetch_record(record, held_lanes[i])
         else
             pairs[2 * i] = record
         end
     end
     redis.call("HSET", fetched, unpack(pairs))
+    if lanes then
+        flow_hold(flow, held_lanes)
+        result[#result + 1] = "held" -- the caller gives the slots back with the ack (ack.lua)
+    end
 end
 return result

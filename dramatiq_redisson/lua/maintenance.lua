@@ -17,7 +17,8 @@
 -- ARGV[3]  the lanes' key prefix, ARGV[4] the rings' (from _keys.py)
 --
 -- Lanes: while the queue's flow is on, each id of the ready queue goes back to the head of
--- the lane its fetch record names (the ready queue when it names none).
+-- the lane its fetch record names (the ready queue when it names none), and the slots the
+-- records hold are given back (_flow.lua).
 --
 -- Memory: every growing write (LPUSH) follows a DEL of the ack set it empties, and
 -- expiry only deletes, so maintenance runs on a server at its maxmemory limit.
@@ -59,6 +60,7 @@ local function recover(acks, list, msgs)
     end
     if by_lane then
         flow_put_back(flow, back, back_records)
+        flow_release(flow, records) -- the slots they held (consumers poll: no wake-up here)
     end
 end
 for k = 11, #KEYS, 2 do

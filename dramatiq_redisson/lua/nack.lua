@@ -15,7 +15,12 @@
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
 -- ARGV[3]  optional: the message as it failed (encoded, with the traceback Dramatiq
---          recorded in its options), stored in place of the copy fetched
+--          recorded in its options), stored in place of the copy fetched ("": none)
+--
+-- A message fetched through lanes holds slots (see ack.lua): the caller then adds
+-- KEYS[10] HASH  redisson_delay_queue_flow:{N}, KEYS[11] ZSET its levels, KEYS[12] ZSET
+-- redisson_delay_queue_idle:{N}, and ARGV[4..6] the lanes', rings' and wake channels'
+-- prefixes; the slots are given back as an ack gives them.
 --
 -- Memory: the first write is the SREM (never grows memory), so a nack runs on a full
 -- server too: the message moves between two hashes, it is never left half-moved.
@@ -23,19 +28,27 @@
 -- Returns: 1 if the message was moved (and counted as failed), else 0.
 
 -- include: _history.lua
+-- include: _wake.lua
 -- include: _flow.lua
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local moved = 0
 if redis.call("SREM", KEYS[1], ARGV[1]) == 1 then
-    local lane = KEYS[9] and record_lane(redis.call("HGET", KEYS[6], ARGV[1])) or PLAIN_LANE
+    local record = KEYS[9] and redis.call("HGET", KEYS[6], ARGV[1])
+    local lane = record_lane(record)
     redis.call("HDEL", KEYS[6], ARGV[1])
+    if KEYS[10] then
+        local flow = flow_context(nil, KEYS[10], KEYS[11], nil, ARGV[4], ARGV[5])
+        if flow_release(flow, { record }) > 0 then
+            wake(KEYS[12], ARGV[6], 1)
+        end
+    end
     local data = redis.call("HGET", KEYS[2], ARGV[1])
     if data then
         redis.call("HDEL", KEYS[2], ARGV[1])
         redis.call("ZADD", KEYS[3], now_ms, ARGV[1])
-        redis.call("HSET", KEYS[4], ARGV[1], ARGV[3] or data)
+        redis.call("HSET", KEYS[4], ARGV[1], (ARGV[3] and ARGV[3] ~= "") and ARGV[3] or data)
         if lane ~= PLAIN_LANE then
             redis.call("HSET", KEYS[9], ARGV[1], lane)
         end

@@ -59,6 +59,7 @@ local read = {
         check("HGET", k, k, token)
         check("HMGET", k, k, token)
         check("HGETALL", scratch, scratch) -- the command, on the scratch key (a real hash may be large)
+        check("HKEYS", scratch, scratch)
     end,
     set = function(k)
         check("SMEMBERS", k, k)
@@ -160,8 +161,11 @@ end
 if del or unlink or hdel then
     check("HSETNX", scratch, scratch, token, "")
     remove("HDEL", token)
+    check("HINCRBY", scratch, scratch, token, 0)
+    remove("HDEL", token)
 else
     unchecked[#unchecked + 1] = "hsetnx"
+    unchecked[#unchecked + 1] = "hincrby"
 end
 
 return { denied, unchecked }

@@ -22,7 +22,8 @@
 -- ARGV[6..] worker ids
 --
 -- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
--- record names (the ready queue when it names none).
+-- record names (the ready queue when it names none), and the slots the records hold are
+-- given back (_flow.lua): the idle consumers woken take them.
 --
 -- Dead is relative to the newest beat, not to the server clock: when no process could beat
 -- (the server was stopped or unreachable for a while, every entry equally old) nobody is
@@ -50,7 +51,7 @@ local newest_ms = #newest > 0 and tonumber(newest[2]) or 0
 local flow = flow_context(ready, KEYS[7], KEYS[8], KEYS[9], ARGV[4], ARGV[5])
 local laned = flow_on(flow)
 local by_connection = tonumber(ARGV[3])
-local requeued, dead = 0, 0
+local requeued, dead, freed = 0, 0, 0
 for i = 6, #ARGV do
     local beat = redis.call("ZSCORE", alive, ARGV[i])
     if i - 5 <= by_connection or (beat and newest_ms - tonumber(beat) > timeout) then
@@ -79,11 +80,12 @@ for i = 6, #ARGV do
         end
         if laned then
             flow_put_back(flow, back, back_records)
+            freed = freed + flow_release(flow, records)
         end
     end
 end
-if requeued > 0 then
-    wake(idle, channel .. ":wake:{", requeued)
+if requeued > 0 or freed > 0 then
+    wake(idle, channel .. ":wake:{", math.max(requeued, freed))
 end
 if newest_ms > 0 then
     redis.call("ZREMRANGEBYSCORE", alive, "-inf", "(" .. (newest_ms - forget))

@@ -12,7 +12,8 @@
 -- ARGV[1..] redis message ids, in the order they were fetched
 --
 -- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
--- record names (the ready queue when it names none).
+-- record names (the ready queue when it names none), and the slots the records hold are
+-- given back (_flow.lua).
 --
 -- An id is put back only if this call removed it from the ack set: an id acked (or
 -- requeued) meanwhile is left alone, so a requeue never duplicates a message.
@@ -35,11 +36,12 @@ if KEYS[7] then
     first = 3
 end
 if flow and flow_on(flow) then
-    local back, records = {}, {}
+    local back, records, all = {}, {}, {}
     for i = first, #ARGV do
         if redis.call("SREM", KEYS[1], ARGV[i]) == 1 then
             local record = redis.call("HGET", KEYS[6], ARGV[i])
             redis.call("HDEL", KEYS[6], ARGV[i])
+            all[#all + 1] = record
             if redis.call("HEXISTS", KEYS[2], ARGV[i]) == 1 then
                 back[#back + 1] = ARGV[i]
                 records[#back] = record
@@ -47,8 +49,9 @@ if flow and flow_on(flow) then
         end
     end
     flow_put_back(flow, back, records)
-    if #back > 0 then
-        wake(KEYS[4], KEYS[5] .. ":wake:{", #back)
+    local freed = flow_release(flow, all)
+    if #back > 0 or freed > 0 then
+        wake(KEYS[4], KEYS[5] .. ":wake:{", math.max(#back, freed))
     end
     return #back
 end

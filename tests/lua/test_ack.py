@@ -135,3 +135,49 @@ def test_ack_in_a_new_minute_adds_the_last_active_minute_to_its_hour(
     assert last_minute(redis_client, keys) == MINUTE + 1
     assert minute_slot(redis_client, keys, MINUTE + 1) == (MINUTE + 1, 1, 0, 0)
     assert hour_slot(redis_client, keys, MINUTE // 60) == (MINUTE // 60, 1, 0, 1)
+
+
+def _held_ack(lua: Lua, keys: QueueKeys, message_id: str) -> int:
+    """ack.lua as the broker calls it for a message fetched through lanes (it holds slots)."""
+    return int(
+        lua("ack")(
+            keys=[*ack_keys(keys), keys.flow, keys.levels, keys.idle],
+            args=[message_id, "w1", "0", "1", CLOCK, *keys.flow_affixes, keys.wake_prefix],
+        )
+    )
+
+
+def test_an_ack_gives_back_the_slots_of_its_queue_and_group_and_wakes_an_idle_consumer(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, listen: Callable[[str], Callable[[], list[bytes]]]
+) -> None:
+    from dramatiq_redisson._keys import lane_id
+
+    group = "a".encode().hex()
+    lane = lane_id(0, "a")
+    # Given a message of group "a" holding the group's only slot, the group's lane blocked
+    # with one more id, and an idle consumer
+    fetched(redis_client, keys, "m1")
+    redis_client.hset(keys.fetched, "m1", f"{CLOCK}|w1|tok|held|lane:{lane}")
+    redis_client.hset(
+        keys.flow, mapping={"on": 1, "group_concurrency": 1, "inuse": 1, "groups": 1, f"g{group}": 1, "blocked": 1}
+    )
+    redis_client.hset(keys.flow, f"b{group}", lane)
+    redis_client.rpush(keys.lane(lane), "m2")
+    redis_client.zadd(keys.idle, {"tok-2": 1})
+    woken = listen(keys.wake_channel("tok-2"))
+    # When it is acked
+    assert _held_ack(lua, keys, "m1") == 1
+    # Then its slots are free, the lane is back on its ring, and the idle consumer woken
+    assert redis_client.hgetall(keys.flow) == {
+        b"on": b"1",
+        b"group_concurrency": b"1",
+        b"inuse": b"0",
+        b"groups": b"0",
+        b"blocked": b"0",
+    }
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [lane.encode()]
+    assert redis_client.zrange(keys.levels, 0, -1) == [b"0"]
+    assert woken() == [b"0"]
+    # and a repeated ack (a lost reply) gives nothing back twice
+    assert _held_ack(lua, keys, "m1") == 0
+    assert redis_client.hget(keys.flow, "inuse") == b"0"

@@ -35,6 +35,8 @@ def _fetch(lua: Lua, keys: QueueKeys, count: int) -> list[bytes]:
         ],
         args=[count, "w1", "", "0", "w1|tok", 1, *keys.flow_affixes],
     )
+    if len(reply) % 2:  # through lanes the reply ends with "held" (the messages hold slots)
+        assert reply.pop() == b"held"
     return [reply[i] for i in range(0, len(reply), 2)]
 
 

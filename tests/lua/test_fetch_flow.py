@@ -29,6 +29,8 @@ def _fetch(lua: Lua, keys: QueueKeys, count: int) -> list[bytes]:
         ],
         args=[count, "w1", "", "0", "w1|tok", CLOCK, *keys.flow_affixes],
     )
+    if len(reply) % 2:  # through lanes the reply ends with "held" (the messages hold slots)
+        assert reply.pop() == b"held"
     return [reply[i] for i in range(0, len(reply), 2)]
 
 
@@ -79,7 +81,7 @@ def test_groups_of_one_priority_take_turns_so_a_backlog_does_not_delay_another_g
     assert redis_client.llen(keys.lane(big)) == 47
 
 
-def test_each_fetch_record_names_its_lane_but_the_plain_lanes(
+def test_each_fetch_record_holds_a_slot_and_names_its_lane_but_the_plain_lanes(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
     redis_client.hset(keys.flow, "on", 1)
@@ -88,10 +90,13 @@ def test_each_fetch_record_names_its_lane_but_the_plain_lanes(
     _ready(redis_client, keys, PLAIN_LANE, "p")
     assert _fetch(lua, keys, 2) == [b"g", b"p"]
     assert redis_client.hgetall(keys.fetched) == {
-        b"g": f"{CLOCK}|w1|tok|lane:{group}".encode(),
-        b"p": f"{CLOCK}|w1|tok".encode(),
+        b"g": f"{CLOCK}|w1|tok|held|lane:{group}".encode(),
+        b"p": f"{CLOCK}|w1|tok|held".encode(),
     }
     assert redis_client.smembers(keys.acks("w1")) == {b"g", b"p"}
+    # Both hold a slot of the queue, and "g" one of its group
+    flow = redis_client.hgetall(keys.flow)
+    assert (flow[b"inuse"], flow[b"g" + b"a{b}c".hex().encode()], flow[b"groups"]) == (b"2", b"1", b"1")
 
 
 def test_a_lane_key_stays_in_the_queues_slot_whatever_the_group_name(keys: QueueKeys) -> None:
@@ -232,3 +237,30 @@ def test_a_dead_letter_keeps_its_lane_and_a_requeue_puts_it_back_there(
     assert dead(keys=dead_keys, args=["remove", 10, *keys.flow_affixes, "m2"]) == 1
     assert redis_client.exists(keys.lane_of) == 0
     assert _fetch(lua, keys, 2) == [b"m1"]
+
+
+def test_a_queue_at_its_concurrency_limit_takes_no_more(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
+    redis_client.hset(keys.flow, mapping={"on": 1, "concurrency": 3, "inuse": 1})
+    _ready(redis_client, keys, PLAIN_LANE, *(f"p{i}" for i in range(5)))
+    # Given 1 of 3 slots in use, a fetch of 5 takes 2
+    assert _fetch(lua, keys, 5) == [b"p0", b"p1"]
+    assert redis_client.hget(keys.flow, "inuse") == b"3"
+    # and the next takes nothing, leaving the rest where it was
+    assert _fetch(lua, keys, 5) == []
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"p2", b"p3", b"p4"]
+
+
+def test_a_group_at_its_limit_waits_off_its_ring_while_other_groups_run(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.hset(keys.flow, mapping={"on": 1, "group_concurrency": 1})
+    a, b = lane_id(0, "a"), lane_id(0, "b")
+    _ready(redis_client, keys, a, "a1", "a2", "a3")
+    _ready(redis_client, keys, b, "b1", "b2")
+    # One at a time per group: a fetch of 5 takes one of each
+    assert _fetch(lua, keys, 5) == [b"a1", b"b1"]
+    assert redis_client.llen(keys.ring(0)) == 0
+    assert redis_client.hget(keys.flow, "b" + "a".encode().hex()) == a.encode()
+    assert redis_client.hget(keys.flow, "blocked") == b"2"
+    assert _fetch(lua, keys, 5) == []
+    assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a2", b"a3"]

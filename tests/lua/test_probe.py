@@ -165,10 +165,10 @@ def test_probe_reports_every_call_on_a_key_outside_the_users_patterns(
     on_hash = [c for c, target, _ in triples if target == keys.ready_msgs.encode()]
     assert on_hash == [b"hlen", b"hexists", b"hget", b"hmget", b"hdel", b"hset"]
     on_scratch = [c for c, target, _ in triples if target == _scratch(keys).encode()]
-    assert on_scratch == [b"hgetall", b"del", b"unlink", b"ltrim", b"srem", b"hdel", b"lrem", b"pexpire"]
+    assert on_scratch == [b"hgetall", b"hkeys", b"del", b"unlink", b"ltrim", b"srem", b"hdel", b"lrem", b"pexpire"]
     assert all(target != keys.timeout_zset.encode() for _, target, _ in triples)
     # Nothing could remove the scratch key again: the commands that create it were not tried.
-    assert unchecked == [b"lpush", b"rpush", b"sadd", b"hsetnx"]
+    assert unchecked == [b"lpush", b"rpush", b"sadd", b"hsetnx", b"hincrby"]
     assert _snapshot(redis_client) == before
 
 
@@ -200,5 +200,5 @@ def test_probe_leaves_untried_the_creation_nothing_could_undo(
 ) -> None:
     denied, unchecked = probe_as(["+@all", "-del", "-unlink", "-hdel", "~*", "&*"], _args(keys))
     assert [c for c, _, _ in _triples(denied)] == [b"del", b"unlink", b"hdel"]
-    assert unchecked == [b"hsetnx"]
+    assert unchecked == [b"hsetnx", b"hincrby"]
     assert redis_client.keys("*") == []

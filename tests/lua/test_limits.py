@@ -1,0 +1,70 @@
+"""limits.lua: set or clear a queue's concurrency limits: the flow goes on (the ready list's
+ids join ring 0), the limits are written as given, lanes waiting for their group's slot go
+back on their rings, and idle consumers are woken."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
+
+from .state import Lua, snapshot
+
+
+def _limits(lua: Lua, keys: QueueKeys, op: str, concurrency: Any = "", group: Any = "") -> list[int]:
+    return lua("limits")(
+        keys=[keys.flow, keys.ready, keys.levels, keys.idle],
+        args=[op, concurrency, group, *keys.flow_affixes, keys.wake_prefix],
+    )
+
+
+def test_set_turns_the_flow_on_and_writes_the_limits(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
+    redis_client.rpush(keys.ready, "r1")
+    assert _limits(lua, keys, "set", 4, "") == [4, -1, 0, 0, 0]
+    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"concurrency": b"4"}
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]
+    # set again: exactly what is given ("" removes one)
+    assert _limits(lua, keys, "set", "", 1) == [-1, 1, 0, 0, 0]
+    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"group_concurrency": b"1"}
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]  # joined once
+
+
+def test_clear_frees_blocked_lanes_wakes_idle_consumers_and_keeps_the_flow_on(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, listen: Callable[[str], Callable[[], list[bytes]]]
+) -> None:
+    a, b = lane_id(0, "a"), lane_id(3, "a")
+    redis_client.hset(
+        keys.flow,
+        mapping={"on": 1, "group_concurrency": 1, "inuse": 1, "groups": 1, "g61": 1, "blocked": 2, "b61": f"{a} {b}"},
+    )
+    redis_client.rpush(keys.lane(a), "a1")
+    redis_client.rpush(keys.lane(b), "b1")
+    redis_client.zadd(keys.idle, {"tok-1": 2, "tok-2": 1})
+    woken = [listen(keys.wake_channel("tok-1")), listen(keys.wake_channel("tok-2"))]
+    assert _limits(lua, keys, "clear") == [-1, -1, 1, 1, 2]
+    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"inuse": b"1", b"groups": b"1", b"g61": b"1"}
+    assert redis_client.lrange(keys.ring(0), 0, -1) == [a.encode()]
+    assert redis_client.lrange(keys.ring(3), 0, -1) == [b.encode()]
+    assert redis_client.zrange(keys.levels, 0, -1) == [b"0", b"3"]
+    assert [w() for w in woken] == [[b"0"], [b"0"]]
+    assert redis_client.zcard(keys.idle) == 0
+
+
+def test_clear_of_a_queue_without_flow_writes_nothing(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
+    assert _limits(lua, keys, "clear") == [-1, -1, 0, 0, 0]
+    assert redis_client.keys("*") == []
+
+
+@pytest.mark.parametrize("op", ["reset", ""])
+def test_an_unknown_operation_is_refused_and_writes_nothing(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, op: str
+) -> None:
+    redis_client.rpush(keys.ready, "r1")
+    before = snapshot(redis_client)
+    with pytest.raises(redis.ResponseError, match="unknown operation"):
+        _limits(lua, keys, op, 1, 1)
+    assert snapshot(redis_client) == before
