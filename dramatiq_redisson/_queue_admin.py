@@ -29,19 +29,40 @@ if TYPE_CHECKING:
 _STATS_HISTORY = (60, 24)
 
 
-def _waiting(plain: int, levels: list[Any]) -> tuple[dict[int, int], int]:
+def _lanes(client: Any, keys: QueueKeys, limit: int | None) -> tuple[list[str], list[str]]:
+    """The lanes of a queue but the plain one: those in their rings (highest priority
+    first, each ring in turn order; up to ``limit`` + 1 per ring, or all), and those waiting
+    off their rings for their group's slot (the flow hash's ``b<group>`` fields)."""
+    priorities = [int(p) for p in reversed(cast("list[bytes]", client.zrange(keys.levels, 0, -1)))]
+    with client.pipeline(transaction=False) as pipe:
+        for priority in priorities:
+            pipe.lrange(keys.ring(priority), 0, -1 if limit is None else limit)  # the plain lane may be one
+        pipe.hgetall(keys.flow)
+        *rings, flow = pipe.execute()
+    in_turn = [lane.decode() for ring in rings for lane in ring if lane.decode() != PLAIN_LANE]
+    blocked = [
+        lane
+        for field, value in cast("dict[bytes, bytes]", flow).items()
+        if field.startswith(b"b") and field != b"blocked"
+        for lane in value.decode().split()
+    ]
+    return in_turn, blocked
+
+
+def _waiting(plain: int, flow: list[Any]) -> tuple[dict[int, int], int]:
     """Ready messages per priority (highest first) and the lanes waiting, from stats.lua's
-    triples (priority, ids in its lanes but the plain one, lanes in its ring); ``({}, 0)``
-    on a queue that does not use lanes. The plain lane (the ready list) counts at priority
-    0, and is not counted as a lane: it is in ring 0 while it holds ids."""
-    if not levels:
+    tail (lanes held back by their group's limit, lanes in the rings, then pairs of
+    priority and ids waiting in its lanes but the plain one); ``({}, 0)`` on a queue that
+    does not use lanes. The plain lane (the ready list) counts at priority 0, and is not
+    counted as a lane: it is in ring 0 while it holds ids."""
+    if not flow:
         return {}, 0
+    blocked, in_rings, counts = int(flow[0]), int(flow[1]), flow[2:]
     by_priority: dict[int, int] = {0: plain}
-    lanes = -1 if plain else 0
-    for i in range(0, len(levels), 3):
-        priority, waiting, in_ring = (int(v) for v in levels[i : i + 3])
+    for i in range(0, len(counts), 2):
+        priority, waiting = int(counts[i]), int(counts[i + 1])
         by_priority[priority] = by_priority.get(priority, 0) + waiting
-        lanes += in_ring
+    lanes = blocked + in_rings - (1 if plain else 0)
     return {p: n for p, n in sorted(by_priority.items(), reverse=True) if n}, max(0, lanes)
 
 
@@ -185,10 +206,11 @@ class QueueAdmin:
     def waiting_groups(self, queue_name: str, *, limit: int = 100) -> list[WaitingLane]:
         """The lanes of ``queue_name`` with ready messages (priorities and groups; see
         ``ready_by_priority`` in :meth:`stats`), highest priority first and, within one
-        priority, in the order the fetch takes them: up to ``limit`` entries of priority,
-        group (None for a priority's messages without a group) and ready messages. The
-        plain lane (priority 0 without a group) is left out: its count is the rest of
-        ``ready``. Two round trips, and a command per lane listed.
+        priority, in the order the fetch takes them, then those waiting for their group's
+        slot (``blocked``, see :attr:`RedissonBroker.limits`): up to ``limit`` entries of
+        priority, group (None for a priority's messages without a group), ready messages
+        and blocked. The plain lane (priority 0 without a group) is left out: its count is
+        the rest of ``ready``. Three round trips, and a command per lane listed.
 
         Raises:
           ValueError: ``limit`` is not a positive int.
@@ -197,22 +219,19 @@ class QueueAdmin:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
         keys = self.host.keys(queue_name)
         client = self.host.client
-        priorities = [int(p) for p in reversed(cast("list[bytes]", client.zrange(keys.levels, 0, -1)))]
+        in_turn, blocked = _lanes(client, keys, limit)
+        listed = [(lane, False) for lane in in_turn] + [(lane, True) for lane in blocked]
+        listed = sorted(listed, key=lambda item: -int(item[0].partition(":")[0]))[:limit]  # stable: turn order kept
         with client.pipeline(transaction=False) as pipe:
-            for priority in priorities:
-                pipe.lrange(keys.ring(priority), 0, limit)  # the plain lane may be one of them
-            rings = cast("list[list[bytes]]", pipe.execute())
-        lanes = [lane.decode() for ring in rings for lane in ring if lane.decode() != PLAIN_LANE][:limit]
-        with client.pipeline(transaction=False) as pipe:
-            for lane in lanes:
+            for lane, _ in listed:
                 pipe.llen(keys.lane(lane))
             counts = cast("list[int]", pipe.execute())
         out: list[WaitingLane] = []
-        for lane, count in zip(lanes, counts, strict=True):
+        for (lane, held_back), count in zip(listed, counts, strict=True):
             level, _, group = lane.partition(":")
             if count:
                 name = bytes.fromhex(group).decode() if group else None
-                out.append(WaitingLane(priority=int(level), group=name, ready=count))
+                out.append(WaitingLane(priority=int(level), group=name, ready=count, blocked=held_back))
         return out
 
     def pause(self, queue_name: str) -> bool:
@@ -260,11 +279,11 @@ class QueueAdmin:
         # how memory is freed.
         self.host.client.srem(keys.registry, keys.queue_name)
         client = self.host.client
-        # Lanes (flow control): each ring names its lanes with ids; ring 0's plain lane is
-        # the ready list (unlinked below).
+        # Lanes (flow control): each ring names its lanes with ids, the flow hash those
+        # waiting for their group's slot; the plain lane is the ready list (unlinked below).
         rings = [keys.ring(int(p)) for p in client.zrange(keys.levels, 0, -1)]
-        lanes = {lane.decode() for ring in rings for lane in client.lrange(ring, 0, -1)}
-        laned = [keys.lane(lane) for lane in lanes if lane != PLAIN_LANE]
+        in_turn, blocked = _lanes(client, keys, None)
+        laned = [keys.lane(lane) for lane in {*in_turn, *blocked}]
         if rings or laned:
             client.unlink(*rings, *laned)
         client.unlink(

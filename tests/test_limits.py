@@ -301,3 +301,30 @@ def test_random_kills_leak_no_slot(redis_url: str, redis_client: redis.Redis) ->
         redis_client.delete("test:stop", "test:workers-ready")
         broker.flush_all()
         broker.close()
+
+
+def test_a_group_held_back_by_its_limit_shows_in_stats_and_is_flushed(
+    limited: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor(max_retries=0)
+    def slow(i: int) -> None:
+        record(redis_client, i=i)
+        time.sleep(5)
+
+    limited.limits.set("default", group_concurrency=1)
+    for i in range(3):
+        slow.send_with_options(args=(i,), group_key="g")
+    workers = _workers(limited, 1, 2)
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 1, timeout=10)
+        # Given the group's first message running and two held back by the group's limit
+        assert wait_for(lambda: limited.limits.get("default")["lanes_blocked"] == 1, timeout=5)
+        stats = limited.stats("default")["queues"]["default"]
+        assert (stats["ready"], stats["in_flight"], stats["lanes_waiting"]) == (2, 1, 1)
+        assert limited.waiting_groups("default") == [{"priority": 0, "group": "g", "ready": 2, "blocked": True}]
+        # When the queue is flushed, the held-back lane goes with it
+        limited.flush("default")
+        assert redis_client.exists(limited.keys("default").lane("0:" + b"g".hex())) == 0
+    finally:
+        for worker in workers:
+            worker.stop()

@@ -15,15 +15,17 @@
 -- ARGV[2]  consumers seen within this many ms count as live
 -- ARGV[3]  with KEYS[9]: the ring prefix (a priority's ring is ARGV[3] .. priority .. "}")
 --
--- Cost: O(log n), a fixed number of commands; with lanes, three more per priority that
--- has waiting messages (at most max_priority + 1), whatever the number of groups.
+-- Cost: O(log n), a fixed number of commands; with lanes, one more per priority that has
+-- lanes in its ring (at most max_priority + 1) and a read of 256 counters, whatever the
+-- number of groups.
 --
 -- Returns: {server now (epoch ms), ready, ready + in flight (messages with data in the
 --           ready queue's hash), scheduled, overdue, earliest due time or -1, dead,
 --           lease holder's token or "", live consumers, built-in delay-queue length,
 --           since when the queue is paused (epoch ms; 0: unknown) or -1 if it is not,
---           then for each priority with waiting messages while the queue uses lanes:
---           priority, ids waiting in its lanes but the plain one, lanes in its ring}
+--           then, while the queue uses lanes: the lanes waiting off their rings for
+--           their group's slot, the lanes in the rings, and for each priority with ids
+--           waiting in its lanes but the plain one: priority, that count}
 --           (the plain lane is in ring 0 when the ready list holds ids)
 
 local t = redis.call("TIME")
@@ -46,10 +48,25 @@ local reply = {
     paused and (tonumber(paused) or 0) or -1,
 }
 if KEYS[9] and redis.call("EXISTS", KEYS[9]) == 1 then
+    reply[#reply + 1] = tonumber(redis.call("HGET", KEYS[9], "blocked") or 0)
+    local lanes = 0
     for _, priority in ipairs(redis.call("ZRANGE", KEYS[10], 0, -1)) do
-        reply[#reply + 1] = tonumber(priority)
-        reply[#reply + 1] = tonumber(redis.call("HGET", KEYS[9], "p" .. priority) or 0)
-        reply[#reply + 1] = redis.call("LLEN", ARGV[3] .. priority .. "}")
+        lanes = lanes + redis.call("LLEN", ARGV[3] .. priority .. "}")
+    end
+    reply[#reply + 1] = lanes
+    -- Every priority's count in one read: a lane held back by its group's limit is in no
+    -- ring, so `levels` does not name every priority with waiting ids.
+    local fields = {}
+    for priority = 0, 255 do
+        fields[#fields + 1] = "p" .. priority
+    end
+    local counts = redis.call("HMGET", KEYS[9], unpack(fields))
+    for i = 1, #counts do
+        local n = tonumber(counts[i] or 0)
+        if n and n > 0 then
+            reply[#reply + 1] = i - 1
+            reply[#reply + 1] = n
+        end
     end
 end
 return reply

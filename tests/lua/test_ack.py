@@ -152,7 +152,7 @@ def test_an_ack_gives_back_the_slots_of_its_queue_and_group_and_wakes_an_idle_co
 ) -> None:
     from dramatiq_redisson._keys import lane_id
 
-    group = "a".encode().hex()
+    group = b"a".hex()
     lane = lane_id(0, "a")
     # Given a message of group "a" holding the group's only slot, the group's lane blocked
     # with one more id, and an idle consumer

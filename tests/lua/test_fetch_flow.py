@@ -260,7 +260,7 @@ def test_a_group_at_its_limit_waits_off_its_ring_while_other_groups_run(
     # One at a time per group: a fetch of 5 takes one of each
     assert _fetch(lua, keys, 5) == [b"a1", b"b1"]
     assert redis_client.llen(keys.ring(0)) == 0
-    assert redis_client.hget(keys.flow, "b" + "a".encode().hex()) == a.encode()
+    assert redis_client.hget(keys.flow, "b" + b"a".hex()) == a.encode()
     assert redis_client.hget(keys.flow, "blocked") == b"2"
     assert _fetch(lua, keys, 5) == []
     assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a2", b"a3"]

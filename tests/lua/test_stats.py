@@ -121,12 +121,13 @@ def test_stats_with_lanes_counts_each_waiting_priority_and_its_lanes(
     assert len(script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])) == 11
     # Given lanes at priorities 0 and 3 (counters as _flow.lua keeps them)
     redis_client.rpush(keys.ready, "plain")
-    redis_client.hset(keys.flow, mapping={"on": 1, "p3": 5, "p0": 2})
+    redis_client.hset(keys.flow, mapping={"on": 1, "p3": 5, "p0": 2, "blocked": 4})
     redis_client.zadd(keys.levels, {"0": 0, "3": 3})
     redis_client.rpush(keys.ring(0), "0:", "0:61")
     redis_client.rpush(keys.ring(3), "3:", "3:61", "3:62")
     before = snapshot(redis_client)
     reply = script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])
-    # Then each priority comes with its waiting ids (the plain lane's are the ready count) and lanes
-    assert reply[11:] == [0, 2, 2, 3, 5, 3]
+    # Then the lanes blocked by their group's limit, the lanes in the rings, and each
+    # priority with ids waiting in its lanes (the plain lane's are the ready count)
+    assert reply[11:] == [4, 5, 0, 2, 3, 5]
     assert snapshot(redis_client) == before
