@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from ._broker import RedissonBroker
     from ._periodic import ScheduleInfo
+    from ._queue_limits import QueueLimits
     from ._stats import Stats
 
 __all__ = [
@@ -178,7 +179,7 @@ class StatsCollector:
 
     def describe(self) -> list[Metric]:
         # Names only: registering the collector must not read the server.
-        return [self._up(None), *self._families(None), *self._schedule_families([])]
+        return [self._up(None), *self._families(None), *self._limit_families({}), *self._schedule_families([])]
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -192,9 +193,47 @@ class StatsCollector:
         except Exception:
             logger.exception("Could not read the schedules for the metrics.")
             schedules = []
+        try:
+            limits = {name: self.broker.limits.get(name) for name in stats["queues"]}
+        except Exception:
+            logger.exception("Could not read the concurrency limits for the metrics.")
+            limits = {}
         yield self._up(1.0)
         yield from self._families(stats)
+        yield from self._limit_families(limits)
         yield from self._schedule_families(schedules)
+
+    @staticmethod
+    def _limit_families(limits: Mapping[str, QueueLimits]) -> list[Metric]:
+        """The concurrency limits (set ones only) and what is in use, per queue."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        limit = GaugeMetricFamily(
+            "dramatiq_redisson_concurrency_limit",
+            "A queue's concurrency limit (scope=queue) or each group's (scope=group), where one is set.",
+            labels=["queue_name", "scope"],
+        )
+        in_use = GaugeMetricFamily(
+            "dramatiq_redisson_slots_in_use",
+            "Messages holding a slot of the queue's limits now.",
+            labels=["queue_name"],
+        )
+        groups = GaugeMetricFamily(
+            "dramatiq_redisson_groups_in_use", "Groups with messages holding a slot now.", labels=["queue_name"]
+        )
+        blocked = GaugeMetricFamily(
+            "dramatiq_redisson_lanes_blocked",
+            "Lanes (a group at a priority) with ready messages held back by their group's limit.",
+            labels=["queue_name"],
+        )
+        for name, now in limits.items():
+            for scope, value in (("queue", now["concurrency"]), ("group", now["group_concurrency"])):
+                if value is not None:
+                    limit.add_metric([name, scope], float(value))
+            in_use.add_metric([name], float(now["in_use"]))
+            groups.add_metric([name], float(now["groups_in_use"]))
+            blocked.add_metric([name], float(now["lanes_blocked"]))
+        return [limit, in_use, groups, blocked]
 
     @staticmethod
     def _up(value: float | None) -> Metric:

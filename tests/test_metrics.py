@@ -269,6 +269,15 @@ def test_wsgi_app_serves_ready_messages_per_priority_and_the_lanes_waiting(
     assert value(samples, "dramatiq_redisson_lanes_waiting", queue_name="laned") == 3.0
     assert value(samples, "dramatiq_redisson_lanes_waiting", queue_name="plain") == 0.0
     assert value(samples, "dramatiq_redisson_ready_messages", queue_name="laned") == 5.0
+    # and the concurrency limits, where one is set, with what is in use
+    assert [n for n, _ in samples if n == "dramatiq_redisson_concurrency_limit"] == []
+    broker.limits.set("laned", concurrency=4, group_concurrency=1)
+    limited = call_wsgi(m.make_wsgi_app(broker))
+    assert value(limited, "dramatiq_redisson_concurrency_limit", queue_name="laned", scope="queue") == 4.0
+    assert value(limited, "dramatiq_redisson_concurrency_limit", queue_name="laned", scope="group") == 1.0
+    assert value(limited, "dramatiq_redisson_concurrency_limit", queue_name="plain", scope="queue") is None
+    for name in ("slots_in_use", "groups_in_use", "lanes_blocked"):
+        assert value(limited, f"dramatiq_redisson_{name}", queue_name="laned") == 0.0
 
 
 def test_wsgi_app_reports_a_failed_read_instead_of_failing(make_broker: Callable[..., Any]) -> None:
