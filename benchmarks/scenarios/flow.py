@@ -263,7 +263,7 @@ def _scenario(
         ahead = ours["ahead"]["p99"]
         targets.append(
             {
-                "target": f"{name}: {back} started ahead of a {front} one, p99 <= procs x (prefetch + threads) ({bound})",
+                "target": f"{name}: {back} ahead of a {front} one, p99 <= procs x (prefetch + threads) ({bound})",
                 "value": ahead,
                 "met": ahead is not None and ahead <= bound and _valid(ours) and ours["whole_run"]["lost"] == 0,
             }
