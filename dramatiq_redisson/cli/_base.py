@@ -54,14 +54,22 @@ class UsageError(Exception):
     """A problem the operator can fix: reported as one line on stderr, exit status 2."""
 
 
-def non_negative_int(text: str) -> int:
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {least} or more, got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    return _whole_number(text, 0)
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1)
 
 
 def positive_float(text: str) -> float:

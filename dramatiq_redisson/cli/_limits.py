@@ -7,17 +7,7 @@ from __future__ import annotations
 import argparse
 
 from .._queue_limits import QueueLimits
-from ._base import EXIT_OK, Command, Context, UsageError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
+from ._base import EXIT_OK, Command, Context, UsageError, positive_int
 
 
 def _limit(value: int | None) -> str:
@@ -57,11 +47,11 @@ def cmd_limits_clear(ctx: Context) -> int:
 
 def _set_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--concurrency", type=_positive_int, metavar="N", help="at most N of the queue's messages run at once"
+        "--concurrency", type=positive_int, metavar="N", help="at most N of the queue's messages run at once"
     )
     parser.add_argument(
         "--group-concurrency",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="at most N messages of one group_key run at once (1: one at a time, in order)",
     )

@@ -52,3 +52,24 @@ def schedule_entry(
         client.hset(keys.dedupe, key, message_id)
         client.hset(keys.keyed, message_id, f"{ttl}:{key}")
     return Scheduled(sort_key, member.encode())
+
+
+def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[bytes]:
+    """fetch.lua as worker "w1" (consumer "tok") calls it with the flow keys, on the server
+    clock estimate ``clock_ms``: the ids taken (through lanes the reply ends with "held")."""
+    reply = lua("fetch")(
+        keys=[
+            keys.ready,
+            keys.ready_msgs,
+            keys.acks("w1"),
+            keys.heartbeats,
+            keys.idle,
+            keys.paused,
+            keys.fetched,
+            *keys.flow_keys,
+        ],
+        args=[count, "w1", "", "0", "w1|tok", clock_ms, *keys.flow_affixes],
+    )
+    if len(reply) % 2:
+        assert reply.pop() == b"held"
+    return [reply[i] for i in range(0, len(reply), 2)]

@@ -9,7 +9,7 @@ import redis
 
 from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
 
-from .state import Lua
+from .state import Lua, fetch_ids
 
 
 def _enqueue(lua: Lua, keys: QueueKeys, *triples: tuple[str, str, str]) -> list[int]:
@@ -22,22 +22,7 @@ def _enqueue(lua: Lua, keys: QueueKeys, *triples: tuple[str, str, str]) -> list[
 
 
 def _fetch(lua: Lua, keys: QueueKeys, count: int) -> list[bytes]:
-    reply = lua("fetch")(
-        keys=[
-            keys.ready,
-            keys.ready_msgs,
-            keys.acks("w1"),
-            keys.heartbeats,
-            keys.idle,
-            keys.paused,
-            keys.fetched,
-            *keys.flow_keys,
-        ],
-        args=[count, "w1", "", "0", "w1|tok", 1, *keys.flow_affixes],
-    )
-    if len(reply) % 2:  # through lanes the reply ends with "held" (the messages hold slots)
-        assert reply.pop() == b"held"
-    return [reply[i] for i in range(0, len(reply), 2)]
+    return fetch_ids(lua, keys, count, 1)
 
 
 def test_plain_messages_on_a_queue_without_flow_go_to_the_ready_queue_and_turn_nothing_on(

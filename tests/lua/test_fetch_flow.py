@@ -10,28 +10,13 @@ import redis
 
 from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
 
-from .state import Lua
+from .state import Lua, fetch_ids
 
 CLOCK = 1_700_000_000_000
 
 
 def _fetch(lua: Lua, keys: QueueKeys, count: int) -> list[bytes]:
-    reply = lua("fetch")(
-        keys=[
-            keys.ready,
-            keys.ready_msgs,
-            keys.acks("w1"),
-            keys.heartbeats,
-            keys.idle,
-            keys.paused,
-            keys.fetched,
-            *keys.flow_keys,
-        ],
-        args=[count, "w1", "", "0", "w1|tok", CLOCK, *keys.flow_affixes],
-    )
-    if len(reply) % 2:  # through lanes the reply ends with "held" (the messages hold slots)
-        assert reply.pop() == b"held"
-    return [reply[i] for i in range(0, len(reply), 2)]
+    return fetch_ids(lua, keys, count, CLOCK)
 
 
 def _ready(client: redis.Redis, keys: QueueKeys, lane: str, *ids: str) -> None:
