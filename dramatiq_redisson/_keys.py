@@ -376,6 +376,14 @@ class QueueKeys:
         prefix, the priority and ``}``."""
         return f"redisson_delay_queue_ring:{{{self.name}}}:{{"
 
+    @property
+    def flow_flag(self) -> str:
+        """A STRING that exists while the queue's messages go through lanes, beside the flow
+        HASH: the hot scripts read it in the MGET of their other strings (fetch.lua with the
+        pause, transfer.lua with its lease). The scripts build it from :attr:`lane_prefix`
+        ("on" is no lane id: those are ``<priority>:<hex>``)."""
+        return f"{self.lane_prefix}on}}"
+
     def lane(self, lane_id: str) -> str:
         """The list of lane ``lane_id`` (``"0:"`` is the ready list itself)."""
         return self.ready if lane_id == PLAIN_LANE else f"{self.lane_prefix}{lane_id}}}"
@@ -437,6 +445,8 @@ class QueueKeys:
             self.idle,
             self.alive,
             self.subscribers,
+            *self.flow_keys,
+            self.flow_flag,
             self.channel,
             self.wake_channel(token),
         )

@@ -405,6 +405,7 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("zset", keys.alive),
         ("hash", keys.subscribers),
         ("hash", keys.flow),
+        ("string", keys.flow_flag),
         ("zset", keys.levels),
         ("hash", keys.lane_of),
         ("list", keys.lane(PROBED_LANE)),  # one lane and one ring stand for all

@@ -62,7 +62,7 @@ def _waiting(plain: int, flow: list[Any]) -> tuple[dict[int, int], int]:
     for i in range(0, len(counts), 2):
         priority, waiting = int(counts[i]), int(counts[i + 1])
         by_priority[priority] = by_priority.get(priority, 0) + waiting
-    lanes = blocked + in_rings - (1 if plain else 0)
+    lanes = blocked + in_rings
     return {p: n for p, n in sorted(by_priority.items(), reverse=True) if n}, max(0, lanes)
 
 
@@ -217,7 +217,7 @@ class QueueAdmin:
         """
         if not is_int(limit) or limit <= 0:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
-        keys = self.host.keys(queue_name)
+        keys = self.host.keys(q_name(queue_name))
         client = self.host.client
         in_turn, blocked = _lanes(client, keys, limit)
         listed = [(lane, False) for lane in in_turn] + [(lane, True) for lane in blocked]
@@ -288,6 +288,7 @@ class QueueAdmin:
             client.unlink(*rings, *laned)
         client.unlink(
             keys.flow,
+            keys.flow_flag,
             keys.levels,
             keys.ready,
             keys.ready_msgs,

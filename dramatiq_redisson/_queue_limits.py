@@ -42,10 +42,16 @@ class LimitsHost(Protocol):
 
     def keys(self, queue_name: str) -> QueueKeys: ...
 
+    def known_queues(self) -> list[str]: ...
+
+
+#: The highest limit accepted (a Lua number holds it exactly; above it, say None).
+MAX_LIMIT = 1_000_000_000
+
 
 def _limit(name: str, value: int | None) -> int | None:
-    if value is not None and (not is_int(value) or value < 1):
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    if value is not None and (not is_int(value) or not 1 <= value <= MAX_LIMIT):
+        raise ValueError(f"{name} must be an int from 1 to {MAX_LIMIT:,}, or None for no limit; got {value!r}")
     return value
 
 
@@ -77,11 +83,18 @@ class Limits:
         lanes from now on (see docs/flow-control.md).
 
         Raises:
-          ValueError: A limit that is not a positive int or None (nothing is written).
+          ValueError: A limit that is not an int from 1 to :data:`MAX_LIMIT` or None, or
+            ``queue_name`` is not a known queue (``known_queues()``; a typo would
+            otherwise limit a queue nobody consumes). Nothing is written.
         """
         concurrency = _limit("concurrency", concurrency)
         group_concurrency = _limit("group_concurrency", group_concurrency)
-        keys = self.host.keys(q_name(queue_name))
+        name = q_name(queue_name)
+        known = self.host.known_queues()
+        if name not in known:
+            listed = ", ".join(known) if known else "none yet"
+            raise ValueError(f"{name!r} is not a known queue (known: {listed}); nothing was written")
+        keys = self.host.keys(name)
         reply = self.host.redisson_scripts.limits(keys, "set", concurrency, group_concurrency)
         return _info(reply, 0)
 

@@ -81,7 +81,7 @@ class Fetched(list[tuple[str, "bytes | None"]]):
 
 def _offer_flow_keys(keys: QueueKeys) -> tuple[str, ...]:
     """offer.lua's KEYS for a call with laned entries (their lanes recorded, flow turned on)."""
-    return (*_offer_keys(keys), keys.lane_of, keys.flow, keys.levels, keys.ready, keys.ring(0))
+    return (*_offer_keys(keys), keys.lane_of, keys.flow, keys.flow_flag)
 
 
 #: An offer entry without a dedupe key: key, mode, ttl (see offer.lua).
@@ -427,9 +427,6 @@ class Scripts(ScriptRunner):
             keys.ready,
             keys.ready_msgs,
             keys.idle,
-            keys.flow,
-            keys.levels,
-            keys.ring(0),
         )
         if self.wait_for_replicas and op != "check":
             return self._wait_checked("A schedule change", "schedule", schedule_keys, (op, name, *args))

@@ -506,6 +506,8 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
         f"/queues/{queue}?hours=720",
         "/running",
         f"/running?queue={queue}",
+        "/limits",
+        f"/limits?queue={queue}",
     ):
         statuses: list[str] = []
         environ: dict[str, Any] = {}
@@ -610,6 +612,7 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_alive:{dramatiq:default}",
         "redisson_delay_queue_subscribers:{dramatiq:default}",
         "redisson_delay_queue_flow:{dramatiq:default}",
+        "redisson_delay_queue_lane:{dramatiq:default}:{on}",
         "redisson_delay_queue_levels:{dramatiq:default}",
         "redisson_delay_queue_lane_of:{dramatiq:default}",
         "redisson_delay_queue_lane:{dramatiq:default}:{1:70726f6265}",

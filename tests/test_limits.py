@@ -155,7 +155,14 @@ def test_a_limit_changed_while_workers_run_takes_effect(limited: RedissonBroker,
 
 @pytest.mark.parametrize(
     "bad",
-    [{"concurrency": 0}, {"concurrency": -1}, {"concurrency": 1.5}, {"concurrency": True}, {"group_concurrency": "2"}],
+    [
+        {"concurrency": 0},
+        {"concurrency": -1},
+        {"concurrency": 1.5},
+        {"concurrency": True},
+        {"concurrency": 10**9 + 1},
+        {"group_concurrency": "2"},
+    ],
 )
 def test_a_bad_limit_raises_and_writes_nothing(
     limited: RedissonBroker, redis_client: redis.Redis, bad: dict[str, Any]
@@ -174,6 +181,11 @@ def test_limits_get_reads_the_limits_and_what_is_in_use(limited: RedissonBroker)
         "groups_in_use": 0,
         "lanes_blocked": 0,
     }
+    # A queue must be known first (a typo would limit a queue nobody consumes)
+    with pytest.raises(ValueError, match="not a known queue"):
+        limited.limits.set("fresh", concurrency=5)
+    assert limited.limits.get("fresh")["concurrency"] is None
+    limited.declare_queue("fresh")
     limited.limits.set("fresh", concurrency=5, group_concurrency=2)
     assert limited.limits.get("fresh")["concurrency"] == 5
     assert limited.limits.get("fresh")["group_concurrency"] == 2

@@ -336,7 +336,12 @@ def test_history_of_a_quiet_or_unknown_queue_and_bad_windows(cli: Run, broker: R
         assert result.stdout == ""
 
 
-def test_limits_set_show_and_clear_round_trip_and_refuse_bad_values(cli: Run, broker: RedissonBroker) -> None:
+def test_limits_set_show_and_clear_round_trip_and_refuse_bad_values(
+    cli: Run, broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    # A queue nobody consumed yet is refused (a typo would limit a queue nobody consumes)
+    assert_one_line_error(cli("limits", "set", "reports", "--concurrency", "8"), 2, "not a known queue")
+    redis_client.sadd(registry_key("dramatiq"), "reports")  # as a consumer's heartbeat lists it
     shown = ok_text(cli("limits", "show", "reports"))
     assert shown.strip() == (
         "'reports': concurrency none, per group none; 0 running, in 0 groups; 0 groups waiting for a slot"

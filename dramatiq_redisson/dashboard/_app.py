@@ -24,7 +24,7 @@ from .. import _format
 from .._broker import RedissonBroker
 from .._dead_letters import SEARCH_LIMIT
 from .._delayed_queue import DelayedQueue
-from . import _charts, _live_pages, _schedule_pages
+from . import _charts, _limits_page, _live_pages, _schedule_pages
 from ._http import REFRESH_CHOICES, Body, HTTPError, Redirect, Request, refresh_arg
 
 #: Scheduled messages and dead letters per page.
@@ -136,7 +136,9 @@ class Dashboard:
             (_POST, ("queues", "*", "dead-bulk"), self.dead_bulk),
             (_POST, ("queues", "*", "pause"), functools.partial(_live_pages.queue_action, self, action="pause")),
             (_POST, ("queues", "*", "resume"), functools.partial(_live_pages.queue_action, self, action="resume")),
+            (_POST, ("queues", "*", "limits"), functools.partial(_limits_page.action, self)),
             (_GET, ("running",), functools.partial(_live_pages.running, self)),
+            (_GET, ("limits",), functools.partial(_limits_page.page, self)),
             (_GET, ("schedules",), functools.partial(_schedule_pages.page, self)),
             (_POST, ("schedules", "*"), functools.partial(_schedule_pages.action, self)),
         ]
@@ -306,7 +308,7 @@ class Dashboard:
 
     def _page_size(self, request: Request) -> int:
         text = request.arg("n", str(self.page_size))
-        if not text.isdigit() or int(text) not in PAGE_SIZES:
+        if not (text.isascii() and text.isdigit()) or int(text) not in PAGE_SIZES:
             raise HTTPError(HTTPStatus.BAD_REQUEST, f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}.")
         return int(text)
 
@@ -369,7 +371,7 @@ class Dashboard:
             page=page,
             size=size,
             page_sizes=PAGE_SIZES,
-            page_number=int(page_number) if page_number.isdigit() else 1,
+            page_number=int(page_number) if (page_number.isascii() and page_number.isdigit()) else 1,
             actor=actor,
             text=text,
             filtered=bool(actor or text),
@@ -502,7 +504,7 @@ class Dashboard:
         queue = self.known_queue(name)
         size = self._page_size(request)
         page_text = request.arg("page", "1")
-        if not page_text.isdigit() or int(page_text) < 1:
+        if not (page_text.isascii() and page_text.isdigit()) or int(page_text) < 1:
             raise HTTPError(HTTPStatus.BAD_REQUEST, "page must be a whole number from 1.")
         page_number = int(page_text)
         dead = self.broker.dead_letters(queue)

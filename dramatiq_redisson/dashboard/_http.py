@@ -86,6 +86,6 @@ def refresh_arg(request: Request) -> int:
       HTTPError: 400, not one of :data:`REFRESH_CHOICES`.
     """
     refresh = request.arg("refresh", "0")
-    if not refresh.isdigit() or int(refresh) not in REFRESH_CHOICES:
+    if not (refresh.isascii() and refresh.isdigit()) or int(refresh) not in REFRESH_CHOICES:
         raise HTTPError(HTTPStatus.BAD_REQUEST, f"refresh must be one of {REFRESH_CHOICES} (seconds).")
     return int(refresh)

@@ -49,7 +49,7 @@ def activity(dash: Dashboard, request: Request, queue: str) -> dict[str, Any]:
     """The queue page's activity charts (``?hours=`` picks the hourly one's window), as
     template context."""
     hours_text = request.arg("hours", str(HISTORY_HOURS[0]))
-    if not hours_text.isdigit() or int(hours_text) not in HISTORY_HOURS:
+    if not (hours_text.isascii() and hours_text.isdigit()) or int(hours_text) not in HISTORY_HOURS:
         raise HTTPError(HTTPStatus.BAD_REQUEST, f"hours must be one of {', '.join(map(str, HISTORY_HOURS))}.")
     hours = int(hours_text)
     history = dash.broker.history(queue, minutes=HISTORY_MINUTES, hours=hours)["queues"][queue]

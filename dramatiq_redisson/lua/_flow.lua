@@ -6,9 +6,16 @@
 -- lane "0:" is the queue's ready list itself, so a message with neither a priority nor a
 -- group goes where it always went. A lane with ids is in its priority's ring (a LIST of
 -- lane ids, taken in turn) exactly once; a priority with a non-empty ring is in `levels`
--- (ZSET, score = priority).
+-- (ZSET, score = priority). The plain lane joins ring 0 in the fetch (flow_take), not where
+-- ids are pushed onto the ready list: a send or a move of plain messages then needs no
+-- look at the flow, and a queue that uses no lanes pays nothing for them.
 --
--- The flow key is a HASH: "on" = 1 while the queue uses lanes, and "p<priority>" = how
+-- The flow's flag is a STRING (lane_prefix .. "on}", _keys.flow_flag), so that the scripts
+-- on the hot path read it in the MGET of their other strings: fetch.lua with the pause,
+-- transfer.lua with its lease and cursor.
+--
+-- The flow key is a HASH: "on" = 1 while the queue uses lanes, "plain" = 1 while the plain
+-- lane is in ring 0, and "p<priority>" = how
 -- many ids wait in the lanes of that priority but the plain one (whose count is the ready
 -- list's length): stats.lua reads them with a command per priority, whatever the number of
 -- groups. A push or a take changes them with one HINCRBY per priority per call.
@@ -24,12 +31,8 @@
 --   ring; the lanes of one priority in turn, one id per lane per turn (a group's backlog
 --   does not delay another group). Returns ids, lanes. O(1) commands per id taken: no
 --   scan of lanes, rings or ids.
--- flow_enable(ctx): set the flow key; a ready list that holds ids joins ring 0.
--- enable_flow(flow, ready, levels, ring0): the same with the keys given one by one (a
---   script that has ring 0's key but not the prefixes: offer.lua).
--- push_plain(flow, ready, levels, ring0, ids): RPUSH ids onto the ready queue; while flow is
---   on, a ready queue that was empty joins ring 0 (a script that pushes plain ids only and
---   has ring 0's key: schedule.lua). Returns the ready queue's length.
+-- flow_enable(ctx): turn the flow on (its HASH and its flag).
+-- enable_flow(flow, flag): the same with the keys given one by one (offer.lua).
 -- record_lane(record): the lane a fetch record names ("...|lane:<id>"), or PLAIN_LANE.
 -- flow_put_back(ctx, ids, records): ids (in the order they were fetched) back at the head
 --   of their lanes, each lane's ids in their order, read from their fetch records.
@@ -40,6 +43,7 @@ local function flow_context(ready, flow, levels, lane_of, lane_prefix, ring_pref
     return {
         ready = ready, flow = flow, levels = levels, lane_of = lane_of,
         lane_prefix = lane_prefix, ring_prefix = ring_prefix,
+        flag = lane_prefix and (lane_prefix .. "on}"),
     }
 end
 
@@ -90,7 +94,7 @@ local function flow_push(ctx, ids, lanes, at_head)
             if lane == "" then
                 lane = PLAIN_LANE
             end
-            if redis.call("LPUSH", lane_list(ctx, lane), ids[i]) == 1 then
+            if redis.call("LPUSH", lane_list(ctx, lane), ids[i]) == 1 and lane ~= PLAIN_LANE then
                 enlist(ctx, lane)
             end
             add_waiting(waiting, lane, 1)
@@ -109,8 +113,8 @@ local function flow_push(ctx, ids, lanes, at_head)
         while j < #ids and (lanes[j + 1] or PLAIN_LANE) == lane do
             j = j + 1
         end
-        if redis.call("RPUSH", lane_list(ctx, lane), unpack(ids, i, j)) == j - i + 1 then
-            enlist(ctx, lane) -- it was empty
+        if redis.call("RPUSH", lane_list(ctx, lane), unpack(ids, i, j)) == j - i + 1 and lane ~= PLAIN_LANE then
+            enlist(ctx, lane) -- it was empty (the plain lane joins in the fetch)
         end
         add_waiting(waiting, lane, j - i + 1)
         i = j + 1
@@ -131,10 +135,14 @@ end
 
 local function flow_take(ctx, count)
     local ids, lanes, waiting = {}, {}, {}
-    local limits = redis.call("HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse")
+    local limits = redis.call("HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse", "plain")
     local limit, group_limit = tonumber(limits[1]), tonumber(limits[2])
     if limit then
         count = math.min(count, math.max(0, limit - (tonumber(limits[3]) or 0)))
+    end
+    if count > 0 and not limits[4] and redis.call("LLEN", ctx.ready) > 0 then
+        enlist(ctx, PLAIN_LANE) -- plain ids were pushed since its last turn
+        redis.call("HSET", ctx.flow, "plain", 1)
     end
     local in_use = {} -- group -> its slots in use (read once, then counted here)
     local function at_limit(group)
@@ -174,7 +182,11 @@ local function flow_take(ctx, count)
                         else
                             left = redis.call("RPUSH", ring, lane) -- its next turn
                         end
+                    elseif lane == PLAIN_LANE then
+                        redis.call("HDEL", ctx.flow, "plain") -- off the ring until it has ids
                     end
+                elseif lane == PLAIN_LANE then
+                    redis.call("HDEL", ctx.flow, "plain")
                 end
             end
         end
@@ -205,15 +217,13 @@ local function flow_hold(ctx, lanes)
     end
 end
 
-local function enable_flow(flow, ready, levels, ring0)
-    if redis.call("HSETNX", flow, "on", 1) == 1 and redis.call("LLEN", ready) > 0 then
-        redis.call("RPUSH", ring0, PLAIN_LANE)
-        redis.call("ZADD", levels, 0, 0)
-    end
+local function enable_flow(flow, flag)
+    redis.call("HSETNX", flow, "on", 1)
+    redis.call("SET", flag, 1)
 end
 
 local function flow_enable(ctx)
-    enable_flow(ctx.flow, ctx.ready, ctx.levels, ring_list(ctx, 0))
+    enable_flow(ctx.flow, ctx.flag)
 end
 
 local function record_lane(record)
@@ -293,13 +303,4 @@ local function flow_put_back(ctx, ids, records)
         lanes[i] = record_lane(records[i])
     end
     flow_push(ctx, ids, lanes, true)
-end
-
-local function push_plain(flow, ready, levels, ring0, ids)
-    local length = redis.call("RPUSH", ready, unpack(ids))
-    if length == #ids and flow and redis.call("EXISTS", flow) == 1 then
-        redis.call("RPUSH", ring0, PLAIN_LANE)
-        redis.call("ZADD", levels, 0, 0)
-    end
-    return length
 end

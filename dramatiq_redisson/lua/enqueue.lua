@@ -10,7 +10,8 @@
 --                   them, ARGV[4] and ARGV[5] are the lanes' and the rings' key prefixes
 --                   and the messages come in triples from ARGV[6]: id, encoded message,
 --                   lane ("" or "0:": the ready queue). A lane other than "0:" turns the
---                   queue's flow on; while it is on, every id goes through flow_push.
+--                   queue's flow on and sends the call's ids through flow_push; plain
+--                   ids alone go onto the ready queue as without lanes.
 --
 -- ARGV[1]   dedupe window in ms (0: only the check against KEYS[2])
 -- ARGV[2]   "" or, for the retry of a message in flight on a full server, the redis
@@ -154,7 +155,9 @@ if flow then
         flow_enable(flow)
     end
 end
-if flow and (laned or flow_on(flow)) then
+if laned then
+    -- Plain ids alone go the plain way below, even while the flow is on: the fetch takes
+    -- the ready list in turn as the plain lane (_flow.lua), so a plain send pays nothing.
     local lanes = {}
     for i = 1, #ids do
         lanes[i] = lane_of_id[ids[i]] or PLAIN_LANE

@@ -8,7 +8,9 @@
 -- KEYS[6]  STRING redisson_delay_queue_paused:{N}      set while the queue is paused
 -- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}      redis message id -> fetch record
 -- KEYS[8]  HASH   redisson_delay_queue_flow:{N}        optional (with KEYS[9..10] and
---          ARGV[7..8]): set while the queue's messages go through lanes (_flow.lua)
+--          ARGV[7..8]): the lanes' counts, limits and slots (_flow.lua); whether the
+--          queue's messages go through lanes is its flag, the STRING ARGV[7] .. "on}",
+--          read with the pause in one MGET
 -- KEYS[9]  ZSET  redisson_delay_queue_levels:{N}       priorities with lanes in their ring
 -- KEYS[10] HASH  redisson_delay_queue_lane_of:{N}      message id -> lane (scheduled ones)
 --
@@ -68,15 +70,26 @@ if ARGV[4] ~= "0" then
     redis.call("ZREM", heartbeats, worker_id)
     redis.call("ZADD", heartbeats, now_ms, worker_id)
 end
-if redis.call("EXISTS", paused) == 1 then
+local flow = KEYS[8] and flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[7], ARGV[8])
+-- The pause and the flow's flag in one read (MGET is newer in the ACL rule than this
+-- script's other commands: a user still on the rule before it reads them one by one).
+local state
+if flow then
+    state = redis.pcall("MGET", paused, flow.flag)
+    if state.err then
+        state = { redis.call("EXISTS", paused) == 1, redis.call("EXISTS", flow.flag) == 1 }
+    end
+else
+    state = { redis.call("EXISTS", paused) == 1, false }
+end
+if state[1] then -- paused (MGET gives false for a missing key)
     if token ~= "" then
         redis.call("ZREM", idle, token)
     end
     return false
 end
 local ids, lanes = nil, nil
-local flow = KEYS[8] and flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[7], ARGV[8])
-if flow and flow_on(flow) then
+if state[2] then
     ids, lanes = flow_take(flow, count)
     if #ids == 0 then
         ids = false

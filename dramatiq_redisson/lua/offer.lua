@@ -15,10 +15,9 @@
 -- KEYS[11] ZSET  redisson_delay_queue_holds:{N}   dedupe key -> end of its throttle window
 -- KEYS[12] HASH  redisson_delay_queue_held:{N}    dedupe key -> encoded message that moved
 --                                      (KEYS[9..12]: see _dedupe.lua)
--- KEYS[13] HASH  redisson_delay_queue_lane_of:{N}  optional (with KEYS[14..17]): message id ->
+-- KEYS[13] HASH  redisson_delay_queue_lane_of:{N}  optional (with KEYS[14..15]): message id ->
 --                                      lane, for a scheduled message not in the plain lane
--- KEYS[14] HASH   redisson_delay_queue_flow:{N}   KEYS[15] ZSET its levels, KEYS[16] LIST
---                                      the ready queue, KEYS[17] LIST ring 0 (see _flow.lua)
+-- KEYS[14] HASH   redisson_delay_queue_flow:{N}, KEYS[15] STRING its flag (see _flow.lua)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose
@@ -348,7 +347,7 @@ else
 end
 
 if laned then
-    enable_flow(KEYS[14], KEYS[16], KEYS[15], KEYS[17])
+    enable_flow(KEYS[14], KEYS[15])
 end
 if any_added then
     local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")

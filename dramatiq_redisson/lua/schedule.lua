@@ -17,9 +17,6 @@
 -- KEYS[8]  LIST  <ns>:<queue>                            ready queue
 -- KEYS[9]  HASH  <ns>:<queue>.msgs                       redis message id -> encoded message
 -- KEYS[10] ZSET  redisson_delay_queue_idle:{N}           idle consumers (see _wake.lua)
--- KEYS[11] HASH   redisson_delay_queue_flow:{N}           optional, with KEYS[12] its levels
---                                                          and KEYS[13] ring 0: ticks run now
---                                                          join ring 0 while flow is on (_flow.lua)
 --
 -- ARGV[1] the operation, ARGV[2] the schedule's name, then per operation:
 --
@@ -52,7 +49,6 @@
 
 -- include: _member.lua
 -- include: _wake.lua
--- include: _flow.lua
 
 local schedules, chains, state, zset, backup, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local channel, ready, ready_msgs, idle = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -164,7 +160,7 @@ if op == "start" then
             pairs_[#pairs_ + 1] = ARGV[i]
             pairs_[#pairs_ + 1] = ARGV[i + 1]
         end
-        push_plain(KEYS[11], ready, KEYS[12], KEYS[13], ids)
+        redis.call("RPUSH", ready, unpack(ids)) -- the plain lane (a fetch through lanes takes it in turn)
         redis.call("HSET", ready_msgs, unpack(pairs_))
         wake(idle, channel .. ":wake:{", #ids)
         -- The latest of them is the schedule's last run, as transfer.lua records a tick's.

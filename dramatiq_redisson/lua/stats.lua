@@ -24,7 +24,8 @@
 --           lease holder's token or "", live consumers, built-in delay-queue length,
 --           since when the queue is paused (epoch ms; 0: unknown) or -1 if it is not,
 --           then, while the queue uses lanes: the lanes waiting off their rings for
---           their group's slot, the lanes in the rings, and for each priority with ids
+--           their group's slot, the lanes in the rings (the plain lane not counted),
+--           and for each priority with ids
 --           waiting in its lanes but the plain one: priority, that count}
 --           (the plain lane is in ring 0 when the ready list holds ids)
 
@@ -49,11 +50,11 @@ local reply = {
 }
 if KEYS[9] and redis.call("EXISTS", KEYS[9]) == 1 then
     reply[#reply + 1] = tonumber(redis.call("HGET", KEYS[9], "blocked") or 0)
-    local lanes = 0
+    local lanes = redis.call("HEXISTS", KEYS[9], "plain") == 1 and -1 or 0 -- the plain lane is none
     for _, priority in ipairs(redis.call("ZRANGE", KEYS[10], 0, -1)) do
         lanes = lanes + redis.call("LLEN", ARGV[3] .. priority .. "}")
     end
-    reply[#reply + 1] = lanes
+    reply[#reply + 1] = math.max(0, lanes)
     -- Every priority's count in one read: a lane held back by its group's limit is in no
     -- ring, so `levels` does not name every priority with waiting ids.
     local fields = {}

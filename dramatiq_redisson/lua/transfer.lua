@@ -54,7 +54,8 @@
 -- ARGV[14] "<worker id>|<consumer token>" of the caller, recorded with the time of each
 --          message handed off (as fetch.lua records a fetch)
 --
--- Lanes: while the queue's flow is on (KEYS[24] exists), moved messages go to the lanes
+-- Lanes: while the queue's flow is on (its flag, ARGV[15] .. "on}", exists: read in the
+-- MGET below), moved messages go to the lanes
 -- KEYS[26] recorded for them at the offer (the ready queue when none) and nothing is
 -- handed off: consumers fetch by priority and in turn (fetch.lua).
 --
@@ -155,13 +156,21 @@ local t = redis.call("TIME")
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
--- The three STRING keys of the queue's state in one read: the lease, the compaction cursor
--- (or upkeep marker) and the pause. MGET is newer in the ACL rule than this script's other
+-- The STRING keys of the queue's state in one read: the lease, the compaction cursor
+-- (or upkeep marker), the pause and the flow's flag. MGET is newer in the ACL rule than this script's other
 -- commands: a user still on the rule before it reads them one by one (same values).
-local state = redis.pcall("MGET", lease, cursor_key, KEYS[22])
+local flow = KEYS[24] and flow_context(ready, KEYS[24], KEYS[25], KEYS[26], ARGV[15], ARGV[16])
+local flag = flow and flow.flag or KEYS[22] -- (the pause again: MGET needs a key)
+local state = redis.pcall("MGET", lease, cursor_key, KEYS[22], flag)
 if state.err then
-    state = { redis.call("GET", lease), redis.call("GET", cursor_key), redis.call("EXISTS", KEYS[22]) == 1 }
+    state = {
+        redis.call("GET", lease),
+        redis.call("GET", cursor_key),
+        redis.call("EXISTS", KEYS[22]) == 1,
+        flow and redis.call("EXISTS", flag) == 1,
+    }
 end
+local laned = flow and state[4] and true or false
 local lease_end = nil
 if token ~= "" then
     local other, other_end = lease_other(state[1], token)
@@ -247,8 +256,6 @@ if #due > 0 then
         variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
         local take = 0
-        local flow = KEYS[24] and flow_context(ready, KEYS[24], KEYS[25], KEYS[26], ARGV[15], ARGV[16])
-        local laned = flow and flow_on(flow)
         if laned then
             local lanes, recorded = {}, {}
             for i = 1, #delivered, 1000 do

@@ -73,3 +73,10 @@ def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[byte
     if len(reply) % 2:
         assert reply.pop() == b"held"
     return [reply[i] for i in range(0, len(reply), 2)]
+
+
+def turn_flow_on(client: redis.Redis, keys: QueueKeys, **fields: Any) -> None:
+    """A queue's flow on, as _flow.lua's enable leaves it (its HASH and its flag), with
+    ``fields`` more in the HASH (limits, counts)."""
+    client.hset(keys.flow, mapping={"on": 1, **fields})
+    client.set(keys.flow_flag, 1)

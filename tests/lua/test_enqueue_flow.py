@@ -33,31 +33,37 @@ def test_plain_messages_on_a_queue_without_flow_go_to_the_ready_queue_and_turn_n
     assert redis_client.exists(keys.flow, keys.levels, keys.ring(0)) == 0
 
 
-def test_a_message_with_a_lane_turns_flow_on_and_the_waiting_ready_queue_joins_ring_0(
+def test_a_message_with_a_lane_turns_flow_on_and_the_fetch_takes_the_waiting_ready_queue_in_turn(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
     _enqueue(lua, keys, ("old", "O", ""))
     high = lane_id(7, "acme")
     _enqueue(lua, keys, ("h1", "H1", high), ("p1", "P1", ""))
     assert redis_client.hget(keys.flow, "on") == b"1"
+    assert redis_client.get(keys.flow_flag) == b"1"
     assert redis_client.lrange(keys.lane(high), 0, -1) == [b"h1"]
     assert redis_client.lrange(keys.ready, 0, -1) == [b"old", b"p1"]
     assert redis_client.lrange(keys.ring(7), 0, -1) == [high.encode()]
-    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]
-    assert redis_client.zrange(keys.levels, 0, -1, withscores=True) == [(b"0", 0.0), (b"7", 7.0)]
+    # The plain lane is in no ring yet: the fetch puts it in ring 0 when it finds ids there
+    assert redis_client.exists(keys.ring(0)) == 0
+    assert redis_client.zrange(keys.levels, 0, -1, withscores=True) == [(b"7", 7.0)]
     assert redis_client.hgetall(keys.ready_msgs) == {b"old": b"O", b"h1": b"H1", b"p1": b"P1"}
     assert _fetch(lua, keys, 3) == [b"h1", b"old", b"p1"]
 
 
-def test_while_flow_is_on_an_empty_ready_queue_joins_ring_0_with_its_first_id(
+def test_while_flow_is_on_a_plain_send_writes_as_without_lanes_and_the_fetch_takes_it(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
     _enqueue(lua, keys, ("g", "G", lane_id(0, "g")))
     assert _fetch(lua, keys, 5) == [b"g"]
     assert redis_client.exists(keys.levels) == 0
     _enqueue(lua, keys, ("p", "P", ""))
-    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"p"]
+    assert redis_client.exists(keys.ring(0), keys.levels) == 0
     assert _fetch(lua, keys, 5) == [b"p"]
+    # The plain lane left ring 0 with its last id
+    assert redis_client.exists(keys.ring(0), keys.levels) == 0
+    assert redis_client.hexists(keys.flow, "plain") == 0
 
 
 def test_a_duplicate_goes_nowhere_and_a_lane_keeps_send_order(

@@ -10,7 +10,7 @@ import redis
 
 from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
 
-from .state import Lua, fetch_ids
+from .state import Lua, fetch_ids, turn_flow_on
 
 CLOCK = 1_700_000_000_000
 
@@ -21,8 +21,8 @@ def _fetch(lua: Lua, keys: QueueKeys, count: int) -> list[bytes]:
 
 def _ready(client: redis.Redis, keys: QueueKeys, lane: str, *ids: str) -> None:
     """Ids made ready in ``lane`` as the pushing scripts leave them: a lane that was empty
-    joins its priority's ring."""
-    if client.rpush(keys.lane(lane), *ids) == len(ids):
+    joins its priority's ring, but the plain lane (the fetch takes it in turn)."""
+    if client.rpush(keys.lane(lane), *ids) == len(ids) and lane != PLAIN_LANE:
         priority = int(lane.split(":")[0])
         client.rpush(keys.ring(priority), lane)
         client.zadd(keys.levels, {str(priority): priority})
@@ -41,7 +41,7 @@ def test_without_the_flow_key_a_fetch_takes_the_head_of_the_ready_queue_and_igno
 def test_the_highest_priority_comes_first_and_fifo_within_a_priority(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     _ready(redis_client, keys, PLAIN_LANE, "p0-a", "p0-b")
     _ready(redis_client, keys, lane_id(1, None), "p1-a")
     _ready(redis_client, keys, lane_id(9, None), "p9-a", "p9-b")
@@ -54,7 +54,7 @@ def test_the_highest_priority_comes_first_and_fifo_within_a_priority(
 def test_groups_of_one_priority_take_turns_so_a_backlog_does_not_delay_another_group(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     big, small = lane_id(0, "tenant-big"), lane_id(0, "tenant-small")
     _ready(redis_client, keys, big, *(f"big-{n}" for n in range(50)))
     _ready(redis_client, keys, small, "small-0", "small-1")
@@ -69,7 +69,7 @@ def test_groups_of_one_priority_take_turns_so_a_backlog_does_not_delay_another_g
 def test_each_fetch_record_holds_a_slot_and_names_its_lane_but_the_plain_lanes(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     group = lane_id(2, "a{b}c")
     _ready(redis_client, keys, group, "g")
     _ready(redis_client, keys, PLAIN_LANE, "p")
@@ -102,7 +102,7 @@ def _requeue(lua: Lua, keys: QueueKeys, *ids: str) -> int:
 def test_a_requeue_puts_each_id_back_at_the_head_of_its_own_lane_in_fetch_order(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     a, b = lane_id(0, "a"), lane_id(4, "b")
     _ready(redis_client, keys, a, "a1", "a2", "a3")
     _ready(redis_client, keys, b, "b1", "b2")
@@ -133,7 +133,7 @@ def test_a_requeue_without_flow_puts_ids_back_at_the_head_of_the_ready_queue(
 def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     a = lane_id(2, "a")
     _ready(redis_client, keys, a, "a1", "a2")
     _ready(redis_client, keys, PLAIN_LANE, "p1")
@@ -163,7 +163,7 @@ def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
 def test_maintenance_puts_a_dead_workers_messages_back_to_their_own_lanes(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     a = lane_id(1, "a")
     _ready(redis_client, keys, a, "a1")
     _ready(redis_client, keys, PLAIN_LANE, "p1")
@@ -192,7 +192,7 @@ def test_maintenance_puts_a_dead_workers_messages_back_to_their_own_lanes(
 def test_a_dead_letter_keeps_its_lane_and_a_requeue_puts_it_back_there(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     lane = lane_id(6, "acme")
     _ready(redis_client, keys, lane, "m1", "m2")
     assert _fetch(lua, keys, 2) == [b"m1", b"m2"]
@@ -225,7 +225,7 @@ def test_a_dead_letter_keeps_its_lane_and_a_requeue_puts_it_back_there(
 
 
 def test_a_queue_at_its_concurrency_limit_takes_no_more(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
-    redis_client.hset(keys.flow, mapping={"on": 1, "concurrency": 3, "inuse": 1})
+    turn_flow_on(redis_client, keys, **{"concurrency": 3, "inuse": 1})
     _ready(redis_client, keys, PLAIN_LANE, *(f"p{i}" for i in range(5)))
     # Given 1 of 3 slots in use, a fetch of 5 takes 2
     assert _fetch(lua, keys, 5) == [b"p0", b"p1"]
@@ -238,7 +238,7 @@ def test_a_queue_at_its_concurrency_limit_takes_no_more(lua: Lua, keys: QueueKey
 def test_a_group_at_its_limit_waits_off_its_ring_while_other_groups_run(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    redis_client.hset(keys.flow, mapping={"on": 1, "group_concurrency": 1})
+    turn_flow_on(redis_client, keys, **{"group_concurrency": 1})
     a, b = lane_id(0, "a"), lane_id(0, "b")
     _ready(redis_client, keys, a, "a1", "a2", "a3")
     _ready(redis_client, keys, b, "b1", "b2")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from dramatiq_redisson._keys import PLAIN_LANE, QueueKeys, lane_id
+from dramatiq_redisson._keys import QueueKeys, lane_id
 
 from .state import Lua, snapshot
 
@@ -26,11 +26,11 @@ def test_set_turns_the_flow_on_and_writes_the_limits(lua: Lua, keys: QueueKeys, 
     redis_client.rpush(keys.ready, "r1")
     assert _limits(lua, keys, "set", 4, "") == [4, -1, 0, 0, 0]
     assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"concurrency": b"4"}
-    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]
+    assert redis_client.get(keys.flow_flag) == b"1"
+    assert redis_client.lrange(keys.ready, 0, -1) == [b"r1"]  # the fetch takes it in turn
     # set again: exactly what is given ("" removes one)
     assert _limits(lua, keys, "set", "", 1) == [-1, 1, 0, 0, 0]
     assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"group_concurrency": b"1"}
-    assert redis_client.lrange(keys.ring(0), 0, -1) == [PLAIN_LANE.encode()]  # joined once
 
 
 def test_clear_frees_blocked_lanes_wakes_idle_consumers_and_keeps_the_flow_on(

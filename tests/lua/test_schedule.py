@@ -13,7 +13,7 @@ import redis
 from dramatiq_redisson._ids import sort_key_at
 from dramatiq_redisson._keys import QueueKeys
 
-from .state import Lua, Script, snapshot
+from .state import Lua, Script, fetch_ids, snapshot, turn_flow_on
 
 NAME = "nightly"
 DEFINITION = '{"actor":"report","spec":{"every":60000},"version":1}'
@@ -469,14 +469,13 @@ def test_an_unknown_operation_is_refused_with_nothing_written(
     assert snapshot(redis_client) == before
 
 
-def test_with_flow_on_ticks_run_now_into_an_empty_ready_queue_join_ring_0(
+def test_with_flow_on_ticks_run_now_go_to_the_ready_queue_and_a_fetch_through_lanes_takes_them(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
 ) -> None:
-    redis_client.hset(keys.flow, "on", 1)
+    turn_flow_on(redis_client, keys)
     now = server_ms()
     ran: list[Any] = [_member(now - 60_000), b"encoded"]
-    flow_keys = [*_keys(keys), keys.flow, keys.levels, keys.ring(0)]
-    assert lua("schedule")(keys=flow_keys, args=_start_args(now + 60_000, ran=ran)) == 1
+    assert lua("schedule")(keys=_keys(keys), args=_start_args(now + 60_000, ran=ran)) == 1
     assert redis_client.lrange(keys.ready, 0, -1) == [_member(now - 60_000).encode()]
-    assert redis_client.lrange(keys.ring(0), 0, -1) == [b"0:"]
-    assert redis_client.zrange(keys.levels, 0, -1) == [b"0"]
+    assert redis_client.exists(keys.ring(0), keys.levels) == 0
+    assert fetch_ids(lua, keys, 5, now) == [_member(now - 60_000).encode()]

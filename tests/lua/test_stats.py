@@ -12,7 +12,7 @@ import redis
 
 from dramatiq_redisson._keys import QueueKeys
 
-from .state import Lua, snapshot
+from .state import Lua, snapshot, turn_flow_on
 
 
 def _keys(keys: QueueKeys) -> list[str]:
@@ -121,7 +121,7 @@ def test_stats_with_lanes_counts_each_waiting_priority_and_its_lanes(
     assert len(script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])) == 11
     # Given lanes at priorities 0 and 3 (counters as _flow.lua keeps them)
     redis_client.rpush(keys.ready, "plain")
-    redis_client.hset(keys.flow, mapping={"on": 1, "p3": 5, "p0": 2, "blocked": 4})
+    turn_flow_on(redis_client, keys, **{"p3": 5, "p0": 2, "blocked": 4})
     redis_client.zadd(keys.levels, {"0": 0, "3": 3})
     redis_client.rpush(keys.ring(0), "0:", "0:61")
     redis_client.rpush(keys.ring(3), "3:", "3:61", "3:62")

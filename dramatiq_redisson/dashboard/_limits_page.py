@@ -1,0 +1,155 @@
+"""The dashboard's Limits page, on :class:`._app.Dashboard`: every queue's concurrency
+limits and what is in use now, a queue's waiting groups, and setting or clearing a
+queue's limits (with a confirmation; see docs/flow-control.md)."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from .._queue_limits import MAX_LIMIT
+from ._http import REFRESH_CHOICES, HTTPError, Request, refresh_arg
+
+if TYPE_CHECKING:
+    from ._app import Dashboard
+
+#: The most waiting lanes the page lists for one queue (``waiting_groups``' default).
+WAITING_LIMIT = 100
+
+LIMIT_OPS = ("set", "clear")
+
+
+def page(dash: Dashboard, request: Request) -> str:
+    """Every known queue's limits and slots in use; with ``?queue=``, that queue's, its
+    waiting groups and (unless read-only) the form that changes its limits."""
+    refresh = refresh_arg(request)
+    started = time.perf_counter()
+    queue = request.arg("queue")
+    if queue:
+        dash.known_queue(queue)
+    queues = sorted(dash.broker.known_queues())
+    stats = dash.broker.stats(queue or None)
+    names = [queue] if queue else sorted(stats["queues"])
+    limits = {name: dash.broker.limits.get(name) for name in names}
+    waiting = dash.broker.waiting_groups(queue, limit=WAITING_LIMIT) if queue else []
+    return dash.render(
+        request,
+        "limits.html",
+        title=f"{queue}: limits" if queue else "Limits",
+        queue=queue,
+        queues=queues,
+        names=names,
+        limits=limits,
+        counts=stats["queues"],
+        waiting=waiting,
+        max_limit=MAX_LIMIT,
+        now=stats["time_ms"],
+        here=request.url("limits", queue=queue, refresh=refresh or None),
+        refresh=refresh,
+        refresh_choices=REFRESH_CHOICES,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+def action(dash: Dashboard, request: Request, name: str) -> str:
+    """Set (``op=set``, with ``concurrency`` and ``group_concurrency``; empty: no limit
+    of that kind) or clear (``op=clear``) a queue's limits, once confirmed."""
+    queue = dash.known_queue(name)
+    op = request.field("op")
+    if op not in LIMIT_OPS:
+        raise HTTPError(HTTPStatus.BAD_REQUEST, "Choose to set or to clear the limits.")
+    concurrency = group = None
+    if op == "set":
+        concurrency = _limit_field(request, "concurrency", "The concurrency limit")
+        group = _limit_field(request, "group_concurrency", "The group limit")
+        if concurrency is None and group is None:
+            raise HTTPError(
+                HTTPStatus.BAD_REQUEST,
+                "Give a concurrency limit, a group limit or both (to remove both, clear the limits).",
+            )
+    page = request.url("limits", queue=queue)
+    before = dash.broker.limits.get(queue)
+    if request.field("confirmed") != "yes":
+        back = request.next_page(page)
+        if op == "set":
+            verb = "Set limits"
+            question = (
+                f"Set the limits of queue {queue} to {_describe(concurrency, group)} "
+                f"(now {_describe(before['concurrency'], before['group_concurrency'])})? "
+                "It applies to every worker at once: a raised or removed limit at once, a lowered one at "
+                "their next fetches. The messages running now finish; "
+                f"{before['in_use']:,} of its messages hold a slot now."
+            )
+            carried = [("op", op), ("concurrency", _text(concurrency)), ("group_concurrency", _text(group))]
+        else:
+            verb = "Clear limits"
+            question = (
+                f"Clear the limits of queue {queue} "
+                f"(now {_describe(before['concurrency'], before['group_concurrency'])})? "
+                "It applies to every worker at once: any of its waiting messages may start, in every group; "
+                "priorities and fair share between groups still apply. The messages running now finish."
+            )
+            carried = [("op", op)]
+        return dash.render(
+            request,
+            "confirm.html",
+            title=f"{verb}?",
+            question=question,
+            action=request.url(f"queues/{_quote(queue)}/limits"),
+            carried=[*carried, ("next", back)],
+            back=back,
+            button=f"Yes, {verb.lower()}",
+            danger=False,
+        )
+    try:
+        if op == "set":
+            dash.broker.limits.set(queue, concurrency=concurrency, group_concurrency=group)
+            flash = f"Limits of queue {queue} set: {_describe(concurrency, group)}."
+        elif before["concurrency"] is None and before["group_concurrency"] is None:
+            dash.broker.limits.clear(queue)  # still puts any waiting lane back on its ring
+            flash = f"Queue {queue} had no limits: nothing changed."
+        else:
+            dash.broker.limits.clear(queue)
+            flash = f"Limits of queue {queue} cleared: {_describe(None, None)}."
+    except ValueError as e:  # checked above: not expected
+        raise HTTPError(HTTPStatus.BAD_REQUEST, f"Cannot set the limits: {e}") from None
+    raise dash.back(request, page, flash)
+
+
+def _limit_field(request: Request, name: str, label: str) -> int | None:
+    """The form's limit ``name``: None when empty, else a whole number from 1 to
+    :data:`MAX_LIMIT`.
+
+    Raises:
+      HTTPError: 400, anything else (nothing is written).
+    """
+    text = request.field(name)
+    if not text:
+        return None
+    # ASCII digits only: str.isdigit() and int() take other scripts' digits too.
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:
+        raise HTTPError(
+            HTTPStatus.BAD_REQUEST,
+            f"{label} must be a whole number from 1 to {MAX_LIMIT:,}, or empty for no limit; got {text!r}. "
+            "Nothing was changed.",
+        )
+    return int(text)
+
+
+def _describe(concurrency: int | None, group: int | None) -> str:
+    """``at most 8 running at once, 1 per group``; ``no limit``."""
+    parts = [
+        f"at most {concurrency:,} running at once" if concurrency is not None else "no concurrency limit",
+        f"{group:,} per group" if group is not None else "no group limit",
+    ]
+    return ", ".join(parts)
+
+
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _quote(part: str) -> str:
+    return urllib.parse.quote(part, safe="")
