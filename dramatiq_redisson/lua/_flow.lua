@@ -6,7 +6,7 @@
 -- lane "0:" is the queue's ready list itself, so a message with neither a priority nor a
 -- group goes where it always went. A lane with ids is in its priority's ring (a LIST of
 -- lane ids, taken in turn) exactly once; a priority with a non-empty ring is in `levels`
--- (ZSET, score = priority). The plain lane joins ring 0 in the fetch (flow_take), not where
+-- (ZSET, score = priority). The plain lane joins ring 0 in the fetch (take), not where
 -- ids are pushed onto the ready list: a send or a move of plain messages then needs no
 -- look at the flow, and a queue that uses no lanes pays nothing for them.
 --
@@ -20,22 +20,31 @@
 -- list's length): stats.lua reads them with a command per priority, whatever the number of
 -- groups. A push or a take changes them with one HINCRBY per priority per call.
 --
+-- Defined at once (cheap, used on plain paths too):
 -- flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix): the keys; a lane's
---   list is lane_prefix .. id .. "}", a ring ring_prefix .. priority .. "}" (the prefixes
---   come from _keys.py in ARGV: they are not keys).
--- flow_on(ctx): whether the queue's messages go through lanes.
--- flow_push(ctx, ids, lanes, at_head): push ids[i] onto lane lanes[i] (nil, "" or "0:":
---   the ready list), at the tail, or at the head (a message put back runs next in its
---   lane). A lane that was empty joins its ring.
--- flow_take(ctx, count): up to count ids, from the highest priority with a lane in its
---   ring; the lanes of one priority in turn, one id per lane per turn (a group's backlog
---   does not delay another group). Returns ids, lanes. O(1) commands per id taken: no
---   scan of lanes, rings or ids.
--- flow_enable(ctx): turn the flow on (its HASH and its flag).
--- enable_flow(flow, flag): the same with the keys given one by one (offer.lua).
+--   list is lane_prefix .. id .. "}", a ring ring_prefix .. priority .. "}", the flag
+--   lane_prefix .. "on}" (the prefixes come from _keys.py in ARGV: they are not keys).
+-- flow_on(ctx): whether the queue's messages go through lanes (EXISTS of its HASH).
 -- record_lane(record): the lane a fetch record names ("...|lane:<id>"), or PLAIN_LANE.
--- flow_put_back(ctx, ids, records): ids (in the order they were fetched) back at the head
---   of their lanes, each lane's ids in their order, read from their fetch records.
+--
+-- Made on first use, as flow_lib().<name> (defining them costs a script call ~6 µs):
+-- push(ctx, ids, lanes, at_head): push ids[i] onto lane lanes[i] (nil, "" or "0:": the
+--   ready list), at the tail, or at the head (a message put back runs next in its lane).
+--   A lane that was empty joins its ring (the plain lane joins in take).
+-- take(ctx, count): up to count ids, from the highest priority with a lane in its ring;
+--   the lanes of one priority in turn, one id per lane per turn (a group's backlog does
+--   not delay another group), within the queue's concurrency limits (a lane whose group is
+--   at its limit leaves its ring until a slot of its group frees). Returns ids, lanes.
+--   O(1) commands per id taken: no scan of lanes, rings or ids.
+-- hold(ctx, lanes): count the slots the messages taken from these lanes hold.
+-- record(record, lane): a fetch record that says its message holds slots, and its lane.
+-- release(ctx, records): give back the slots these fetch records hold (a lane waiting
+--   for its group's slot returns to its ring); returns how many.
+-- unblock_all(ctx): every lane waiting for its group's slot back on its ring.
+-- enable(ctx): turn the flow on (its HASH and its flag); enable_keys(flow, flag): the
+--   same with the keys given one by one (offer.lua).
+-- put_back(ctx, ids, records): ids (in the order they were fetched) back at the head of
+--   their lanes, each lane's ids in their order, read from their fetch records.
 
 local PLAIN_LANE = "0:"
 
@@ -51,256 +60,278 @@ local function flow_on(ctx)
     return redis.call("EXISTS", ctx.flow) == 1
 end
 
-local function lane_list(ctx, lane)
-    if lane == PLAIN_LANE then
-        return ctx.ready
-    end
-    return ctx.lane_prefix .. lane .. "}"
-end
-
-local function lane_priority(lane)
-    return tonumber(string.match(lane, "^(%d+):"))
-end
-
-local function ring_list(ctx, priority)
-    return ctx.ring_prefix .. priority .. "}"
-end
-
-local function count_waiting(flow, by_priority)
-    for priority, n in pairs(by_priority) do
-        redis.call("HINCRBY", flow, "p" .. priority, n)
-    end
-end
-
-local function add_waiting(by_priority, lane, n)
-    if lane ~= PLAIN_LANE then
-        local priority = lane_priority(lane)
-        by_priority[priority] = (by_priority[priority] or 0) + n
-    end
-end
-
-local function enlist(ctx, lane)
-    local priority = lane_priority(lane)
-    redis.call("RPUSH", ring_list(ctx, priority), lane)
-    redis.call("ZADD", ctx.levels, priority, priority)
-end
-
-local function flow_push(ctx, ids, lanes, at_head)
-    local waiting = {}
-    if at_head then
-        -- Last first, so that each lane's ids end at its head in the order given.
-        for i = #ids, 1, -1 do
-            local lane = lanes[i] or PLAIN_LANE
-            if lane == "" then
-                lane = PLAIN_LANE
-            end
-            if redis.call("LPUSH", lane_list(ctx, lane), ids[i]) == 1 and lane ~= PLAIN_LANE then
-                enlist(ctx, lane)
-            end
-            add_waiting(waiting, lane, 1)
-        end
-        count_waiting(ctx.flow, waiting)
-        return
-    end
-    local i = 1
-    while i <= #ids do
-        -- A run of ids of one lane in one RPUSH (order kept within a lane).
-        local lane = lanes[i]
-        if not lane or lane == "" then
-            lane = PLAIN_LANE
-        end
-        local j = i
-        while j < #ids and (lanes[j + 1] or PLAIN_LANE) == lane do
-            j = j + 1
-        end
-        if redis.call("RPUSH", lane_list(ctx, lane), unpack(ids, i, j)) == j - i + 1 and lane ~= PLAIN_LANE then
-            enlist(ctx, lane) -- it was empty (the plain lane joins in the fetch)
-        end
-        add_waiting(waiting, lane, j - i + 1)
-        i = j + 1
-    end
-    count_waiting(ctx.flow, waiting)
-end
-
-local function lane_group(lane)
-    return string.match(lane, "^%d+:(%x*)$") or ""
-end
-
-local function block(ctx, group, lane)
-    local field = "b" .. group
-    local blocked = redis.call("HGET", ctx.flow, field)
-    redis.call("HSET", ctx.flow, field, blocked and (blocked .. " " .. lane) or lane)
-    redis.call("HINCRBY", ctx.flow, "blocked", 1)
-end
-
-local function flow_take(ctx, count)
-    local ids, lanes, waiting = {}, {}, {}
-    local limits = redis.call("HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse", "plain")
-    local limit, group_limit = tonumber(limits[1]), tonumber(limits[2])
-    if limit then
-        count = math.min(count, math.max(0, limit - (tonumber(limits[3]) or 0)))
-    end
-    if count > 0 and not limits[4] and redis.call("LLEN", ctx.ready) > 0 then
-        enlist(ctx, PLAIN_LANE) -- plain ids were pushed since its last turn
-        redis.call("HSET", ctx.flow, "plain", 1)
-    end
-    local in_use = {} -- group -> its slots in use (read once, then counted here)
-    local function at_limit(group)
-        if not group_limit or group == "" then
-            return false
-        end
-        if not in_use[group] then
-            in_use[group] = tonumber(redis.call("HGET", ctx.flow, "g" .. group) or 0)
-        end
-        return in_use[group] >= group_limit
-    end
-    while #ids < count do
-        local top = redis.call("ZRANGE", ctx.levels, -1, -1)[1] -- the highest priority
-        if not top then
-            break
-        end
-        local ring = ring_list(ctx, top)
-        local lane = redis.call("LPOP", ring)
-        local left = 0
-        if lane then
-            local group = lane_group(lane)
-            if at_limit(group) then
-                block(ctx, group, lane) -- back on its ring when a slot of its group frees
-            else
-                local list = lane_list(ctx, lane)
-                local id = redis.call("LPOP", list)
-                if id then
-                    ids[#ids + 1] = id
-                    lanes[#lanes + 1] = lane
-                    add_waiting(waiting, lane, -1)
-                    if group ~= "" and in_use[group] then
-                        in_use[group] = in_use[group] + 1
-                    end
-                    if redis.call("LLEN", list) > 0 then
-                        if at_limit(group) then
-                            block(ctx, group, lane)
-                        else
-                            left = redis.call("RPUSH", ring, lane) -- its next turn
-                        end
-                    elseif lane == PLAIN_LANE then
-                        redis.call("HDEL", ctx.flow, "plain") -- off the ring until it has ids
-                    end
-                elseif lane == PLAIN_LANE then
-                    redis.call("HDEL", ctx.flow, "plain")
-                end
-            end
-        end
-        if left == 0 and redis.call("LLEN", ring) == 0 then
-            redis.call("ZREM", ctx.levels, top)
-        end
-    end
-    count_waiting(ctx.flow, waiting)
-    return ids, lanes
-end
-
-local function flow_hold(ctx, lanes)
-    if #lanes == 0 then
-        return
-    end
-    redis.call("HINCRBY", ctx.flow, "inuse", #lanes)
-    local taken = {}
-    for i = 1, #lanes do
-        local group = lane_group(lanes[i])
-        if group ~= "" then
-            taken[group] = (taken[group] or 0) + 1
-        end
-    end
-    for group, n in pairs(taken) do
-        if redis.call("HINCRBY", ctx.flow, "g" .. group, n) == n then
-            redis.call("HINCRBY", ctx.flow, "groups", 1)
-        end
-    end
-end
-
-local function enable_flow(flow, flag)
-    redis.call("HSETNX", flow, "on", 1)
-    redis.call("SET", flag, 1)
-end
-
-local function flow_enable(ctx)
-    enable_flow(ctx.flow, ctx.flag)
-end
-
 local function record_lane(record)
     return record and string.match(record, "|lane:(%d+:%x*)$") or PLAIN_LANE
 end
 
-local function fetch_record(record, lane)
-    -- "|held": the message holds a slot of its queue (and of its lane's group, if any)
-    if lane and lane ~= PLAIN_LANE then
-        return record .. "|held|lane:" .. lane
-    end
-    return record .. "|held"
-end
+-- The rest is made on first use (flow_lib()): defining these functions costs a script call
+-- about 6 µs, which a queue without lanes must not pay.
+local flow_lib_made = nil
 
-local function flow_release(ctx, records)
-    local freed, groups = 0, {}
-    for i = 1, #records do
-        local record = records[i]
-        if record and string.find(record, "|held", 1, true) then
-            freed = freed + 1
-            local group = lane_group(record_lane(record))
+local function flow_lib()
+    if flow_lib_made then
+        return flow_lib_made
+    end
+    local function lane_list(ctx, lane)
+        if lane == PLAIN_LANE then
+            return ctx.ready
+        end
+        return ctx.lane_prefix .. lane .. "}"
+    end
+
+    local function lane_priority(lane)
+        return tonumber(string.match(lane, "^(%d+):"))
+    end
+
+    local function ring_list(ctx, priority)
+        return ctx.ring_prefix .. priority .. "}"
+    end
+
+    local function count_waiting(flow, by_priority)
+        for priority, n in pairs(by_priority) do
+            redis.call("HINCRBY", flow, "p" .. priority, n)
+        end
+    end
+
+    local function add_waiting(by_priority, lane, n)
+        if lane ~= PLAIN_LANE then
+            local priority = lane_priority(lane)
+            by_priority[priority] = (by_priority[priority] or 0) + n
+        end
+    end
+
+    local function enlist(ctx, lane)
+        local priority = lane_priority(lane)
+        redis.call("RPUSH", ring_list(ctx, priority), lane)
+        redis.call("ZADD", ctx.levels, priority, priority)
+    end
+
+    local function flow_push(ctx, ids, lanes, at_head)
+        local waiting = {}
+        if at_head then
+            -- Last first, so that each lane's ids end at its head in the order given.
+            for i = #ids, 1, -1 do
+                local lane = lanes[i] or PLAIN_LANE
+                if lane == "" then
+                    lane = PLAIN_LANE
+                end
+                if redis.call("LPUSH", lane_list(ctx, lane), ids[i]) == 1 and lane ~= PLAIN_LANE then
+                    enlist(ctx, lane)
+                end
+                add_waiting(waiting, lane, 1)
+            end
+            count_waiting(ctx.flow, waiting)
+            return
+        end
+        local i = 1
+        while i <= #ids do
+            -- A run of ids of one lane in one RPUSH (order kept within a lane).
+            local lane = lanes[i]
+            if not lane or lane == "" then
+                lane = PLAIN_LANE
+            end
+            local j = i
+            while j < #ids and (lanes[j + 1] or PLAIN_LANE) == lane do
+                j = j + 1
+            end
+            if redis.call("RPUSH", lane_list(ctx, lane), unpack(ids, i, j)) == j - i + 1 and lane ~= PLAIN_LANE then
+                enlist(ctx, lane) -- it was empty (the plain lane joins in the fetch)
+            end
+            add_waiting(waiting, lane, j - i + 1)
+            i = j + 1
+        end
+        count_waiting(ctx.flow, waiting)
+    end
+
+    local function lane_group(lane)
+        return string.match(lane, "^%d+:(%x*)$") or ""
+    end
+
+    local function block(ctx, group, lane)
+        local field = "b" .. group
+        local blocked = redis.call("HGET", ctx.flow, field)
+        redis.call("HSET", ctx.flow, field, blocked and (blocked .. " " .. lane) or lane)
+        redis.call("HINCRBY", ctx.flow, "blocked", 1)
+    end
+
+    local function flow_take(ctx, count)
+        local ids, lanes, waiting = {}, {}, {}
+        local limits = redis.call("HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse", "plain")
+        local limit, group_limit = tonumber(limits[1]), tonumber(limits[2])
+        if limit then
+            count = math.min(count, math.max(0, limit - (tonumber(limits[3]) or 0)))
+        end
+        if count > 0 and not limits[4] and redis.call("LLEN", ctx.ready) > 0 then
+            enlist(ctx, PLAIN_LANE) -- plain ids were pushed since its last turn
+            redis.call("HSET", ctx.flow, "plain", 1)
+        end
+        local in_use = {} -- group -> its slots in use (read once, then counted here)
+        local function at_limit(group)
+            if not group_limit or group == "" then
+                return false
+            end
+            if not in_use[group] then
+                in_use[group] = tonumber(redis.call("HGET", ctx.flow, "g" .. group) or 0)
+            end
+            return in_use[group] >= group_limit
+        end
+        while #ids < count do
+            local top = redis.call("ZRANGE", ctx.levels, -1, -1)[1] -- the highest priority
+            if not top then
+                break
+            end
+            local ring = ring_list(ctx, top)
+            local lane = redis.call("LPOP", ring)
+            local left = 0
+            if lane then
+                local group = lane_group(lane)
+                if at_limit(group) then
+                    block(ctx, group, lane) -- back on its ring when a slot of its group frees
+                else
+                    local list = lane_list(ctx, lane)
+                    local id = redis.call("LPOP", list)
+                    if id then
+                        ids[#ids + 1] = id
+                        lanes[#lanes + 1] = lane
+                        add_waiting(waiting, lane, -1)
+                        if group ~= "" and in_use[group] then
+                            in_use[group] = in_use[group] + 1
+                        end
+                        if redis.call("LLEN", list) > 0 then
+                            if at_limit(group) then
+                                block(ctx, group, lane)
+                            else
+                                left = redis.call("RPUSH", ring, lane) -- its next turn
+                            end
+                        elseif lane == PLAIN_LANE then
+                            redis.call("HDEL", ctx.flow, "plain") -- off the ring until it has ids
+                        end
+                    elseif lane == PLAIN_LANE then
+                        redis.call("HDEL", ctx.flow, "plain")
+                    end
+                end
+            end
+            if left == 0 and redis.call("LLEN", ring) == 0 then
+                redis.call("ZREM", ctx.levels, top)
+            end
+        end
+        count_waiting(ctx.flow, waiting)
+        return ids, lanes
+    end
+
+    local function flow_hold(ctx, lanes)
+        if #lanes == 0 then
+            return
+        end
+        redis.call("HINCRBY", ctx.flow, "inuse", #lanes)
+        local taken = {}
+        for i = 1, #lanes do
+            local group = lane_group(lanes[i])
             if group ~= "" then
-                groups[group] = (groups[group] or 0) + 1
+                taken[group] = (taken[group] or 0) + 1
+            end
+        end
+        for group, n in pairs(taken) do
+            if redis.call("HINCRBY", ctx.flow, "g" .. group, n) == n then
+                redis.call("HINCRBY", ctx.flow, "groups", 1)
             end
         end
     end
-    if freed == 0 then
-        return 0
+
+    local function enable_flow(flow, flag)
+        redis.call("HSETNX", flow, "on", 1)
+        redis.call("SET", flag, 1)
     end
-    if redis.call("HINCRBY", ctx.flow, "inuse", -freed) < 0 then
-        redis.call("HSET", ctx.flow, "inuse", 0) -- never below the truth
+
+    local function flow_enable(ctx)
+        enable_flow(ctx.flow, ctx.flag)
     end
-    for group, n in pairs(groups) do
-        if redis.call("HINCRBY", ctx.flow, "g" .. group, -n) <= 0 then
-            redis.call("HDEL", ctx.flow, "g" .. group)
-            if redis.call("HINCRBY", ctx.flow, "groups", -1) < 0 then
-                redis.call("HSET", ctx.flow, "groups", 0)
-            end
+
+    local function fetch_record(record, lane)
+        -- "|held": the message holds a slot of its queue (and of its lane's group, if any)
+        if lane and lane ~= PLAIN_LANE then
+            return record .. "|held|lane:" .. lane
         end
-        local blocked = redis.call("HGET", ctx.flow, "b" .. group)
-        if blocked then
-            redis.call("HDEL", ctx.flow, "b" .. group)
-            local unblocked = 0
-            for lane in string.gmatch(blocked, "%S+") do
-                unblocked = unblocked + 1
-                if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
-                    enlist(ctx, lane)
+        return record .. "|held"
+    end
+
+    local function flow_release(ctx, records)
+        local freed, groups = 0, {}
+        for i = 1, #records do
+            local record = records[i]
+            if record and string.find(record, "|held", 1, true) then
+                freed = freed + 1
+                local group = lane_group(record_lane(record))
+                if group ~= "" then
+                    groups[group] = (groups[group] or 0) + 1
                 end
             end
-            if redis.call("HINCRBY", ctx.flow, "blocked", -unblocked) < 0 then
-                redis.call("HSET", ctx.flow, "blocked", 0)
-            end
         end
-    end
-    return freed
-end
-
-local function flow_unblock_all(ctx)
-    local fields = redis.call("HKEYS", ctx.flow)
-    for _, field in ipairs(fields) do
-        local group = string.match(field, "^b(%x*)$")
-        if group then
-            for lane in string.gmatch(redis.call("HGET", ctx.flow, field), "%S+") do
-                if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
-                    enlist(ctx, lane)
+        if freed == 0 then
+            return 0
+        end
+        if redis.call("HINCRBY", ctx.flow, "inuse", -freed) < 0 then
+            redis.call("HSET", ctx.flow, "inuse", 0) -- never below the truth
+        end
+        for group, n in pairs(groups) do
+            if redis.call("HINCRBY", ctx.flow, "g" .. group, -n) <= 0 then
+                redis.call("HDEL", ctx.flow, "g" .. group)
+                if redis.call("HINCRBY", ctx.flow, "groups", -1) < 0 then
+                    redis.call("HSET", ctx.flow, "groups", 0)
                 end
             end
-            redis.call("HDEL", ctx.flow, field)
+            local blocked = redis.call("HGET", ctx.flow, "b" .. group)
+            if blocked then
+                redis.call("HDEL", ctx.flow, "b" .. group)
+                local unblocked = 0
+                for lane in string.gmatch(blocked, "%S+") do
+                    unblocked = unblocked + 1
+                    if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
+                        enlist(ctx, lane)
+                    end
+                end
+                if redis.call("HINCRBY", ctx.flow, "blocked", -unblocked) < 0 then
+                    redis.call("HSET", ctx.flow, "blocked", 0)
+                end
+            end
         end
+        return freed
     end
-    redis.call("HDEL", ctx.flow, "blocked")
-end
 
-local function flow_put_back(ctx, ids, records)
-    local lanes = {}
-    for i = 1, #ids do
-        lanes[i] = record_lane(records[i])
+    local function flow_unblock_all(ctx)
+        local fields = redis.call("HKEYS", ctx.flow)
+        for _, field in ipairs(fields) do
+            local group = string.match(field, "^b(%x*)$")
+            if group then
+                for lane in string.gmatch(redis.call("HGET", ctx.flow, field), "%S+") do
+                    if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
+                        enlist(ctx, lane)
+                    end
+                end
+                redis.call("HDEL", ctx.flow, field)
+            end
+        end
+        redis.call("HDEL", ctx.flow, "blocked")
     end
-    flow_push(ctx, ids, lanes, true)
+
+    local function flow_put_back(ctx, ids, records)
+        local lanes = {}
+        for i = 1, #ids do
+            lanes[i] = record_lane(records[i])
+        end
+        flow_push(ctx, ids, lanes, true)
+    end
+
+    flow_lib_made = {
+        push = flow_push,
+        take = flow_take,
+        hold = flow_hold,
+        enable = flow_enable,
+        enable_keys = enable_flow,
+        record = fetch_record,
+        release = flow_release,
+        unblock_all = flow_unblock_all,
+        put_back = flow_put_back,
+    }
+    return flow_lib_made
 end

@@ -46,7 +46,7 @@ if removed == 1 then
     redis.call("HDEL", KEYS[2], ARGV[1])
     if KEYS[7] then
         local flow = flow_context(nil, KEYS[7], KEYS[8], nil, ARGV[6], ARGV[7])
-        if flow_release(flow, { redis.call("HGET", KEYS[4], ARGV[1]) }) > 0 then
+        if flow_lib().release(flow, { redis.call("HGET", KEYS[4], ARGV[1]) }) > 0 then
             wake(KEYS[9], ARGV[8], 1)
         end
     end

@@ -79,10 +79,10 @@ end
 if #pushed > 0 then
     redis.call("HSET", ready_msgs, unpack(pairs_))
     if laned then
-        flow_enable(flow)
+        flow_lib().enable(flow)
     end
     if flow and flow_on(flow) then
-        flow_push(flow, pushed, pushed_lanes, false)
+        flow_lib().push(flow, pushed, pushed_lanes, false)
     else
         redis.call("RPUSH", ready, unpack(pushed))
     end

@@ -10,7 +10,7 @@
 --                   them, ARGV[4] and ARGV[5] are the lanes' and the rings' key prefixes
 --                   and the messages come in triples from ARGV[6]: id, encoded message,
 --                   lane ("" or "0:": the ready queue). A lane other than "0:" turns the
---                   queue's flow on and sends the call's ids through flow_push; plain
+--                   queue's flow on and sends the call's ids through their lanes; plain
 --                   ids alone go onto the ready queue as without lanes.
 --
 -- ARGV[1]   dedupe window in ms (0: only the check against KEYS[2])
@@ -56,10 +56,9 @@ local in_flight = ARGV[2]
 
 -- include: _flow.lua
 
-local flow, first, step = nil, 4, 2
+local flow, first, step = nil, 4, 2 -- flow: the flow keys were given (the context is made for a laned id)
 if KEYS[6] then
-    flow = flow_context(ready, KEYS[6], KEYS[7], KEYS[8], ARGV[4], ARGV[5])
-    first, step = 6, 3
+    flow, first, step = true, 6, 3
 end
 
 -- include: _chunked.lua
@@ -152,7 +151,8 @@ if flow then
     end
     if laned then
         redis.call("LLEN", ready) -- type check before the first write of the flow path
-        flow_enable(flow)
+        flow = flow_context(ready, KEYS[6], KEYS[7], KEYS[8], ARGV[4], ARGV[5])
+        flow_lib().enable(flow)
     end
 end
 if laned then
@@ -162,7 +162,7 @@ if laned then
     for i = 1, #ids do
         lanes[i] = lane_of_id[ids[i]] or PLAIN_LANE
     end
-    flow_push(flow, ids, lanes, false)
+    flow_lib().push(flow, ids, lanes, false)
     if checked then
         variadic("HSET", ready_msgs, pairs_)
     end

@@ -30,7 +30,7 @@
 -- ARGV[7]  with KEYS[8]: the lanes' key prefix; ARGV[8] the rings' (from _keys.py)
 --
 -- Lanes: when KEYS[8] exists, ids are taken by priority and in turn over the groups
--- (flow_take in _flow.lua) instead of from the head of the ready queue, within the queue's
+-- (take in _flow.lua) instead of from the head of the ready queue, within the queue's
 -- concurrency limits (a group at its limit waits off its ring). Each message taken holds a
 -- slot of its queue and of its group: its fetch record ends with "|held" and, for an id
 -- not in the plain lane, "|lane:<lane>" (a requeue puts it back there); the ack, nack,
@@ -70,14 +70,15 @@ if ARGV[4] ~= "0" then
     redis.call("ZREM", heartbeats, worker_id)
     redis.call("ZADD", heartbeats, now_ms, worker_id)
 end
-local flow = KEYS[8] and flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[7], ARGV[8])
--- The pause and the flow's flag in one read (MGET is newer in the ACL rule than this
--- script's other commands: a user still on the rule before it reads them one by one).
+-- The pause and the flow's flag (_keys.flow_flag) in one read (MGET is newer in the ACL
+-- rule than this script's other commands: a user still on the rule before it reads them
+-- one by one). The flow's context is made only when the flag is set.
+local flag = KEYS[8] and (ARGV[7] .. "on}")
 local state
-if flow then
-    state = redis.pcall("MGET", paused, flow.flag)
+if flag then
+    state = redis.pcall("MGET", paused, flag)
     if state.err then
-        state = { redis.call("EXISTS", paused) == 1, redis.call("EXISTS", flow.flag) == 1 }
+        state = { redis.call("EXISTS", paused) == 1, redis.call("EXISTS", flag) == 1 }
     end
 else
     state = { redis.call("EXISTS", paused) == 1, false }
@@ -88,9 +89,10 @@ if state[1] then -- paused (MGET gives false for a missing key)
     end
     return false
 end
-local ids, lanes = nil, nil
+local ids, lanes, flow = nil, nil, nil
 if state[2] then
-    ids, lanes = flow_take(flow, count)
+    flow = flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[7], ARGV[8])
+    ids, lanes = flow_lib().take(flow, count)
     if #ids == 0 then
         ids = false
     end
@@ -131,14 +133,14 @@ if #held > 0 then
         pairs[2 * i - 1] = held[i]
         if lanes then
             held_lanes[i] = lane_at[held[i]]
-            pairs[2 * i] = fetch_record(record, held_lanes[i])
+            pairs[2 * i] = flow_lib().record(record, held_lanes[i])
         else
             pairs[2 * i] = record
         end
     end
     redis.call("HSET", fetched, unpack(pairs))
     if lanes then
-        flow_hold(flow, held_lanes)
+        flow_lib().hold(flow, held_lanes)
         result[#result + 1] = "held" -- the caller gives the slots back with the ack (ack.lua)
     end
 end

@@ -30,7 +30,7 @@ if op ~= "set" and op ~= "clear" then
 end
 local blocked = tonumber(redis.call("HGET", KEYS[1], "blocked") or 0)
 if op == "set" then
-    flow_enable(flow)
+    flow_lib().enable(flow)
     for i, field in ipairs({ "concurrency", "group_concurrency" }) do
         if ARGV[i + 1] == "" then
             redis.call("HDEL", KEYS[1], field)
@@ -41,7 +41,7 @@ if op == "set" then
 else
     redis.call("HDEL", KEYS[1], "concurrency", "group_concurrency")
 end
-flow_unblock_all(flow)
+flow_lib().unblock_all(flow)
 wake(KEYS[4], ARGV[6], redis.call("ZCARD", KEYS[4]) * 1000000)
 local now = redis.call("HMGET", KEYS[1], "concurrency", "group_concurrency", "inuse", "groups")
 return {

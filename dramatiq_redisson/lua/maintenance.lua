@@ -59,8 +59,8 @@ local function recover(acks, list, msgs)
         end
     end
     if by_lane then
-        flow_put_back(flow, back, back_records)
-        flow_release(flow, records) -- the slots they held (consumers poll: no wake-up here)
+        flow_lib().put_back(flow, back, back_records)
+        flow_lib().release(flow, records) -- the slots they held (consumers poll: no wake-up here)
     end
 end
 for k = 11, #KEYS, 2 do

@@ -40,7 +40,7 @@ if redis.call("SREM", KEYS[1], ARGV[1]) == 1 then
     redis.call("HDEL", KEYS[6], ARGV[1])
     if KEYS[10] then
         local flow = flow_context(nil, KEYS[10], KEYS[11], nil, ARGV[4], ARGV[5])
-        if flow_release(flow, { record }) > 0 then
+        if flow_lib().release(flow, { record }) > 0 then
             wake(KEYS[12], ARGV[6], 1)
         end
     end

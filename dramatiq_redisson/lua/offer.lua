@@ -347,7 +347,7 @@ else
 end
 
 if laned then
-    enable_flow(KEYS[14], KEYS[15])
+    flow_lib().enable_keys(KEYS[14], KEYS[15])
 end
 if any_added then
     local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")

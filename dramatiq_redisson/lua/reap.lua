@@ -79,8 +79,8 @@ for i = 6, #ARGV do
             end
         end
         if laned then
-            flow_put_back(flow, back, back_records)
-            freed = freed + flow_release(flow, records)
+            flow_lib().put_back(flow, back, back_records)
+            freed = freed + flow_lib().release(flow, records)
         end
     end
 end

@@ -48,8 +48,8 @@ if flow and flow_on(flow) then
             end
         end
     end
-    flow_put_back(flow, back, records)
-    local freed = flow_release(flow, all)
+    flow_lib().put_back(flow, back, records)
+    local freed = flow_lib().release(flow, all)
     if #back > 0 or freed > 0 then
         wake(KEYS[4], KEYS[5] .. ":wake:{", math.max(#back, freed))
     end

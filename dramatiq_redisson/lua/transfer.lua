@@ -270,7 +270,7 @@ if #due > 0 then
             if #recorded > 0 then
                 variadic("HDEL", flow.lane_of, recorded)
             end
-            flow_push(flow, members, lanes, false) -- no hand-off: consumers fetch through the lanes
+            flow_lib().push(flow, members, lanes, false) -- no hand-off: consumers fetch through the lanes
         elseif own_slots > 0 and token ~= "" and not state[3] and redis.call("LLEN", ready) == 0 then
             take = math.min(own_slots, moved)
             local record, records = now_ms .. "|" .. (ARGV[14] or ""), {}
