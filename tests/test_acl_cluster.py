@@ -356,7 +356,7 @@ def test_cluster_probe_names_every_missing_command_key_and_channel(
             scratch_key(keys),
         }
         # Without DEL/UNLINK on the scratch key (nor SREM, HDEL), nothing could undo a push.
-        assert set(error.unchecked) == {"hsetnx", "lpush", "rpush", "sadd"}
+        assert set(error.unchecked) == {"hincrby", "hsetnx", "lpush", "rpush", "sadd"}
         # Keys of the single-server layout with a cluster client, or the reverse: refused.
         with pytest.raises(ValueError, match="layout"):
             check_permissions(client, QueueKeys("dramatiq", "default"))

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from .periodic import PeriodicScenario
 from .procs import DEFAULT_PRODUCT_ROOT
 from .runner import BROKERS, SCENARIOS, SIZES, as_json, from_json, markdown, run
 
@@ -34,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated: redisson, builtin (Dramatiq's RedisBroker, where the scenario applies); "
         "default redisson",
     )
+    parser.add_argument(
+        "--flow",
+        action="store_true",
+        help="flow control on: groups, priorities, a queue and a group concurrency limit; every slot must come back",
+    )
     parser.add_argument("--json-out", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--keep", action="store_true", help="keep every scenario's temp dir (logs, AOF)")
     parser.add_argument("--render", type=Path, help="run nothing: print the table of a saved --json-out file")
@@ -52,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.product / "dramatiq_redisson" / "__init__.py").exists():
         parser.error(f"{args.product} has no dramatiq_redisson package")
     signal.signal(signal.SIGTERM, _interrupt)  # stop every server and worker on SIGTERM too
-    results = run(names, SIZES[args.size], args.product.resolve(), keep=args.keep, brokers=brokers)
+    if args.flow and any(isinstance(SCENARIOS[n], PeriodicScenario) for n in names):
+        parser.error("--flow: not with the periodic scenarios")
+    results = run(names, SIZES[args.size], args.product.resolve(), keep=args.keep, brokers=brokers, flow=args.flow)
     if args.json_out:
         args.json_out.write_text(as_json(results))
     print(as_json(results) if args.json else markdown(results))

@@ -39,6 +39,12 @@ WORK_S = int(os.environ.get("FAULTS_WORK_MS", "10")) / 1000
 RETRY_DELAY_MS = 1000
 
 BUILTIN = os.environ.get("FAULTS_BROKER", "redisson") == "builtin"
+#: Flow control on (``FAULTS_FLOW=1``): messages in groups and at priorities, under a queue
+#: and a group concurrency limit.
+FLOW = os.environ.get("FAULTS_FLOW") == "1"
+FLOW_MAX_PRIORITY = 3
+FLOW_GROUPS = 8
+FLOW_LIMITS = {"concurrency": 6, "group_concurrency": 1}
 broker: dramatiq.Broker
 if BUILTIN:
     # Dramatiq's RedisBroker side by side, with the same heartbeat timeout (its
@@ -52,6 +58,9 @@ else:
         url=os.environ["FAULTS_BROKER_URL"],
         heartbeat_timeout=int(os.environ.get("FAULTS_HEARTBEAT_TIMEOUT", "15000")),
         maintenance_interval=int(os.environ.get("FAULTS_MAINTENANCE_INTERVAL", "5000")),
+        # FLOW: priorities 0..FLOW_MAX_PRIORITY (the producer sends groups, priorities
+        # and sets limits: see fault_producer)
+        **({"max_priority": FLOW_MAX_PRIORITY} if FLOW else {}),
     )
 broker.add_middleware(CurrentMessage())
 dramatiq.set_broker(broker)

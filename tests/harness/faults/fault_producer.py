@@ -4,7 +4,9 @@
 Sends ``FAULTS_N`` messages at ``FAULTS_RATE`` per second, paced on a fixed schedule (a
 slow send does not shift the later ones): ``FAULTS_IMMEDIATE`` of them immediate, the rest
 delayed uniformly in ``FAULTS_DELAY_MIN_MS``..``FAULTS_DELAY_MAX_MS``; ``FAULTS_FAIL``
-of all fail once. The plan comes from ``FAULTS_SEED``.
+of all fail once. The plan comes from ``FAULTS_SEED``. With ``FAULTS_FLOW=1`` it first
+sets the queue's concurrency limits (``fault_app.FLOW_LIMITS``) and sends each message in
+one of ``FLOW_GROUPS`` groups at a priority, in turn.
 
 Before each send it records ``sent`` (record-server clock, delay, fail flag), so the
 message's due time is at most that time + delay on the record server's clock (the broker
@@ -20,7 +22,7 @@ import random
 import sys
 import time
 
-from fault_app import work
+from fault_app import FLOW, FLOW_GROUPS, FLOW_LIMITS, FLOW_MAX_PRIORITY, broker, work
 from fault_common import PRODUCER_DONE, REFUSED, SENT, Stamper
 
 
@@ -35,6 +37,8 @@ def main() -> int:
     stamp = Stamper(os.environ["FAULTS_RECORD_URL"], os.environ["FAULTS_PREFIX"])
     pid = os.getpid()
     refused = 0
+    if FLOW:
+        broker.limits.set(work.queue_name, **FLOW_LIMITS)
     started = time.monotonic()
     for seq in range(count):
         delay = 0 if rng.random() < immediate else rng.randint(delay_min, delay_max)
@@ -44,7 +48,8 @@ def main() -> int:
             time.sleep(pause)
         stamp(SENT, seq, 0, pid, f"{delay},{int(fail_once)}")
         try:
-            work.send_with_options(args=(seq, fail_once), delay=delay or None)
+            flow = {"group_key": f"g{seq % FLOW_GROUPS}", "broker_priority": seq % (FLOW_MAX_PRIORITY + 1)}
+            work.send_with_options(args=(seq, fail_once), delay=delay or None, **(flow if FLOW else {}))
         except Exception as e:  # noqa: BLE001 - every refusal is counted, none stops us
             refused += 1
             stamp(REFUSED, seq, 0, pid, type(e).__name__)

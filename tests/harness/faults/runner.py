@@ -302,17 +302,36 @@ def start_faulted(server: ValkeyProcess, workdir: Path) -> ValkeyProcess:
     return server
 
 
+def _slots_in_use(server: ValkeyProcess) -> int | str:
+    """The fault queue's slots in use (flow control), read on the faulted server."""
+    from dramatiq_redisson._keys import QueueKeys
+
+    try:
+        client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=5)
+        try:
+            return int(client.hget(QueueKeys("dramatiq", "faults").flow, "inuse") or 0)
+        finally:
+            client.close()
+    except redis.RedisError as e:
+        return f"unknown ({type(e).__name__})"
+
+
 def run_scenario(
     scenario: Scenario,
     size: Size,
     records: ValkeyProcess,
     product_root: Path = DEFAULT_PRODUCT_ROOT,
     broker: str = "redisson",
+    flow: bool = False,
 ) -> Result:
     """One scenario on a fresh faulted server and fresh record keys, with our broker or
-    (``broker="builtin"``) Dramatiq's RedisBroker."""
+    (``broker="builtin"``) Dramatiq's RedisBroker. ``flow``: with flow control on (groups,
+    priorities, a queue and a group concurrency limit; ``fault_app.FLOW``): every slot
+    must be back once every message ran and the workers stopped."""
     if broker not in BROKERS or (broker == "builtin" and not scenario.builtin):
         raise ValueError(f"scenario {scenario.name!r} cannot run with broker {broker!r}")
+    if flow and (broker != "redisson" or isinstance(scenario, PeriodicScenario)):
+        raise ValueError(f"scenario {scenario.name!r} cannot run with flow control on broker {broker!r}")
     if isinstance(scenario, PeriodicScenario):
         return run_periodic_scenario(scenario, size, records, product_root)
     began, workdir, prefix, reader, server = prepare(scenario, records)
@@ -343,8 +362,11 @@ def run_scenario(
                 "FAULTS_RATE": str(size.rate),
                 "FAULTS_DELAY_MAX_MS": str(DELAY_MAX_MS),
                 "FAULTS_BROKER": broker,
+                **({"FAULTS_FLOW": "1"} if flow else {}),
             },
         )
+        if flow:
+            notes["flow"] = "8 groups, priorities 0-3, concurrency 6, 1 per group"
         exits: list[int] = []
 
         def on_exit(command: WorkerCommand, code: int) -> None:
@@ -371,6 +393,8 @@ def run_scenario(
             notes["producer unfinished"] = True
         stop_fleet(fleet, exits, notes)
         reader.poll()
+        if flow:
+            notes["slots in use at the end"] = _slots_in_use(server)
         # For a later look at a failed (or --keep) scenario: every record and injection.
         with open(workdir / "records.txt", "w") as out:
             out.writelines(f"{r.kind}|{r.seq}|{r.attempt}|{r.pid}|{r.extra}|{r.ms}\n" for r in reader.records)
@@ -379,6 +403,8 @@ def run_scenario(
         stats.notes = {**notes, **stats.notes}
         levels, samples = _scan_logs([command.log_path for command in fleet.commands])
         failures = check(scenario, stats, size)
+        if flow and reader.complete() and notes["slots in use at the end"] != 0:
+            failures.append(f"slots leaked: {notes['slots in use at the end']} in use once every message ran")
         if broker == "builtin":
             # Dramatiq's broker beside ours: its misses are figures, not failures of ours.
             if stats.lost:
@@ -407,15 +433,23 @@ def run_scenario(
 
 
 def run(
-    names: list[str], size: Size, product_root: Path, keep: bool = False, brokers: tuple[str, ...] = ("redisson",)
+    names: list[str],
+    size: Size,
+    product_root: Path,
+    keep: bool = False,
+    brokers: tuple[str, ...] = ("redisson",),
+    flow: bool = False,
 ) -> list[Result]:
-    """Each scenario with each broker (the built-in only where it applies), in turn."""
+    """Each scenario with each broker (the built-in only where it applies), in turn;
+    ``flow``: ours with flow control on (see :func:`run_scenario`)."""
     results: list[Result] = []
     with record_server() as records:
         for name, broker in [(n, b) for n in names for b in brokers if b != "builtin" or SCENARIOS[n].builtin]:
             print(f"[faults] {name} ({size.name}, {broker}) ...", file=sys.stderr, flush=True)
             try:
-                result = run_scenario(SCENARIOS[name], size, records, product_root, broker)
+                result = run_scenario(
+                    SCENARIOS[name], size, records, product_root, broker, flow and broker == "redisson"
+                )
             except Exception as e:  # noqa: BLE001 - one broken scenario must not hide the others' rows
                 stats = Stats()
                 stats.notes["crashed"] = f"{type(e).__name__}: {e}"

@@ -42,6 +42,25 @@ def test_fault_scenario(name: str, records: ValkeyProcess) -> None:
     assert result.passed, f"{name}: {'; '.join(result.failures)}\n{markdown([result])}\nlogs: {result.workdir}"
 
 
+#: Flow control on (groups, priorities, a queue and a group limit): the kill -9 and the
+#: server restart lose nothing, run nothing early, and every slot comes back.
+FLOW_SCENARIOS = ("worker-kill9", "server-sigterm")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", FLOW_SCENARIOS)
+def test_fault_scenario_with_flow_control(name: str, records: ValkeyProcess) -> None:
+    result = run_scenario(SCENARIOS[name], SIZES["small"], records, flow=True)
+    print("\n" + markdown([result]))
+    assert result.stats.sent == SIZES["small"].messages
+    assert result.stats.notes.get("slots in use at the end") == 0, result.stats.notes
+    if result.passed:
+        shutil.rmtree(result.workdir, ignore_errors=True)
+    assert result.passed, (
+        f"{name} with flow: {'; '.join(result.failures)}\n{markdown([result])}\nlogs: {result.workdir}"
+    )
+
+
 #: The scenarios whose figure issue 24 compares with Dramatiq's built-in broker: a kill -9
 #: (recovery), a kill during a server stop (recovery), a server restart (resume).
 SIDE_BY_SIDE = ("worker-kill9", "server-stop-kill", "server-sigterm")
