@@ -313,3 +313,73 @@ def priority(ctx: Ctx) -> dict[str, Any]:
         {"max_priority": HIGH},
         "broker_priority",
     )
+
+
+def _fetch_cost(ctx: Ctx, groups: int, per_group: int, fetches: int, limited: bool) -> dict[str, Any]:
+    """Server µs per fetched message (EVALSHA time of one-message fetches, one client, no
+    workers) with ``groups`` groups of ``per_group`` ready messages each, through lanes."""
+    ctx.server.flush()
+    broker, actor = ctx.producer("redisson")
+    if limited:
+        broker.limits.set(QUEUE, concurrency=10**9, group_concurrency=10**6)
+    seqs = list(range(groups * per_group))
+    chunk = 10_000
+    for start in range(0, len(seqs), chunk):
+        broker.enqueue_many(
+            [actor.message_with_options(args=(s,), group_key=f"g{s % groups}") for s in seqs[start : start + chunk]]
+        )
+    keys = broker.keys(QUEUE)
+    scripts = broker.redisson_scripts
+    scripts.fetch(keys, "cost-worker", 1)  # loads the script: not timed
+    r = ctx.r
+    r.config_resetstat()
+    began = time.perf_counter()
+    taken = 0
+    for _ in range(fetches):
+        got = scripts.fetch(keys, "cost-worker", 1)
+        taken += len(got or [])
+    wall = time.perf_counter() - began
+    stats = r.info("commandstats").get("cmdstat_evalsha", {})
+    broker.close()
+    return {
+        "groups": groups,
+        "queued": len(seqs),
+        "limits": limited,
+        "fetched": taken,
+        "server_us_per_fetch": round(float(stats.get("usec_per_call", 0.0)), 1),
+        "round_trip_us": round(wall / max(1, fetches) * 1e6, 1),
+    }
+
+
+def flow_cost(ctx: Ctx) -> dict[str, Any]:
+    """``flow-cost``: the fetch through lanes stays flat in the number of groups and of
+    queued messages (issue 35: ≤ 1.5× from 1 000 to 100 000 groups, and from 10 000 to
+    1 000 000 queued). Our broker only: the built-in has no groups."""
+    p = ctx.p["flow_cost"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    plan = [
+        ("few groups", p["few_groups"], max(1, p["queued_low"] // p["few_groups"]), False),
+        ("many groups", p["many_groups"], max(1, p["queued_low"] // p["many_groups"]), False),
+        ("many queued", p["few_groups"], max(1, p["queued_high"] // p["few_groups"]), False),
+        ("many groups, limits set", p["many_groups"], max(1, p["queued_low"] // p["many_groups"]), True),
+    ]
+    for label, groups, per_group, limited in plan:
+        ctx.log(f"flow-cost/{label}: {groups} groups x {per_group}, {p['fetches']} fetches")
+        res = _fetch_cost(ctx, groups, per_group, p["fetches"], limited)
+        data[label] = res
+        rows.append({"case": label, **res})
+    base = data["few groups"]["server_us_per_fetch"] or None
+    targets = []
+    for label in ("many groups", "many queued", "many groups, limits set"):
+        value = data[label]["server_us_per_fetch"]
+        ratio = round(value / base, 2) if base else None
+        data[label]["ratio_to_few_groups"] = ratio
+        targets.append(
+            {
+                "target": f"flow-cost: {label} / few groups <= 1.5 (server µs per fetched message)",
+                "value": ratio,
+                "met": ratio is not None and ratio <= 1.5 and data[label]["fetched"] == p["fetches"],
+            }
+        )
+    return {"data": data, "rows": rows, "targets": targets}

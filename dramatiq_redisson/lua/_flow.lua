@@ -43,8 +43,9 @@
 -- unblock_all(ctx): every lane waiting for its group's slot back on its ring.
 -- enable(ctx): turn the flow on (its HASH and its flag); enable_keys(flow, flag): the
 --   same with the keys given one by one (offer.lua).
--- put_back(ctx, ids, records): ids (in the order they were fetched) back at the head of
---   their lanes, each lane's ids in their order, read from their fetch records.
+-- put_back(ctx, ids, records): ids back at the head of their lanes (read from their fetch
+--   records), each lane's ids in the order given: the fetch order from requeue.lua, an
+--   ack set's (SMEMBERS) from reap.lua and maintenance.lua, as on a plain queue.
 
 local PLAIN_LANE = "0:"
 

@@ -154,10 +154,14 @@ def test_a_dead_workers_messages_go_back_to_the_heads_of_their_own_lanes(
         args=[10_000, 3_600_000, 0, *keys.flow_affixes, "w1"],
     )
     assert reply == [3, 1]
-    assert redis_client.lrange(keys.lane(a), 0, -1) == [b"a1", b"a2"]
+    # Back in their own lanes. The order of a dead worker's ids within a lane is its ack
+    # set's (SMEMBERS): insertion order on Valkey 9, any order on Redis 6.2, as on a plain
+    # queue. (With a group limit of 1 a group has one message in flight: nothing to order.)
+    assert sorted(redis_client.lrange(keys.lane(a), 0, -1)) == [b"a1", b"a2"]
     assert redis_client.lrange(keys.ready, 0, -1) == [b"p1"]
     assert redis_client.hlen(keys.fetched) == 0
-    assert _fetch(lua, keys, 3) == [b"a1", b"a2", b"p1"]
+    again = _fetch(lua, keys, 3)
+    assert sorted(again[:2]) == [b"a1", b"a2"] and again[2] == b"p1"
 
 
 def test_maintenance_puts_a_dead_workers_messages_back_to_their_own_lanes(
