@@ -256,6 +256,33 @@ local function flow_lib()
         return record .. "|held"
     end
 
+    local function decrement(flow, field, n)
+        -- A count never goes below the truth: one that would is 0.
+        local left = redis.call("HINCRBY", flow, field, -n)
+        if left < 0 then
+            redis.call("HSET", flow, field, 0)
+        end
+        return left
+    end
+
+    local function unblock(ctx, group)
+        -- The lanes of `group` waiting for its slot back on their rings; returns how many.
+        local field = "b" .. group
+        local blocked = redis.call("HGET", ctx.flow, field)
+        if not blocked then
+            return 0
+        end
+        redis.call("HDEL", ctx.flow, field)
+        local unblocked = 0
+        for lane in string.gmatch(blocked, "%S+") do
+            unblocked = unblocked + 1
+            if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
+                enlist(ctx, lane)
+            end
+        end
+        return unblocked
+    end
+
     local function flow_release(ctx, records)
         local freed, groups = 0, {}
         for i = 1, #records do
@@ -271,45 +298,25 @@ local function flow_lib()
         if freed == 0 then
             return 0
         end
-        if redis.call("HINCRBY", ctx.flow, "inuse", -freed) < 0 then
-            redis.call("HSET", ctx.flow, "inuse", 0) -- never below the truth
-        end
+        decrement(ctx.flow, "inuse", freed)
         for group, n in pairs(groups) do
-            if redis.call("HINCRBY", ctx.flow, "g" .. group, -n) <= 0 then
+            if decrement(ctx.flow, "g" .. group, n) <= 0 then
                 redis.call("HDEL", ctx.flow, "g" .. group)
-                if redis.call("HINCRBY", ctx.flow, "groups", -1) < 0 then
-                    redis.call("HSET", ctx.flow, "groups", 0)
-                end
+                decrement(ctx.flow, "groups", 1)
             end
-            local blocked = redis.call("HGET", ctx.flow, "b" .. group)
-            if blocked then
-                redis.call("HDEL", ctx.flow, "b" .. group)
-                local unblocked = 0
-                for lane in string.gmatch(blocked, "%S+") do
-                    unblocked = unblocked + 1
-                    if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
-                        enlist(ctx, lane)
-                    end
-                end
-                if redis.call("HINCRBY", ctx.flow, "blocked", -unblocked) < 0 then
-                    redis.call("HSET", ctx.flow, "blocked", 0)
-                end
+            local unblocked = unblock(ctx, group)
+            if unblocked > 0 then
+                decrement(ctx.flow, "blocked", unblocked)
             end
         end
         return freed
     end
 
     local function flow_unblock_all(ctx)
-        local fields = redis.call("HKEYS", ctx.flow)
-        for _, field in ipairs(fields) do
+        for _, field in ipairs(redis.call("HKEYS", ctx.flow)) do
             local group = string.match(field, "^b(%x*)$")
             if group then
-                for lane in string.gmatch(redis.call("HGET", ctx.flow, field), "%S+") do
-                    if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
-                        enlist(ctx, lane)
-                    end
-                end
-                redis.call("HDEL", ctx.flow, field)
+                unblock(ctx, group)
             end
         end
         redis.call("HDEL", ctx.flow, "blocked")
