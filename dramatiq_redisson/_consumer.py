@@ -164,6 +164,9 @@ class RedissonConsumer(Consumer):
         #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
         self.registered = False
         self.idle_poll_at = 0.0
+        #: When a rate limit allows the next start (monotonic s), if this consumer is the
+        #: one told to fetch again then (see _fetch).
+        self.next_start_at = 0.0
         #: The last fetch found the queue paused (see pause.lua): poll, start nothing.
         self.paused = False
         self.migrate_legacy = True
@@ -248,7 +251,8 @@ class RedissonConsumer(Consumer):
                     if self.registered:
                         continue  # wait for a wake-up (above)
                     self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
-                    self.transfers.wait(min(backoff_ms / 1000, self.timer.seconds_until_due()))
+                    wait = min(backoff_ms / 1000, max(0.0, self.next_start_at - time.monotonic()) or math.inf)
+                    self.transfers.wait(min(wait, self.timer.seconds_until_due()))
                 else:
                     # Full: wait for an ack to free a slot, or for the timer.
                     self._recovered()
@@ -431,6 +435,12 @@ class RedissonConsumer(Consumer):
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
         self._note_paused(False)
         self.note_idle(bool(token) and len(fetched) < count)
+        if fetched.wait_ms is not None:
+            # A rate limit holds messages back, and this consumer is the one that sleeps
+            # until the next start is allowed (fetch.lua): fetch again then.
+            self.next_start_at = time.monotonic() + fetched.wait_ms / 1000
+            if self.registered:
+                self.idle_poll_at = min(self.idle_poll_at, self.next_start_at)
         if not fetched:
             return False
         self.take(fetched)

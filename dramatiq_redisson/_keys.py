@@ -398,6 +398,26 @@ class QueueKeys:
         return f"redisson_delay_queue_lane_of:{{{self.name}}}"
 
     @property
+    def rate_prefix(self) -> str:
+        """Rate limits (``broker.limits``, lua/_flow.lua): the start log of the queue is this
+        prefix, ``q`` and ``}`` (:meth:`rate_log`), a group's ``g``, the group as hex and
+        ``}``; the lanes waiting for their group's rate are the ZSET :attr:`deferred`. The
+        scripts build them from this prefix, passed in ARGV."""
+        return f"redisson_delay_queue_rate:{{{self.name}}}:{{"
+
+    def rate_log(self, group: str | None = None) -> str:
+        """A LIST of the start times (server clock, epoch ms, newest first) within the
+        rate window: the queue's, or one group's (``group``: the group name). Expires a
+        window after its last start."""
+        return f"{self.rate_prefix}{'q' if group is None else 'g' + group.encode().hex()}}}"
+
+    @property
+    def deferred(self) -> str:
+        """Lane id -> when its group may start a message again (epoch ms, server clock): the
+        lanes held back off their rings by their group's rate limit."""
+        return f"{self.rate_prefix}deferred}}"
+
+    @property
     def flow_keys(self) -> tuple[str, str, str]:
         """The flow keys a pushing or fetching script takes, in this order (lua/_flow.lua)."""
         return (self.flow, self.levels, self.lane_of)
@@ -447,6 +467,9 @@ class QueueKeys:
             self.subscribers,
             *self.flow_keys,
             self.flow_flag,
+            self.rate_log(),
+            self.rate_log("g"),
+            self.deferred,
             self.channel,
             self.wake_channel(token),
         )

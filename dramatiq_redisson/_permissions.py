@@ -408,8 +408,10 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("string", keys.flow_flag),
         ("zset", keys.levels),
         ("hash", keys.lane_of),
-        ("list", keys.lane(PROBED_LANE)),  # one lane and one ring stand for all
+        ("list", keys.lane(PROBED_LANE)),  # one lane, ring and rate log stand for all
         ("list", keys.ring(1)),
+        ("list", keys.rate_log()),
+        ("zset", keys.deferred),
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
         ("none", keys.wake_channel(worker_id)),  # matches the key and channel patterns
     )

@@ -29,16 +29,18 @@ if TYPE_CHECKING:
 _STATS_HISTORY = (60, 24)
 
 
-def _lanes(client: Any, keys: QueueKeys, limit: int | None) -> tuple[list[str], list[str]]:
+def _lanes(client: Any, keys: QueueKeys, limit: int | None) -> tuple[list[str], list[str], dict[str, int]]:
     """The lanes of a queue but the plain one: those in their rings (highest priority
     first, each ring in turn order; up to ``limit`` + 1 per ring, or all), and those waiting
-    off their rings for their group's slot (the flow hash's ``b<group>`` fields)."""
+    off their rings for their group's slot (the flow hash's ``b<group>`` fields) or rate
+    (:attr:`QueueKeys.deferred`, the soonest to go first)."""
     priorities = [int(p) for p in reversed(cast("list[bytes]", client.zrange(keys.levels, 0, -1)))]
     with client.pipeline(transaction=False) as pipe:
         for priority in priorities:
             pipe.lrange(keys.ring(priority), 0, -1 if limit is None else limit)  # the plain lane may be one
         pipe.hgetall(keys.flow)
-        *rings, flow = pipe.execute()
+        pipe.zrange(keys.deferred, 0, -1 if limit is None else limit, withscores=True)
+        *rings, flow, deferred = pipe.execute()
     in_turn = [lane.decode() for ring in rings for lane in ring if lane.decode() != PLAIN_LANE]
     blocked = [
         lane
@@ -46,7 +48,7 @@ def _lanes(client: Any, keys: QueueKeys, limit: int | None) -> tuple[list[str], 
         if field.startswith(b"b") and field != b"blocked"
         for lane in value.decode().split()
     ]
-    return in_turn, blocked
+    return in_turn, blocked, {lane.decode(): int(at) for lane, at in deferred}
 
 
 def _waiting(plain: int, flow: list[Any]) -> tuple[dict[int, int], int]:
@@ -207,10 +209,11 @@ class QueueAdmin:
         """The lanes of ``queue_name`` with ready messages (priorities and groups; see
         ``ready_by_priority`` in :meth:`stats`), highest priority first and, within one
         priority, in the order the fetch takes them, then those waiting for their group's
-        slot (``blocked``, see :attr:`RedissonBroker.limits`): up to ``limit`` entries of
-        priority, group (None for a priority's messages without a group), ready messages
-        and blocked. The plain lane (priority 0 without a group) is left out: its count is
-        the rest of ``ready``. Three round trips, and a command per lane listed.
+        slot or rate (``blocked``, see :attr:`RedissonBroker.limits`; ``until_ms``: when a
+        group over its rate may start again, server clock): up to ``limit`` entries of
+        priority, group (None for a priority's messages without a group), ready messages,
+        blocked and until_ms. The plain lane (priority 0 without a group) is left out: its
+        count is the rest of ``ready``. Three round trips, and a command per lane listed.
 
         Raises:
           ValueError: ``limit`` is not a positive int.
@@ -219,8 +222,8 @@ class QueueAdmin:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
         keys = self.host.keys(q_name(queue_name))
         client = self.host.client
-        in_turn, blocked = _lanes(client, keys, limit)
-        listed = [(lane, False) for lane in in_turn] + [(lane, True) for lane in blocked]
+        in_turn, blocked, deferred = _lanes(client, keys, limit)
+        listed = [(lane, False) for lane in in_turn] + [(lane, True) for lane in [*blocked, *deferred]]
         listed = sorted(listed, key=lambda item: -int(item[0].partition(":")[0]))[:limit]  # stable: turn order kept
         with client.pipeline(transaction=False) as pipe:
             for lane, _ in listed:
@@ -231,7 +234,11 @@ class QueueAdmin:
             level, _, group = lane.partition(":")
             if count:
                 name = bytes.fromhex(group).decode() if group else None
-                out.append(WaitingLane(priority=int(level), group=name, ready=count, blocked=held_back))
+                out.append(
+                    WaitingLane(
+                        priority=int(level), group=name, ready=count, blocked=held_back, until_ms=deferred.get(lane)
+                    )
+                )
         return out
 
     def pause(self, queue_name: str) -> bool:
@@ -280,15 +287,18 @@ class QueueAdmin:
         self.host.client.srem(keys.registry, keys.queue_name)
         client = self.host.client
         # Lanes (flow control): each ring names its lanes with ids, the flow hash those
-        # waiting for their group's slot; the plain lane is the ready list (unlinked below).
+        # waiting for their group's slot, the deferred ZSET those waiting for its rate;
+        # the plain lane is the ready list (unlinked below).
         rings = [keys.ring(int(p)) for p in client.zrange(keys.levels, 0, -1)]
-        in_turn, blocked = _lanes(client, keys, None)
-        laned = [keys.lane(lane) for lane in {*in_turn, *blocked}]
+        in_turn, blocked, deferred = _lanes(client, keys, None)
+        laned = [keys.lane(lane) for lane in {*in_turn, *blocked, *deferred}]
         if rings or laned:
             client.unlink(*rings, *laned)
         client.unlink(
             keys.flow,
             keys.flow_flag,
+            keys.deferred,
+            keys.rate_log(),  # (a group's start log expires a rate window after its last start)
             keys.levels,
             keys.ready,
             keys.ready_msgs,

@@ -1,5 +1,5 @@
-"""Concurrency limits per queue and per group, fleet-wide and live (flow control; see
-docs/flow-control.md): ``broker.limits``.
+"""Concurrency and rate limits per queue and per group, fleet-wide and live (flow control;
+see docs/flow-control.md): ``broker.limits``.
 
 The limits are stored with the queue on the server and read by every fetch (fetch.lua
 through ``_flow.lua``): a queue at its limit hands out nothing more, and a group at its
@@ -10,7 +10,7 @@ its messages.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypedDict, cast
+from typing import Any, Protocol, TypedDict
 
 from dramatiq.common import q_name
 
@@ -20,18 +20,29 @@ from ._settings import is_int
 
 
 class QueueLimits(TypedDict):
-    """A queue's concurrency limits and what is in use now (:meth:`Limits.get`)."""
+    """A queue's limits and what is in use now (:meth:`Limits.get`)."""
 
     #: At most this many of the queue's messages run at once, fleet-wide (None: no limit).
     concurrency: int | None
+    #: At most this many messages start in any window of ``per_ms`` ms (None: no limit).
+    rate: int | None
+    #: The rate window (ms) of ``rate`` and ``group_rate`` (None: no rate).
+    per_ms: int | None
     #: At most this many messages of one ``group_key`` run at once (None: no limit).
     group_concurrency: int | None
+    #: At most this many messages of one ``group_key`` start per window (None: no limit).
+    group_rate: int | None
     #: Messages of the queue holding a slot now (fetched through lanes and not yet acked).
     in_use: int
     #: Groups with messages holding a slot now.
     groups_in_use: int
-    #: Lanes (a group at a priority) with ready messages held back by their group's limit.
+    #: Lanes (a group at a priority) with ready messages held back by their group's
+    #: concurrency limit.
     lanes_blocked: int
+    #: The queue's messages started in the current rate window (None: no queue rate).
+    started_in_window: int | None
+    #: Lanes with ready messages held back by their group's rate until it may start again.
+    lanes_deferred: int
 
 
 class LimitsHost(Protocol):
@@ -45,77 +56,108 @@ class LimitsHost(Protocol):
     def known_queues(self) -> list[str]: ...
 
 
-#: The highest limit accepted (a Lua number holds it exactly; above it, say None).
+#: The highest concurrency limit accepted (a Lua number holds it exactly; above it, say None).
 MAX_LIMIT = 1_000_000_000
 
+#: The highest rate accepted: the start log of a queue or group keeps one time per start
+#: in the window (about 10 bytes each), so a rate of a million is about 10 MB per log.
+MAX_RATE = 1_000_000
 
-def _limit(name: str, value: int | None) -> int | None:
-    if value is not None and (not is_int(value) or not 1 <= value <= MAX_LIMIT):
-        raise ValueError(f"{name} must be an int from 1 to {MAX_LIMIT:,}, or None for no limit; got {value!r}")
+#: The longest rate window (ms): 30 days.
+MAX_WINDOW_MS = 30 * 24 * 3600 * 1000
+
+
+def _limit(name: str, value: int | None, most: int = MAX_LIMIT) -> int | None:
+    if value is not None and (not is_int(value) or not 1 <= value <= most):
+        raise ValueError(f"{name} must be an int from 1 to {most:,}, or None for no limit; got {value!r}")
     return value
 
 
-def _info(reply: list[int], blocked: int) -> QueueLimits:
-    concurrency, group, in_use, groups = reply[:4]
+def _none(value: int) -> int | None:
+    return None if value < 0 else value
+
+
+def _info(reply: list[int], blocked: int | None = None) -> QueueLimits:
+    """limits.lua's reply as a :class:`QueueLimits`."""
+    concurrency, group, in_use, groups, was_blocked, rate, per_ms, group_rate, started, deferred = reply[:10]
     return QueueLimits(
-        concurrency=None if concurrency < 0 else concurrency,
-        group_concurrency=None if group < 0 else group,
+        concurrency=_none(concurrency),
+        rate=_none(rate),
+        per_ms=_none(per_ms),
+        group_concurrency=_none(group),
+        group_rate=_none(group_rate),
         in_use=max(0, in_use),
         groups_in_use=max(0, groups),
-        lanes_blocked=max(0, blocked),
+        lanes_blocked=max(0, was_blocked if blocked is None else blocked),
+        started_in_window=_none(started),
+        lanes_deferred=max(0, deferred),
     )
 
 
 class Limits:
-    """``broker.limits``: set, read and clear a queue's concurrency limits."""
+    """``broker.limits``: set, read and clear a queue's concurrency and rate limits."""
 
     def __init__(self, host: LimitsHost) -> None:
         self.host = host
 
     def set(
-        self, queue_name: str, *, concurrency: int | None = None, group_concurrency: int | None = None
+        self,
+        queue_name: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per_ms: int | None = None,
+        group_concurrency: int | None = None,
+        group_rate: int | None = None,
     ) -> QueueLimits:
-        """Make ``queue_name``'s limits exactly these (None: no limit of that kind): at most
-        ``concurrency`` of its messages run at once across every worker, and at most
-        ``group_concurrency`` of each ``group_key``'s (1: a group's messages one at a time,
-        in order). Live: workers pick a raised limit up at once, a lowered one at their
-        next fetches (messages already running finish). The queue's messages go through
-        lanes from now on (see docs/flow-control.md).
+        """Make ``queue_name``'s limits exactly these (None: no limit of that kind):
+
+        * at most ``concurrency`` of its messages run at once across every worker, and at
+          most ``group_concurrency`` of each ``group_key``'s (1: a group's messages one at
+          a time, in order);
+        * at most ``rate`` of its messages start in any window of ``per_ms`` ms, and at
+          most ``group_rate`` of each group's (server clock; a start is a fetch). Messages
+          over a rate stay queued and burn no retry; workers sleep until the next start
+          is allowed (see docs/flow-control.md).
+
+        Live: workers pick a raised limit up at once, a lowered one at their next fetches
+        (messages already running finish). The queue's messages go through lanes from now
+        on (see docs/flow-control.md).
 
         Raises:
-          ValueError: A limit that is not an int from 1 to :data:`MAX_LIMIT` or None, or
-            ``queue_name`` is not a known queue (``known_queues()``; a typo would
+          ValueError: A concurrency limit that is not an int from 1 to :data:`MAX_LIMIT`
+            or None, a rate not from 1 to :data:`MAX_RATE`, a ``per_ms`` not from 1 to
+            :data:`MAX_WINDOW_MS`, a rate without its window or a window without a rate,
+            or ``queue_name`` is not a known queue (``known_queues()``; a typo would
             otherwise limit a queue nobody consumes). Nothing is written.
         """
         concurrency = _limit("concurrency", concurrency)
         group_concurrency = _limit("group_concurrency", group_concurrency)
+        rate = _limit("rate", rate, MAX_RATE)
+        group_rate = _limit("group_rate", group_rate, MAX_RATE)
+        per_ms = _limit("per_ms", per_ms, MAX_WINDOW_MS)
+        if (rate is not None or group_rate is not None) != (per_ms is not None):
+            raise ValueError(
+                "rate and group_rate need their window, per_ms (and per_ms a rate): "
+                f"got rate={rate!r}, group_rate={group_rate!r}, per_ms={per_ms!r}; nothing was written"
+            )
         name = q_name(queue_name)
         known = self.host.known_queues()
         if name not in known:
             listed = ", ".join(known) if known else "none yet"
             raise ValueError(f"{name!r} is not a known queue (known: {listed}); nothing was written")
         keys = self.host.keys(name)
-        reply = self.host.redisson_scripts.limits(keys, "set", concurrency, group_concurrency)
+        reply = self.host.redisson_scripts.limits(
+            keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
+        )
         return _info(reply, 0)
 
     def get(self, queue_name: str) -> QueueLimits:
-        """``queue_name``'s limits and what is in use now (one read)."""
-        keys = self.host.keys(q_name(queue_name))
-        raw = cast(
-            "list[bytes | None]",
-            self.host.client.hmget(keys.flow, "concurrency", "group_concurrency", "inuse", "groups", "blocked"),
-        )
-        values = [int(v) if v is not None else None for v in raw]
-        return QueueLimits(
-            concurrency=values[0],
-            group_concurrency=values[1],
-            in_use=max(0, values[2] or 0),
-            groups_in_use=max(0, values[3] or 0),
-            lanes_blocked=max(0, values[4] or 0),
-        )
+        """``queue_name``'s limits and what is in use now (one read; writes nothing)."""
+        return _info(self.host.redisson_scripts.limits(self.host.keys(q_name(queue_name)), "get"))
 
     def clear(self, queue_name: str) -> QueueLimits:
-        """Remove ``queue_name``'s limits: every message waiting for a slot may run. The
-        queue's messages keep going through lanes (priorities and groups still apply)."""
+        """Remove ``queue_name``'s limits: every message waiting for a slot or a rate may run.
+        The queue's messages keep going through lanes (priorities and groups still apply)."""
         keys = self.host.keys(q_name(queue_name))
         return _info(self.host.redisson_scripts.limits(keys, "clear"), 0)

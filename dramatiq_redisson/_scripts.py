@@ -74,9 +74,23 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
 
 class Fetched(list[tuple[str, "bytes | None"]]):
     """What a fetch took: (redis message id, its data or None) pairs; ``held``: they were
-    taken through lanes and hold slots, which their ack or nack gives back."""
+    taken through lanes and hold slots, which their ack or nack gives back; ``wait_ms``:
+    a rate limit holds messages back, and this consumer is the one to fetch again in that
+    many ms (None: nothing to wait for, or another consumer waits)."""
 
     held: bool = False
+    wait_ms: int | None = None
+
+    @classmethod
+    def from_reply(cls, flat: list[Any]) -> Fetched:
+        fetched = cls((flat[i].decode(), flat[i + 1]) for i in range(0, len(flat) - 1, 2))
+        if len(flat) % 2:  # a trailing status (fetch.lua): "held", "wait:<ms>" or both
+            for word in flat[-1].decode().split():
+                if word == "held":
+                    fetched.held = True
+                elif word.startswith("wait:"):
+                    fetched.wait_ms = int(word[5:])
+        return fetched
 
 
 def _offer_flow_keys(keys: QueueKeys) -> tuple[str, ...]:
@@ -502,13 +516,13 @@ class Scripts(ScriptRunner):
                 f"{worker_id}|{consumer or token}",
                 self.server_now_ms(keys.queue_name),
                 *keys.flow_affixes,
+                keys.rate_prefix,
+                keys.wake_prefix,
             ),
         )
         if flat is None:
             return None
-        fetched = Fetched((flat[i].decode(), flat[i + 1]) for i in range(0, len(flat) - 1, 2))
-        fetched.held = len(flat) % 2 == 1  # a trailing "held": they hold slots (fetch.lua)
-        return fetched
+        return Fetched.from_reply(flat)
 
     def ack(
         self, keys: QueueKeys, worker_id: str, redis_message_id: str, *, retried: bool = False, held: bool = False
@@ -680,14 +694,16 @@ class Scripts(ScriptRunner):
                 keys.flow,
                 keys.levels,
             ),
-            (grace_ms, live_ms, keys.ring_prefix),
+            (grace_ms, live_ms, keys.ring_prefix, keys.rate_prefix),
             client,
         )
 
-    def limits(self, keys: QueueKeys, op: str, concurrency: int | None = None, group: int | None = None) -> list[int]:
-        """``op`` "set" (both limits; None: none) or "clear" a queue's concurrency limits
-        (limits.lua). Returns the limits (-1: none), slots and groups in use, and the lanes
-        that waited for their group's slot."""
+    def limits(self, keys: QueueKeys, op: str, values: Sequence[int | None] = ()) -> list[int]:
+        """``op`` "set" (``values``: concurrency, group concurrency, rate, window ms, group
+        rate; None: none), "clear" or "get" a queue's limits (limits.lua). Returns the
+        limits (-1: none), slots and groups in use, the lanes that waited for their group's
+        slot, the queue's starts in its rate window and the lanes waiting for their group's
+        rate."""
         return [
             int(v)
             for v in self._run_idempotent(
@@ -695,10 +711,10 @@ class Scripts(ScriptRunner):
                 (keys.flow, keys.ready, keys.levels, keys.idle),
                 (
                     op,
-                    "" if concurrency is None else concurrency,
-                    "" if group is None else group,
+                    *("" if v is None else v for v in (*values, *[None] * (5 - len(values)))),
                     *keys.flow_affixes,
                     keys.wake_prefix,
+                    keys.rate_prefix,
                 ),
             )
         ]

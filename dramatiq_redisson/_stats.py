@@ -22,7 +22,7 @@ class QueueStats(TypedDict):
     ready_by_priority: dict[int, int]
     #: Lanes with ready messages: each (priority, group) pair counts once, and so do a
     #: priority's messages without a group (the plain ready list, priority 0 without a
-    #: group, does not count), those held back by their group's limit included. 0 on a
+    #: group, does not count), those held back by their group's limits included. 0 on a
     #: queue without lanes. Per-group counts: :meth:`RedissonBroker.waiting_groups`.
     lanes_waiting: int
     #: Messages fetched by workers and not yet acked (prefetched or running).
@@ -58,8 +58,12 @@ class WaitingLane(TypedDict):
     #: The ``group_key``, or None for the priority's messages without a group.
     group: str | None
     ready: int
-    #: Held back by the group's concurrency limit until one of its messages ends.
+    #: Held back by the group's concurrency limit until one of its messages ends, or by
+    #: its rate limit until it may start another.
     blocked: bool
+    #: Held back by its group's rate limit: when the group may start again (epoch ms,
+    #: server clock); None otherwise.
+    until_ms: int | None
 
 
 class Stats(TypedDict):

@@ -196,7 +196,7 @@ class StatsCollector:
         try:
             limits = {name: self.broker.limits.get(name) for name in stats["queues"]}
         except Exception:
-            logger.exception("Could not read the concurrency limits for the metrics.")
+            logger.exception("Could not read the limits for the metrics.")
             limits = {}
         yield self._up(1.0)
         yield from self._families(stats)
@@ -205,7 +205,7 @@ class StatsCollector:
 
     @staticmethod
     def _limit_families(limits: Mapping[str, QueueLimits]) -> list[Metric]:
-        """The concurrency limits (set ones only) and what is in use, per queue."""
+        """The concurrency and rate limits (set ones only) and what is in use, per queue."""
         from prometheus_client.core import GaugeMetricFamily
 
         limit = GaugeMetricFamily(
@@ -226,14 +226,40 @@ class StatsCollector:
             "Lanes (a group at a priority) with ready messages held back by their group's limit.",
             labels=["queue_name"],
         )
+        rate = GaugeMetricFamily(
+            "dramatiq_redisson_rate_limit",
+            "A queue's rate limit (scope=queue) or each group's (scope=group): starts per rate window.",
+            labels=["queue_name", "scope"],
+        )
+        window = GaugeMetricFamily(
+            "dramatiq_redisson_rate_window_seconds", "The window of a queue's rate limits.", labels=["queue_name"]
+        )
+        started = GaugeMetricFamily(
+            "dramatiq_redisson_rate_started",
+            "The queue's messages started in the current window of its rate limit.",
+            labels=["queue_name"],
+        )
+        deferred = GaugeMetricFamily(
+            "dramatiq_redisson_lanes_deferred",
+            "Lanes (a group at a priority) with ready messages held back by their group's rate limit.",
+            labels=["queue_name"],
+        )
         for name, now in limits.items():
             for scope, value in (("queue", now["concurrency"]), ("group", now["group_concurrency"])):
                 if value is not None:
                     limit.add_metric([name, scope], float(value))
+            for scope, value in (("queue", now["rate"]), ("group", now["group_rate"])):
+                if value is not None:
+                    rate.add_metric([name, scope], float(value))
+            if now["per_ms"] is not None:
+                window.add_metric([name], now["per_ms"] / 1000)
+            if now["started_in_window"] is not None:
+                started.add_metric([name], float(now["started_in_window"]))
             in_use.add_metric([name], float(now["in_use"]))
             groups.add_metric([name], float(now["groups_in_use"]))
             blocked.add_metric([name], float(now["lanes_blocked"]))
-        return [limit, in_use, groups, blocked]
+            deferred.add_metric([name], float(now["lanes_deferred"]))
+        return [limit, in_use, groups, blocked, rate, window, started, deferred]
 
     @staticmethod
     def _up(value: float | None) -> Metric:

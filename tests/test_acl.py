@@ -277,8 +277,10 @@ def test_probe_covers_every_key_of_a_queue(cluster: bool) -> None:
             "ring_prefix",
             "flow_affixes",
             "wake_prefix",  # a channel prefix (the wake channel itself is checked)
-            "lane",  # one lane and one ring stand for all (checked below)
+            "rate_prefix",
+            "lane",  # one lane, ring and rate log stand for all (checked below)
             "ring",
+            "rate_log",
         }:
             continue
         value = getattr(keys, attribute)
@@ -286,7 +288,7 @@ def test_probe_covers_every_key_of_a_queue(cluster: bool) -> None:
         names.update([value] if isinstance(value, str) else value)
     checked = set(argv) | {target for _, target, _ in (_routed_calls(keys) if cluster else [])}
     assert names <= checked, sorted(names - checked)
-    assert {keys.lane(PROBED_LANE), keys.ring(1)} <= checked
+    assert {keys.lane(PROBED_LANE), keys.ring(1), keys.rate_log()} <= checked
     if cluster:
         assert keys.registry not in argv  # in another slot: not inside the probe
 
@@ -617,6 +619,8 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_lane_of:{dramatiq:default}",
         "redisson_delay_queue_lane:{dramatiq:default}:{1:70726f6265}",
         "redisson_delay_queue_ring:{dramatiq:default}:{1}",
+        "redisson_delay_queue_rate:{dramatiq:default}:{q}",
+        "redisson_delay_queue_rate:{dramatiq:default}:{deferred}",
         "redisson_delay_queue_channel:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}:wake:{__dramatiq_redisson_permission_probe__}",
     }

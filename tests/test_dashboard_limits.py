@@ -110,6 +110,10 @@ def test_the_page_lists_every_queues_limits_slots_in_use_and_waiting_groups(prio
             "in_use": "3",
             "groups_in_use": "3",
             "lanes_blocked": "2",
+            "rate": "none",
+            "group_rate": "none",
+            "started_in_window": "—",
+            "lanes_deferred": "0",
             "ready": "5",
             "ready_by_priority": "5: 2 · 0: 3",
         }
@@ -120,6 +124,10 @@ def test_the_page_lists_every_queues_limits_slots_in_use_and_waiting_groups(prio
             "in_use": "0",
             "groups_in_use": "0",
             "lanes_blocked": "0",
+            "rate": "none",
+            "group_rate": "none",
+            "started_in_window": "—",
+            "lanes_deferred": "0",
             "ready": "1",
             "ready_by_priority": "—",
         }
@@ -193,9 +201,9 @@ def test_setting_limits_asks_first_then_writes_them(broker: RedissonBroker, clie
     ask = client.post("/queues/default/limits", form)
     assert ask.status == 200
     assert question(ask) == (
-        "Set the limits of queue default to at most 8 running at once, 1 per group (now no concurrency limit, "
-        "no group limit)? It applies to every worker at once: a raised or removed limit at once, a lowered "
-        "one at their next fetches. The messages running now finish; 0 of its messages hold a slot now."
+        "Set the limits of queue default to at most 8 running at once, 1 per group, no rate limit (now no "
+        "concurrency limit, no group limit, no rate limit)? It applies to every worker at once: a raised or "
+        "removed limit at once, a lowered one at their next fetches. The messages running now finish; 0 of its messages hold a slot now."
     )
     assert ">Yes, set limits</button>" in ask.text
     # And nothing is written yet
@@ -206,14 +214,17 @@ def test_setting_limits_asks_first_then_writes_them(broker: RedissonBroker, clie
     assert done.status == 303
     path, query = done.location()
     assert (path, query["queue"]) == ("/limits", "default")
-    assert query["flash"] == "Limits of queue default set: at most 8 running at once, 1 per group."
+    assert query["flash"] == "Limits of queue default set: at most 8 running at once, 1 per group, no rate limit."
     assert limits_of(broker) == {"concurrency": 8, "group_concurrency": 1}
     page = client.get("/limits?queue=default&flash=x")
     assert cells(page, 'data-queue="default"')["concurrency"] == "8"
 
     # Set makes them exactly those given: an empty field is no limit of that kind
     ask = client.post("/queues/default/limits", {**form, "concurrency": "", "group_concurrency": "2"})
-    assert "to no concurrency limit, 2 per group (now at most 8 running at once, 1 per group)" in question(ask)
+    assert (
+        "to no concurrency limit, 2 per group, no rate limit "
+        "(now at most 8 running at once, 1 per group, no rate limit)" in question(ask)
+    )
     assert limits_of(broker) == {"concurrency": 8, "group_concurrency": 1}
     client.post("/queues/default/limits", confirmed_form(ask))
     assert limits_of(broker) == {"concurrency": None, "group_concurrency": 2}
@@ -229,8 +240,8 @@ def test_clearing_limits_asks_first_then_removes_them(broker: RedissonBroker, cl
     ask = client.post("/queues/default/limits", {"csrf": token, "op": "clear", "concurrency": "junk"})
     assert ask.status == 200
     assert question(ask) == (
-        "Clear the limits of queue default (now at most 4 running at once, 2 per group)? It applies to every "
-        "worker at once: any of its waiting messages may start, in every group; priorities and fair share "
+        "Clear the limits of queue default (now at most 4 running at once, 2 per group, no rate limit)? "
+        "It applies to every worker at once: any of its waiting messages may start, in every group; priorities and fair share "
         "between groups still apply. The messages running now finish."
     )
     assert ">Yes, clear limits</button>" in ask.text
@@ -240,7 +251,7 @@ def test_clearing_limits_asks_first_then_removes_them(broker: RedissonBroker, cl
     assert done.status == 303
     path, query = done.location()
     assert path == "/limits" and query["queue"] == "default"
-    assert query["flash"] == "Limits of queue default cleared: no concurrency limit, no group limit."
+    assert query["flash"] == "Limits of queue default cleared: no concurrency limit, no group limit, no rate limit."
     assert limits_of(broker) == NO_LIMITS
     # Clearing again changes nothing, and says so
     again = client.post("/queues/default/limits", {"csrf": token, "op": "clear", "confirmed": "yes"})
@@ -280,7 +291,7 @@ def test_set_without_a_limit_or_an_unknown_op_is_refused(broker: RedissonBroker,
     broker.limits.set("default", concurrency=5)
     token = client.token("/limits?queue=default")
     empty = client.post("/queues/default/limits", {"csrf": token, "op": "set", "confirmed": "yes"})
-    assert empty.status == 400 and "to remove both, clear the limits" in empty.text
+    assert empty.status == 400 and "to remove them all, clear the limits" in empty.text
     blank = {"csrf": token, "op": "set", "concurrency": " ", "group_concurrency": "", "confirmed": "yes"}
     assert client.post("/queues/default/limits", blank).status == 400
     for op in ("", "explode"):
@@ -348,3 +359,66 @@ def test_numbers_in_other_scripts_are_a_400_not_a_500(broker: RedissonBroker, cl
     for path in ("/limits?refresh=²", "/running?refresh=²", "/queues/default?n=²", "/queues/default?hours=²"):
         assert client.get(path).status == 400, path
     assert client.get("/queues/default?page=²").status == 200  # a bad page number shows the first page
+
+
+def test_setting_rates_asks_first_then_writes_them_and_a_rate_needs_its_window(
+    broker: RedissonBroker, client: Client, redis_client: redis.Redis
+) -> None:
+    token = client.token("/limits?queue=default")
+    form = {"csrf": token, "op": "set", "rate": "100", "group_rate": "5", "per_ms": "60000"}
+    ask = client.post("/queues/default/limits", form)
+    assert ask.status == 200
+    assert question(ask).startswith(
+        "Set the limits of queue default to no concurrency limit, no group limit, 100 starts per 60,000 ms, "
+        "5 starts per group per 60,000 ms (now no concurrency limit, no group limit, no rate limit)?"
+    )
+    assert broker.limits.get("default")["rate"] is None
+    client.post("/queues/default/limits", confirmed_form(ask))
+    now = broker.limits.get("default")
+    assert (now["rate"], now["group_rate"], now["per_ms"]) == (100, 5, 60_000)
+    page = client.get("/limits?queue=default")
+    shown = cells(page, 'data-queue="default"')
+    assert (shown["rate"], shown["group_rate"], shown["started_in_window"]) == (
+        "100 / 60,000 ms",
+        "5 / 60,000 ms",
+        "0",
+    )
+    assert 'value="60000"' in page.text  # the form shows the window set
+    # A rate without its window (or a window alone) is refused, nothing written
+    for fields in ({"rate": "10"}, {"per_ms": "1000"}, {"rate": "10", "per_ms": "0"}):
+        refused = client.post("/queues/default/limits", {"csrf": token, "op": "set", "confirmed": "yes", **fields})
+        assert refused.status == 400, fields
+    assert broker.limits.get("default")["rate"] == 100
+
+
+def test_a_group_waiting_for_its_rate_is_listed_with_when_it_may_start(
+    prioritized: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor(queue_name="reports")
+    def report(n: int) -> None:
+        pass
+
+    prioritized.limits.set("reports", group_rate=1, per_ms=3_600_000)
+    for n in range(3):
+        report.send_with_options(args=(n,), group_key="acme")
+    consumer = prioritized.consume("reports", prefetch=5, timeout=100)
+    taken = []
+    for _ in range(20):
+        message = next(consumer)
+        if message is not None:
+            taken.append(message)
+        if taken and prioritized.limits.get("reports")["lanes_deferred"] == 1:
+            break
+    try:
+        assert len(taken) == 1
+        (lane,) = prioritized.waiting_groups("reports")
+        assert lane["group"] == "acme" and lane["ready"] == 2 and lane["blocked"]
+        assert lane["until_ms"] is not None and lane["until_ms"] > prioritized.stats("reports")["time_ms"] + 3_000_000
+        client = Client(make_app(prioritized))
+        page = client.get("/limits?queue=reports")
+        assert cells(page, 'data-queue="reports"')["lanes_deferred"] == "1"
+        assert "waiting for its rate" in page.text
+    finally:
+        for message in taken:
+            consumer.ack(message)
+        consumer.close()

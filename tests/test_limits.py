@@ -176,10 +176,15 @@ def test_a_bad_limit_raises_and_writes_nothing(
 def test_limits_get_reads_the_limits_and_what_is_in_use(limited: RedissonBroker) -> None:
     assert limited.limits.get("fresh") == {
         "concurrency": None,
+        "rate": None,
+        "per_ms": None,
         "group_concurrency": None,
+        "group_rate": None,
         "in_use": 0,
         "groups_in_use": 0,
         "lanes_blocked": 0,
+        "started_in_window": None,
+        "lanes_deferred": 0,
     }
     # A queue must be known first (a typo would limit a queue nobody consumes)
     with pytest.raises(ValueError, match="not a known queue"):
@@ -333,7 +338,9 @@ def test_a_group_held_back_by_its_limit_shows_in_stats_and_is_flushed(
         assert wait_for(lambda: limited.limits.get("default")["lanes_blocked"] == 1, timeout=5)
         stats = limited.stats("default")["queues"]["default"]
         assert (stats["ready"], stats["in_flight"], stats["lanes_waiting"]) == (2, 1, 1)
-        assert limited.waiting_groups("default") == [{"priority": 0, "group": "g", "ready": 2, "blocked": True}]
+        assert limited.waiting_groups("default") == [
+            {"priority": 0, "group": "g", "ready": 2, "blocked": True, "until_ms": None}
+        ]
         # When the queue is flushed, the held-back lane goes with it
         limited.flush("default")
         assert redis_client.exists(limited.keys("default").lane("0:" + b"g".hex())) == 0

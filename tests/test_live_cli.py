@@ -352,10 +352,15 @@ def test_limits_set_show_and_clear_round_trip_and_refuse_bad_values(
     assert ok_json(cli("limits", "show", "reports", "--json")) == {
         "queue": "reports",
         "concurrency": 8,
+        "rate": None,
+        "per_ms": None,
         "group_concurrency": 1,
+        "group_rate": None,
         "in_use": 0,
         "groups_in_use": 0,
         "lanes_blocked": 0,
+        "started_in_window": None,
+        "lanes_deferred": 0,
     }
     # Bad values: one line on stderr, exit 2, nothing changed
     for args in (("--concurrency", "0"), ("--group-concurrency", "x"), ()):

@@ -214,10 +214,10 @@ def test_stats_count_ready_messages_per_priority_and_the_lanes_waiting_and_list_
     assert stats["ready_by_priority"] == {7: 3, 5: 1, 0: 6}
     assert (stats["ready"], stats["in_flight"], stats["lanes_waiting"]) == (10, 0, 4)
     assert prio_broker.waiting_groups("default") == [
-        {"priority": 7, "group": None, "ready": 3, "blocked": False},
-        {"priority": 5, "group": "tenant-é}{", "ready": 1, "blocked": False},
-        {"priority": 0, "group": "tenant-a", "ready": 4, "blocked": False},
-        {"priority": 0, "group": "tenant-b", "ready": 1, "blocked": False},
+        {"priority": 7, "group": None, "ready": 3, "blocked": False, "until_ms": None},
+        {"priority": 5, "group": "tenant-é}{", "ready": 1, "blocked": False, "until_ms": None},
+        {"priority": 0, "group": "tenant-a", "ready": 4, "blocked": False, "until_ms": None},
+        {"priority": 0, "group": "tenant-b", "ready": 1, "blocked": False, "until_ms": None},
     ]
     assert len(prio_broker.waiting_groups("default", limit=2)) == 2
     with pytest.raises(ValueError, match="limit"):

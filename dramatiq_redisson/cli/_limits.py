@@ -1,4 +1,4 @@
-"""``limits``: a queue's concurrency limits, fleet-wide and live (see
+"""``limits``: a queue's concurrency and rate limits, fleet-wide and live (see
 :attr:`RedissonBroker.limits` and docs/flow-control.md): ``show`` them with what is in use
 now, ``set`` them, ``clear`` them."""
 
@@ -19,12 +19,23 @@ def _report(ctx: Context, verb: str, limits: QueueLimits) -> int:
     if ctx.json_mode:
         ctx.out.json({"queue": name, **limits})
         return EXIT_OK
-    ctx.out.line(
+    line = (
         f"{verb}{name!r}: concurrency {_limit(limits['concurrency'])}, "
         f"per group {_limit(limits['group_concurrency'])}; "
+    )
+    window = limits["per_ms"]
+    if window is not None:
+        line += f"rate {_limit(limits['rate'])}, per group {_limit(limits['group_rate'])}, per {window:,} ms; "
+    line += (
         f"{limits['in_use']} running, in {limits['groups_in_use']} groups; "
         f"{limits['lanes_blocked']} groups waiting for a slot"
     )
+    if window is not None:
+        started = limits["started_in_window"]
+        if started is not None:
+            line += f", {started} started in the window"
+        line += f", {limits['lanes_deferred']} groups waiting for their rate"
+    ctx.out.line(line)
     return EXIT_OK
 
 
@@ -33,10 +44,22 @@ def cmd_limits_show(ctx: Context) -> int:
 
 
 def cmd_limits_set(ctx: Context) -> int:
-    concurrency, group = ctx.args.concurrency, ctx.args.group_concurrency
-    if concurrency is None and group is None:
-        raise UsageError("limits set: give --concurrency, --group-concurrency or both (no limit: limits clear)")
-    ctx.broker.limits.set(ctx.args.queue, concurrency=concurrency, group_concurrency=group)
+    args = ctx.args
+    given = {
+        "concurrency": args.concurrency,
+        "group_concurrency": args.group_concurrency,
+        "rate": args.rate,
+        "per_ms": args.per_ms,
+        "group_rate": args.group_rate,
+    }
+    if all(value is None for value in given.values()):
+        raise UsageError(
+            "limits set: give --concurrency, --group-concurrency, --rate/--group-rate with --per-ms, "
+            "or several (no limit: limits clear)"
+        )
+    if (args.rate is not None or args.group_rate is not None) != (args.per_ms is not None):
+        raise UsageError("limits set: --rate and --group-rate go with --per-ms, the window (and --per-ms with one)")
+    ctx.broker.limits.set(args.queue, **given)
     return _report(ctx, "set ", ctx.broker.limits.get(ctx.args.queue))
 
 
@@ -55,6 +78,15 @@ def _set_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="at most N messages of one group_key run at once (1: one at a time, in order)",
     )
+    parser.add_argument(
+        "--rate", type=positive_int, metavar="N", help="at most N of the queue's messages start per window"
+    )
+    parser.add_argument(
+        "--group-rate", type=positive_int, metavar="N", help="at most N messages of one group_key start per window"
+    )
+    parser.add_argument(
+        "--per-ms", type=positive_int, metavar="MS", help="the rate window, in ms (with --rate or --group-rate)"
+    )
 
 
 LIMITS_SHOW = Command("show", "a queue's limits and what is in use now", cmd_limits_show)
@@ -65,7 +97,7 @@ LIMITS_CLEAR = Command("clear", "remove a queue's limits (priorities and groups 
 
 LIMITS = Command(
     "limits",
-    "concurrency limits per queue and per group: show, set, clear",
+    "concurrency and rate limits per queue and per group: show, set, clear",
     actions=(LIMITS_SHOW, LIMITS_SET, LIMITS_CLEAR),
-    description="Concurrency limits of a queue, fleet-wide and live.",
+    description="Concurrency and rate limits of a queue, fleet-wide and live.",
 )

@@ -1,5 +1,5 @@
-"""The dashboard's Limits page, on :class:`._app.Dashboard`: every queue's concurrency
-limits and what is in use now, a queue's waiting groups, and setting or clearing a
+"""The dashboard's Limits page, on :class:`._app.Dashboard`: every queue's concurrency and
+rate limits and what is in use now, a queue's waiting groups, and setting or clearing a
 queue's limits (with a confirmation; see docs/flow-control.md)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import urllib.parse
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from .._queue_limits import MAX_LIMIT
+from .._queue_limits import MAX_LIMIT, MAX_RATE, MAX_WINDOW_MS, QueueLimits
 from ._http import REFRESH_CHOICES, HTTPError, Request, refresh_arg
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ def page(dash: Dashboard, request: Request) -> str:
         counts=stats["queues"],
         waiting=waiting,
         max_limit=MAX_LIMIT,
+        max_rate=MAX_RATE,
         now=stats["time_ms"],
         here=request.url("limits", queue=queue, refresh=refresh or None),
         refresh=refresh,
@@ -54,20 +55,25 @@ def page(dash: Dashboard, request: Request) -> str:
 
 
 def action(dash: Dashboard, request: Request, name: str) -> str:
-    """Set (``op=set``, with ``concurrency`` and ``group_concurrency``; empty: no limit
-    of that kind) or clear (``op=clear``) a queue's limits, once confirmed."""
+    """Set (``op=set``, with ``concurrency``, ``group_concurrency``, ``rate``,
+    ``group_rate`` and ``per_ms``; empty: no limit of that kind) or clear (``op=clear``) a
+    queue's limits, once confirmed."""
     queue = dash.known_queue(name)
     op = request.field("op")
     if op not in LIMIT_OPS:
         raise HTTPError(HTTPStatus.BAD_REQUEST, "Choose to set or to clear the limits.")
-    concurrency = group = None
+    wanted: dict[str, int | None] = dict.fromkeys(FORM_FIELDS)
     if op == "set":
-        concurrency = _limit_field(request, "concurrency", "The concurrency limit")
-        group = _limit_field(request, "group_concurrency", "The group limit")
-        if concurrency is None and group is None:
+        wanted = {field: _limit_field(request, field, label, most) for field, (label, most) in FORM_FIELDS.items()}
+        if all(value is None for value in wanted.values()):
             raise HTTPError(
                 HTTPStatus.BAD_REQUEST,
-                "Give a concurrency limit, a group limit or both (to remove both, clear the limits).",
+                "Give at least one limit (to remove them all, clear the limits).",
+            )
+        if (wanted["rate"] is not None or wanted["group_rate"] is not None) != (wanted["per_ms"] is not None):
+            raise HTTPError(
+                HTTPStatus.BAD_REQUEST,
+                "A rate needs its window, and a window a rate: give both, or neither. Nothing was changed.",
             )
     page = request.url("limits", queue=queue)
     before = dash.broker.limits.get(queue)
@@ -76,18 +82,16 @@ def action(dash: Dashboard, request: Request, name: str) -> str:
         if op == "set":
             verb = "Set limits"
             question = (
-                f"Set the limits of queue {queue} to {_describe(concurrency, group)} "
-                f"(now {_describe(before['concurrency'], before['group_concurrency'])})? "
+                f"Set the limits of queue {queue} to {_describe(wanted)} (now {_describe(before)})? "
                 "It applies to every worker at once: a raised or removed limit at once, a lowered one at "
                 "their next fetches. The messages running now finish; "
                 f"{before['in_use']:,} of its messages hold a slot now."
             )
-            carried = [("op", op), ("concurrency", _text(concurrency)), ("group_concurrency", _text(group))]
+            carried = [("op", op), *((field, _text(value)) for field, value in wanted.items())]
         else:
             verb = "Clear limits"
             question = (
-                f"Clear the limits of queue {queue} "
-                f"(now {_describe(before['concurrency'], before['group_concurrency'])})? "
+                f"Clear the limits of queue {queue} (now {_describe(before)})? "
                 "It applies to every worker at once: any of its waiting messages may start, in every group; "
                 "priorities and fair share between groups still apply. The messages running now finish."
             )
@@ -105,22 +109,31 @@ def action(dash: Dashboard, request: Request, name: str) -> str:
         )
     try:
         if op == "set":
-            dash.broker.limits.set(queue, concurrency=concurrency, group_concurrency=group)
-            flash = f"Limits of queue {queue} set: {_describe(concurrency, group)}."
-        elif before["concurrency"] is None and before["group_concurrency"] is None:
+            dash.broker.limits.set(queue, **wanted)
+            flash = f"Limits of queue {queue} set: {_describe(wanted)}."
+        elif all(before[field] is None for field in FORM_FIELDS):  # type: ignore[literal-required]
             dash.broker.limits.clear(queue)  # still puts any waiting lane back on its ring
             flash = f"Queue {queue} had no limits: nothing changed."
         else:
             dash.broker.limits.clear(queue)
-            flash = f"Limits of queue {queue} cleared: {_describe(None, None)}."
+            flash = f"Limits of queue {queue} cleared: {_describe(dict.fromkeys(FORM_FIELDS))}."
     except ValueError as e:  # checked above: not expected
         raise HTTPError(HTTPStatus.BAD_REQUEST, f"Cannot set the limits: {e}") from None
     raise dash.back(request, page, flash)
 
 
-def _limit_field(request: Request, name: str, label: str) -> int | None:
-    """The form's limit ``name``: None when empty, else a whole number from 1 to
-    :data:`MAX_LIMIT`.
+#: The form's limits: field -> (label, highest value).
+FORM_FIELDS: dict[str, tuple[str, int]] = {
+    "concurrency": ("The concurrency limit", MAX_LIMIT),
+    "group_concurrency": ("The group limit", MAX_LIMIT),
+    "rate": ("The rate", MAX_RATE),
+    "group_rate": ("The group rate", MAX_RATE),
+    "per_ms": ("The rate window", MAX_WINDOW_MS),
+}
+
+
+def _limit_field(request: Request, name: str, label: str, most: int) -> int | None:
+    """The form's limit ``name``: None when empty, else a whole number from 1 to ``most``.
 
     Raises:
       HTTPError: 400, anything else (nothing is written).
@@ -129,21 +142,30 @@ def _limit_field(request: Request, name: str, label: str) -> int | None:
     if not text:
         return None
     # ASCII digits only: str.isdigit() and int() take other scripts' digits too.
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= most:
         raise HTTPError(
             HTTPStatus.BAD_REQUEST,
-            f"{label} must be a whole number from 1 to {MAX_LIMIT:,}, or empty for no limit; got {text!r}. "
+            f"{label} must be a whole number from 1 to {most:,}, or empty for no limit; got {text!r}. "
             "Nothing was changed.",
         )
     return int(text)
 
 
-def _describe(concurrency: int | None, group: int | None) -> str:
-    """``at most 8 running at once, 1 per group``; ``no limit``."""
+def _describe(limits: QueueLimits | dict[str, int | None]) -> str:
+    """``at most 8 running at once, 1 per group, 100 starts per 60,000 ms``; ``no limit``."""
+    concurrency, group = limits["concurrency"], limits["group_concurrency"]
+    rate, group_rate, window = limits["rate"], limits["group_rate"], limits["per_ms"]
     parts = [
         f"at most {concurrency:,} running at once" if concurrency is not None else "no concurrency limit",
         f"{group:,} per group" if group is not None else "no group limit",
     ]
+    if window is None:
+        parts.append("no rate limit")
+    else:
+        if rate is not None:
+            parts.append(f"{rate:,} starts per {window:,} ms")
+        if group_rate is not None:
+            parts.append(f"{group_rate:,} starts per group per {window:,} ms")
     return ", ".join(parts)
 
 

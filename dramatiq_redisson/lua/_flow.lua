@@ -31,16 +31,23 @@
 -- push(ctx, ids, lanes, at_head): push ids[i] onto lane lanes[i] (nil, "" or "0:": the
 --   ready list), at the tail, or at the head (a message put back runs next in its lane).
 --   A lane that was empty joins its ring (the plain lane joins in take).
--- take(ctx, count): up to count ids, from the highest priority with a lane in its ring;
+-- take(ctx, count, who): up to count ids, from the highest priority with a lane in its ring;
 --   the lanes of one priority in turn, one id per lane per turn (a group's backlog does
 --   not delay another group), within the queue's concurrency limits (a lane whose group is
---   at its limit leaves its ring until a slot of its group frees). Returns ids, lanes.
---   O(1) commands per id taken: no scan of lanes, rings or ids.
+--   at its limit leaves its ring until a slot of its group frees).
+--   O(1) commands per id taken: no scan of lanes, rings or ids. Within the rate limits
+--   (fetch.lua passes the rate prefix): no more than the queue's rate allows now, and a
+--   lane whose group spent its rate waits off its ring, in the ZSET ctx.deferred, until
+--   its group may start again. `who` names the caller (its consumer token). Returns ids,
+--   lanes, then the ms this caller is to sleep before it fetches again (nil: none; the
+--   flow's `rate_at` says when the one consumer that sleeps for a rate, `rate_waiter`,
+--   wakes) and how many idle consumers' slots to wake now.
 -- hold(ctx, lanes): count the slots the messages taken from these lanes hold.
 -- record(record, lane): a fetch record that says its message holds slots, and its lane.
 -- release(ctx, records): give back the slots these fetch records hold (a lane waiting
 --   for its group's slot returns to its ring); returns how many.
--- unblock_all(ctx): every lane waiting for its group's slot back on its ring.
+-- unblock_all(ctx): every lane waiting for its group's slot or rate back on its ring.
+-- live_starts(log, cutoff): how many starts of a rate log are after cutoff (and its length).
 -- enable(ctx): turn the flow on (its HASH and its flag); enable_keys(flow, flag): the
 --   same with the keys given one by one (offer.lua).
 -- put_back(ctx, ids, records): ids back at the head of their lanes (read from their fetch
@@ -49,11 +56,13 @@
 
 local PLAIN_LANE = "0:"
 
-local function flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix)
+local function flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix, rate_prefix)
     return {
         ready = ready, flow = flow, levels = levels, lane_of = lane_of,
         lane_prefix = lane_prefix, ring_prefix = ring_prefix,
         flag = lane_prefix and (lane_prefix .. "on}"),
+        rate_prefix = rate_prefix, -- fetch.lua and limits.lua only (rates, below)
+        deferred = rate_prefix and (rate_prefix .. "deferred}"),
     }
 end
 
@@ -155,12 +164,115 @@ local function flow_lib()
         redis.call("HINCRBY", ctx.flow, "blocked", 1)
     end
 
-    local function flow_take(ctx, count)
+    -- Rates: at most `rate` starts in any window of `per_ms` ms (server clock), per queue
+    -- and per group. A log (LIST) of the start times in the window, newest first, is kept
+    -- per queue and per group; it never holds more than the rate (only the newest `rate`
+    -- starts decide anything), and expires a window after its last start.
+    local function live_starts(log, cutoff)
+        -- How many of the log's starts are after `cutoff`, and its length (a binary search:
+        -- O(log n) reads, and one when none left the window).
+        local n = redis.call("LLEN", log)
+        if n == 0 or tonumber(redis.call("LINDEX", log, -1)) > cutoff then
+            return n, n
+        end
+        local lo, hi = 0, n - 1 -- the first index whose start is at or before the cutoff
+        while lo < hi do
+            local mid = math.floor((lo + hi) / 2)
+            if tonumber(redis.call("LINDEX", log, mid)) > cutoff then
+                lo = mid + 1
+            else
+                hi = mid
+            end
+        end
+        return lo, n
+    end
+
+    local function prune(log, cutoff)
+        -- Drop the starts that left the window; returns how many are left.
+        local live, n = live_starts(log, cutoff)
+        if live == 0 and n > 0 then
+            redis.call("LTRIM", log, 1, 0) -- (empty: the key goes)
+        elseif live < n then
+            redis.call("LTRIM", log, 0, live - 1)
+        end
+        return live
+    end
+
+    local function log_starts(log, n, now, rate, per_ms)
+        local times = {}
+        for i = 1, math.min(n, rate) do
+            times[i] = now
+        end
+        for i = 1, #times, 1000 do
+            redis.call("LPUSH", log, unpack(times, i, math.min(#times, i + 999)))
+        end
+        redis.call("LTRIM", log, 0, rate - 1)
+        redis.call("PEXPIRE", log, per_ms)
+    end
+
+    local function next_start(log, rate, per_ms, now)
+        -- When the log's `rate`-th newest start leaves the window: the next start allowed.
+        local start = tonumber(redis.call("LINDEX", log, rate - 1))
+        return start and math.max(now, start + per_ms) or now
+    end
+
+    local function set_deferred_at(ctx)
+        -- The flow's `deferred_at`: when the first lane waiting for its group's rate may go.
+        local head = redis.call("ZRANGE", ctx.deferred, 0, 0, "WITHSCORES")
+        if head[1] then
+            redis.call("HSET", ctx.flow, "deferred_at", head[2])
+            return tonumber(head[2])
+        end
+        redis.call("HDEL", ctx.flow, "deferred_at")
+        return nil
+    end
+
+    local function undefer(ctx, lanes)
+        for _, lane in ipairs(lanes) do
+            if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
+                enlist(ctx, lane)
+            end
+        end
+        if #lanes > 0 then
+            redis.call("ZREM", ctx.deferred, unpack(lanes))
+        end
+    end
+
+    local function flow_take(ctx, count, who)
         local ids, lanes, waiting = {}, {}, {}
-        local limits = redis.call("HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse", "plain")
+        local limits = redis.call(
+            "HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse", "plain",
+            "rate", "group_rate", "per_ms", "deferred_at", "rate_at", "rate_waiter"
+        )
         local limit, group_limit = tonumber(limits[1]), tonumber(limits[2])
-        if limit then
-            count = math.min(count, math.max(0, limit - (tonumber(limits[3]) or 0)))
+        local per_ms = ctx.rate_prefix and tonumber(limits[7])
+        local rate = per_ms and tonumber(limits[5])
+        local group_rate = per_ms and tonumber(limits[6])
+        local deferred_at, rate_at = tonumber(limits[8]), tonumber(limits[9])
+        local asked = count
+        local now = nil
+        local function clock() -- the server's, read once and only when a rate needs it
+            if not now then
+                local t = redis.call("TIME")
+                now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            end
+            return now
+        end
+        local conc_left = limit and math.max(0, limit - (tonumber(limits[3]) or 0)) or math.huge
+        count = math.min(count, conc_left)
+        local queue_log, rate_left = nil, math.huge
+        if rate then
+            queue_log = ctx.rate_prefix .. "q}"
+            rate_left = math.max(0, rate - prune(queue_log, clock() - per_ms))
+            count = math.min(count, rate_left)
+        end
+        -- Lanes whose group may start again: back on their rings (at most 100 a fetch).
+        local released = false
+        if deferred_at and ctx.deferred and deferred_at <= clock() then
+            local due = redis.call("ZRANGEBYSCORE", ctx.deferred, "-inf", clock(), "LIMIT", 0, 100)
+            undefer(ctx, due)
+            released = #due > 0
+            deferred_at = set_deferred_at(ctx)
         end
         if count > 0 and not limits[4] and redis.call("LLEN", ctx.ready) > 0 then
             enlist(ctx, PLAIN_LANE) -- plain ids were pushed since its last turn
@@ -176,6 +288,36 @@ local function flow_lib()
             end
             return in_use[group] >= group_limit
         end
+        local group_left, group_taken = {}, {} -- group -> starts its rate allows, starts taken
+        local function group_log(group)
+            return ctx.rate_prefix .. "g" .. group .. "}"
+        end
+        local function rate_spent(group)
+            if not group_rate or group == "" then
+                return false
+            end
+            if not group_left[group] then
+                group_left[group] = group_rate - prune(group_log(group), clock() - per_ms)
+            end
+            return group_left[group] <= 0
+        end
+        local function log_group(group)
+            if (group_taken[group] or 0) > 0 then
+                log_starts(group_log(group), group_taken[group], clock(), group_rate, per_ms)
+                group_taken[group] = 0
+            end
+        end
+        local deferred_moved = false
+        local function defer(group, lane)
+            -- Off its ring until its group may start again (its starts so far logged first).
+            log_group(group)
+            local at = next_start(group_log(group), group_rate, per_ms, clock())
+            redis.call("ZADD", ctx.deferred, at, lane)
+            if not deferred_at or at < deferred_at then
+                deferred_at = at
+                deferred_moved = true
+            end
+        end
         while #ids < count do
             local top = redis.call("ZRANGE", ctx.levels, -1, -1)[1] -- the highest priority
             if not top then
@@ -188,6 +330,8 @@ local function flow_lib()
                 local group = lane_group(lane)
                 if at_limit(group) then
                     block(ctx, group, lane) -- back on its ring when a slot of its group frees
+                elseif rate_spent(group) then
+                    defer(group, lane) -- back on its ring when its group may start again
                 else
                     local list = lane_list(ctx, lane)
                     local id = redis.call("LPOP", list)
@@ -198,9 +342,15 @@ local function flow_lib()
                         if group ~= "" and in_use[group] then
                             in_use[group] = in_use[group] + 1
                         end
+                        if group ~= "" and group_rate then
+                            group_left[group] = group_left[group] - 1
+                            group_taken[group] = (group_taken[group] or 0) + 1
+                        end
                         if redis.call("LLEN", list) > 0 then
                             if at_limit(group) then
                                 block(ctx, group, lane)
+                            elseif rate_spent(group) then
+                                defer(group, lane)
                             else
                                 left = redis.call("RPUSH", ring, lane) -- its next turn
                             end
@@ -217,7 +367,43 @@ local function flow_lib()
             end
         end
         count_waiting(ctx.flow, waiting)
-        return ids, lanes
+        for group in pairs(group_taken) do
+            log_group(group)
+        end
+        if deferred_moved then
+            redis.call("HSET", ctx.flow, "deferred_at", deferred_at)
+        end
+        if not rate and not deferred_at and not rate_at and not released then
+            return ids, lanes, nil, 0
+        end
+        -- Waiting for a rate: the next start allowed (the queue's, or a deferred lane's).
+        local more = redis.call("ZCARD", ctx.levels) > 0 or redis.call("LLEN", ctx.ready) > 0
+        local wait_until = deferred_at
+        if rate then
+            rate_left = rate_left - #ids
+            if #ids > 0 then
+                log_starts(queue_log, #ids, clock(), rate, per_ms)
+            end
+            if rate_left <= 0 and (more or deferred_at) then
+                wait_until = next_start(queue_log, rate, per_ms, clock())
+            end
+        end
+        -- One consumer sleeps until then (rate_at), not every idle one: the fetch it makes
+        -- then wakes as many others as the starts now allowed need (wake_slots).
+        local wait_ms = nil
+        local waiter_due = rate_at and rate_at <= clock()
+        local sleeper = who and who ~= "" and limits[10] == who -- it asks again before its time
+        if wait_until and #ids < asked and (not rate_at or waiter_due or wait_until < rate_at or sleeper) then
+            redis.call("HSET", ctx.flow, "rate_at", wait_until, "rate_waiter", who or "")
+            wait_ms = math.max(1, wait_until - clock())
+        elseif waiter_due then
+            redis.call("HDEL", ctx.flow, "rate_at", "rate_waiter")
+        end
+        local wake_slots = 0
+        if (waiter_due or released) and more and #ids == asked then
+            wake_slots = math.min(rate_left, conc_left - #ids, 1000000)
+        end
+        return ids, lanes, wait_ms, wake_slots
     end
 
     local function flow_hold(ctx, lanes)
@@ -319,7 +505,11 @@ local function flow_lib()
                 unblock(ctx, group)
             end
         end
-        redis.call("HDEL", ctx.flow, "blocked")
+        redis.call("HDEL", ctx.flow, "blocked", "rate_at", "rate_waiter")
+        if ctx.deferred then
+            undefer(ctx, redis.call("ZRANGE", ctx.deferred, 0, -1))
+            set_deferred_at(ctx)
+        end
     end
 
     local function flow_put_back(ctx, ids, records)
@@ -340,6 +530,7 @@ local function flow_lib()
         release = flow_release,
         unblock_all = flow_unblock_all,
         put_back = flow_put_back,
+        live_starts = live_starts,
     }
     return flow_lib_made
 end

@@ -27,14 +27,20 @@
 --          the ack deletes the record
 -- ARGV[6]  optional: the caller's estimate of the server clock (epoch ms, see ack.lua),
 --          for the beat and the fetch records instead of a TIME call; "" or absent: TIME
--- ARGV[7]  with KEYS[8]: the lanes' key prefix; ARGV[8] the rings' (from _keys.py)
+-- ARGV[7]  with KEYS[8]: the lanes' key prefix; ARGV[8] the rings'; ARGV[9] the rate
+--          logs' (from _keys.py); ARGV[10] the wake channels' (see _wake.lua)
 --
 -- Lanes: when KEYS[8] exists, ids are taken by priority and in turn over the groups
 -- (take in _flow.lua) instead of from the head of the ready queue, within the queue's
 -- concurrency limits (a group at its limit waits off its ring). Each message taken holds a
 -- slot of its queue and of its group: its fetch record ends with "|held" and, for an id
 -- not in the plain lane, "|lane:<lane>" (a requeue puts it back there); the ack, nack,
--- requeue and the liveness requeues give the slots back.
+-- requeue and the liveness requeues give the slots back. Within the queue's rate limits
+-- (server clock): a fetch takes no more than the queue's rate allows now, and a group
+-- over its rate waits off its ring until it may start again. The consumer that comes up
+-- short is told how long to sleep ("wait:<ms>", below) if no other one sleeps for an
+-- earlier start already; when it fetches then and more could start, it wakes as many
+-- idle consumers as that needs (_wake.lua): one sleeps, not the whole fleet.
 --
 -- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
 -- (enqueues do not wake it; it polls until the queue is resumed).
@@ -47,9 +53,12 @@
 --
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
 --          no message (it is then dropped from the ack set too); or false (nil) when the
---          queue is paused. Through lanes, one more element ends the list: "held" (the
---          messages hold slots: their acks and nacks give them back, see ack.lua).
+--          queue is paused. Through lanes, one more element may end the list: its
+--          words "held" (the messages hold slots: their acks and nacks give them back,
+--          see ack.lua) and "wait:<ms>" (a rate limit holds messages back: this consumer
+--          fetches again in that many ms, a wake-up aside).
 
+-- include: _wake.lua
 -- include: _flow.lua
 
 local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -89,10 +98,17 @@ if state[1] then -- paused (MGET gives false for a missing key)
     end
     return false
 end
-local ids, lanes, flow = nil, nil, nil
+local ids, lanes, flow, wait_ms = nil, nil, nil, nil
 if state[2] then
-    flow = flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[7], ARGV[8])
-    ids, lanes = flow_lib().take(flow, count)
+    flow = flow_context(ready, KEYS[8], KEYS[9], KEYS[10], ARGV[7], ARGV[8], ARGV[9])
+    local wake_slots
+    ids, lanes, wait_ms, wake_slots = flow_lib().take(flow, count, token)
+    if wake_slots > 0 and ARGV[10] then
+        if token ~= "" then
+            redis.call("ZREM", idle, token) -- (registered again below if it came up short)
+        end
+        wake(idle, ARGV[10], wake_slots)
+    end
     if #ids == 0 then
         ids = false
     end
@@ -106,8 +122,9 @@ if token ~= "" then
         redis.call("ZREM", idle, token)
     end
 end
+local status = wait_ms and ("wait:" .. wait_ms) or nil
 if not ids then
-    return {}
+    return status and { status } or {}
 end
 local data = redis.call("HMGET", ready_msgs, unpack(ids))
 local result = {}
@@ -141,7 +158,10 @@ if #held > 0 then
     redis.call("HSET", fetched, unpack(pairs))
     if lanes then
         flow_lib().hold(flow, held_lanes)
-        result[#result + 1] = "held" -- the caller gives the slots back with the ack (ack.lua)
+        status = status and ("held " .. status) or "held" -- the ack gives the slots back (ack.lua)
     end
+end
+if status then
+    result[#result + 1] = status
 end
 return result

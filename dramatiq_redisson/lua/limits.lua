@@ -1,53 +1,75 @@
--- limits: set, or clear, a queue's concurrency limits (flow control), atomically.
+-- limits: set, clear or read a queue's concurrency and rate limits (flow control).
 --
 -- KEYS[1]  HASH  redisson_delay_queue_flow:{N}     the limits, slots in use and blocked lanes
 -- KEYS[2]  LIST  <ns>:<queue>                      ready queue (the plain lane)
 -- KEYS[3]  ZSET  redisson_delay_queue_levels:{N}   priorities with lanes in their ring
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> free slots
 --
--- ARGV[1]  "set" or "clear"
--- ARGV[2]  with "set": the queue's concurrency limit, or "" for none
--- ARGV[3]  with "set": each group's concurrency limit, or "" for none
--- ARGV[4]  the lanes' key prefix, ARGV[5] the rings', ARGV[6] the wake channels'
+-- ARGV[1]  "set", "clear" or "get"
+-- ARGV[2..6] with "set": the queue's concurrency limit, each group's concurrency limit,
+--          the queue's rate, the rate window (ms), each group's rate; "" for none
+-- ARGV[7]  the lanes' key prefix, ARGV[8] the rings', ARGV[9] the wake channels', ARGV[10]
+--          the rate logs' (the queue's start log is ARGV[10] .. "q}", the lanes waiting
+--          for their group's rate ARGV[10] .. "deferred}"; see _flow.lua)
 --
 -- "set" turns the queue's flow on (its messages go through lanes from now on; the ready
--- list's ids join ring 0) and writes both limits ("" removes one). "clear" removes both
--- and leaves the flow on. Either way every lane waiting for its group's slot goes back on
--- its ring and every idle consumer is woken, so a raised or removed limit takes effect at
--- once; a lowered one takes effect at the next fetches (running messages finish). Values
--- are checked by the caller (positive ints); this script writes what it is given.
+-- list's ids join ring 0) and writes the limits given ("" removes one). "clear" removes
+-- them all and leaves the flow on. Either way every lane waiting for its group's slot or
+-- rate goes back on its ring and every idle consumer is woken, so a raised or removed
+-- limit takes effect at once; a lowered one takes effect at the next fetches (running
+-- messages finish; starts already in a window count against a lowered rate). Values are
+-- checked by the caller (positive ints, a rate with its window); this script writes what
+-- it is given. "get" writes nothing.
 --
 -- Returns: {queue limit or -1, group limit or -1, slots in use, groups with slots in use,
---           lanes waiting for their group's slot (before this call)}
+--           lanes waiting for their group's slot (before this call, for "set"/"clear"),
+--           queue rate or -1, window ms or -1, group rate or -1, the queue's starts in the
+--           current window (-1 without a queue rate), lanes waiting for their group's rate}
 
 -- include: _wake.lua
 -- include: _flow.lua
 
-local flow = flow_context(KEYS[2], KEYS[1], KEYS[3], nil, ARGV[4], ARGV[5])
+local flow = flow_context(KEYS[2], KEYS[1], KEYS[3], nil, ARGV[7], ARGV[8], ARGV[10])
 local op = ARGV[1]
-if op ~= "set" and op ~= "clear" then
+if op ~= "set" and op ~= "clear" and op ~= "get" then
     return redis.error_reply("ERR limits: unknown operation " .. tostring(op))
 end
+local FIELDS = { "concurrency", "group_concurrency", "rate", "per_ms", "group_rate" }
 local blocked = tonumber(redis.call("HGET", KEYS[1], "blocked") or 0)
 if op == "set" then
     flow_lib().enable(flow)
-    for i, field in ipairs({ "concurrency", "group_concurrency" }) do
+    for i, field in ipairs(FIELDS) do
         if ARGV[i + 1] == "" then
             redis.call("HDEL", KEYS[1], field)
         else
             redis.call("HSET", KEYS[1], field, ARGV[i + 1])
         end
     end
-else
-    redis.call("HDEL", KEYS[1], "concurrency", "group_concurrency")
+elseif op == "clear" then
+    redis.call("HDEL", KEYS[1], unpack(FIELDS))
 end
-flow_lib().unblock_all(flow)
-wake(KEYS[4], ARGV[6], redis.call("ZCARD", KEYS[4]) * 1000000)
-local now = redis.call("HMGET", KEYS[1], "concurrency", "group_concurrency", "inuse", "groups")
+if op ~= "get" then
+    flow_lib().unblock_all(flow)
+    wake(KEYS[4], ARGV[9], redis.call("ZCARD", KEYS[4]) * 1000000)
+end
+local now = redis.call("HMGET", KEYS[1], "concurrency", "group_concurrency", "inuse", "groups",
+    "rate", "per_ms", "group_rate", "blocked")
+local started = -1
+local rate, per_ms = tonumber(now[5]), tonumber(now[6])
+if rate and per_ms then
+    local t = redis.call("TIME")
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    started = flow_lib().live_starts(flow.rate_prefix .. "q}", now_ms - per_ms)
+end
 return {
     tonumber(now[1]) or -1,
     tonumber(now[2]) or -1,
     tonumber(now[3]) or 0,
     tonumber(now[4]) or 0,
-    blocked,
+    op == "get" and tonumber(now[8] or 0) or blocked,
+    rate or -1,
+    per_ms or -1,
+    tonumber(now[7]) or -1,
+    started,
+    redis.call("ZCARD", flow.deferred),
 }

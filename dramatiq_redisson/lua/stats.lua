@@ -13,7 +13,9 @@
 --
 -- ARGV[1]  overdue grace (ms): entries due more than this long ago count as overdue
 -- ARGV[2]  consumers seen within this many ms count as live
--- ARGV[3]  with KEYS[9]: the ring prefix (a priority's ring is ARGV[3] .. priority .. "}")
+-- ARGV[3]  with KEYS[9]: the ring prefix (a priority's ring is ARGV[3] .. priority .. "}"),
+--          ARGV[4] the rate logs' (the lanes waiting for their group's rate are the ZSET
+--          ARGV[4] .. "deferred}")
 --
 -- Cost: O(log n), a fixed number of commands; with lanes, one more per priority that has
 -- lanes in its ring (at most max_priority + 1) and a read of 256 counters, whatever the
@@ -24,7 +26,7 @@
 --           lease holder's token or "", live consumers, built-in delay-queue length,
 --           since when the queue is paused (epoch ms; 0: unknown) or -1 if it is not,
 --           then, while the queue uses lanes: the lanes waiting off their rings for
---           their group's slot, the lanes in the rings (the plain lane not counted),
+--           their group's slot or rate, the lanes in the rings (the plain lane not counted),
 --           and for each priority with ids
 --           waiting in its lanes but the plain one: priority, that count}
 --           (the plain lane is in ring 0 when the ready list holds ids)
@@ -49,7 +51,11 @@ local reply = {
     paused and (tonumber(paused) or 0) or -1,
 }
 if KEYS[9] and redis.call("EXISTS", KEYS[9]) == 1 then
-    reply[#reply + 1] = tonumber(redis.call("HGET", KEYS[9], "blocked") or 0)
+    local held_back = tonumber(redis.call("HGET", KEYS[9], "blocked") or 0)
+    if ARGV[4] then
+        held_back = held_back + redis.call("ZCARD", ARGV[4] .. "deferred}")
+    end
+    reply[#reply + 1] = held_back
     local lanes = redis.call("HEXISTS", KEYS[9], "plain") == 1 and -1 or 0 -- the plain lane is none
     for _, priority in ipairs(redis.call("ZRANGE", KEYS[10], 0, -1)) do
         lanes = lanes + redis.call("LLEN", ARGV[3] .. priority .. "}")

@@ -54,9 +54,10 @@ def schedule_entry(
     return Scheduled(sort_key, member.encode())
 
 
-def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[bytes]:
-    """fetch.lua as worker "w1" (consumer "tok") calls it with the flow keys, on the server
-    clock estimate ``clock_ms``: the ids taken (through lanes the reply ends with "held")."""
+def fetch_flow(lua: Lua, keys: QueueKeys, count: int, clock_ms: int, token: str = "") -> tuple[list[bytes], str]:
+    """fetch.lua as worker "w1" (consumer ``token``, "" by default) calls it with the flow
+    keys, on the server clock estimate ``clock_ms``: the ids taken and the reply's trailing
+    status ("" without one; "held", "wait:<ms>" or both)."""
     reply = lua("fetch")(
         keys=[
             keys.ready,
@@ -68,11 +69,27 @@ def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[byte
             keys.fetched,
             *keys.flow_keys,
         ],
-        args=[count, "w1", "", "0", "w1|tok", clock_ms, *keys.flow_affixes],
+        args=[
+            count,
+            "w1",
+            token,
+            "0",
+            f"w1|{token or 'tok'}",
+            clock_ms,
+            *keys.flow_affixes,
+            keys.rate_prefix,
+            keys.wake_prefix,
+        ],
     )
-    if len(reply) % 2:
-        assert reply.pop() == b"held"
-    return [reply[i] for i in range(0, len(reply), 2)]
+    status = reply.pop().decode() if len(reply) % 2 else ""
+    return [reply[i] for i in range(0, len(reply), 2)], status
+
+
+def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[bytes]:
+    """The ids :func:`fetch_flow` takes (a status, if any, says they hold slots)."""
+    ids, status = fetch_flow(lua, keys, count, clock_ms)
+    assert status in ("", "held")
+    return ids
 
 
 def turn_flow_on(client: redis.Redis, keys: QueueKeys, **fields: Any) -> None:
