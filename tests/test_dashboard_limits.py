@@ -203,7 +203,8 @@ def test_setting_limits_asks_first_then_writes_them(broker: RedissonBroker, clie
     assert question(ask) == (
         "Set the limits of queue default to at most 8 running at once, 1 per group, no rate limit (now no "
         "concurrency limit, no group limit, no rate limit)? It applies to every worker at once: a raised or "
-        "removed limit at once, a lowered one at their next fetches. The messages running now finish; 0 of its messages hold a slot now."
+        "removed limit at once, a lowered one at their next fetches. The messages running now finish; "
+        "0 of its messages hold a slot now."
     )
     assert ">Yes, set limits</button>" in ask.text
     # And nothing is written yet
@@ -241,8 +242,8 @@ def test_clearing_limits_asks_first_then_removes_them(broker: RedissonBroker, cl
     assert ask.status == 200
     assert question(ask) == (
         "Clear the limits of queue default (now at most 4 running at once, 2 per group, no rate limit)? "
-        "It applies to every worker at once: any of its waiting messages may start, in every group; priorities and fair share "
-        "between groups still apply. The messages running now finish."
+        "It applies to every worker at once: any of its waiting messages may start, in every group; "
+        "priorities and fair share between groups still apply. The messages running now finish."
     )
     assert ">Yes, clear limits</button>" in ask.text
     assert limits_of(broker) == {"concurrency": 4, "group_concurrency": 2}
