@@ -36,6 +36,35 @@ def declare(broker: Any, queue: str = QUEUE, record: Any = None) -> Any:
     return decorate(bench_record, broker=broker, queue_name=queue, actor_name=name, max_retries=0)
 
 
+#: Runs of the rate-limited actor that Dramatiq's rate limiter turned away (each burns a
+#: retry): counted here, beside the records of the runs it let through.
+REFUSED_KEY = "bench:refused"
+
+
+def declare_rate_limited(broker: Any, limit: int, window_s: int, record: Any = None) -> Any:
+    """``bench_record`` as a Dramatiq user limits its rate on the built-in broker today:
+    the body runs inside a ``WindowRateLimiter`` (``limit`` per ``window_s`` s, on Redis),
+    which raises ``RateLimitExceeded`` when the window is spent; Dramatiq's ``Retries``
+    then retries the message with its default back-off. A refusal is counted in
+    ``REFUSED_KEY``; a run let through records as ``bench_record`` does."""
+    from dramatiq.errors import RateLimitExceeded
+    from dramatiq.rate_limits import WindowRateLimiter
+    from dramatiq.rate_limits.backends import RedisBackend
+
+    client = broker.client if record is None else record
+    limiter = WindowRateLimiter(RedisBackend(client=broker.client), "bench-rate", limit=limit, window=window_s)
+
+    def bench_record(seq: int) -> None:
+        with limiter.acquire(raise_on_failure=False) as acquired:
+            if not acquired:
+                client.incr(REFUSED_KEY)
+                raise RateLimitExceeded("rate limit exceeded")  # as acquire() raises it, counted
+            client.eval(RECORD_LUA, 1, REC_KEY, seq, os.getpid())
+
+    decorate: Any = dramatiq.actor
+    return decorate(bench_record, broker=broker, queue_name=QUEUE, actor_name="bench_record")
+
+
 #: The list the periodic scenario's tick actor records its runs on: "name tick sec usec pid".
 TICK_KEY = "bench:ticks"
 

@@ -28,7 +28,9 @@ def worker_main(
     queues to consume, one recording actor each; default the bench queue),
     ``record_url`` (the server the records go to; default the broker's) and ``periodic``
     (``(name, every seconds)`` pairs: a periodic actor on the bench queue with these
-    schedules, see ``_actor.declare_periodic``). Reports (pid,
+    schedules, see ``_actor.declare_periodic``) and ``rate_limited`` (``(limit, window
+    s)``: the bench actor inside Dramatiq's ``WindowRateLimiter``, see
+    ``_actor.declare_rate_limited``). Reports (pid,
     the file ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
     import redis
     from dramatiq import Worker
@@ -41,8 +43,13 @@ def worker_main(
     opts = options or {}
     broker = make_broker(kind, url, **opts.get("broker", {}))
     record = redis.Redis.from_url(opts["record_url"]) if opts.get("record_url") else None
-    for queue in opts.get("queues") or [QUEUE]:
-        declare(broker, queue, record)
+    if opts.get("rate_limited"):
+        from ._actor import declare_rate_limited
+
+        declare_rate_limited(broker, *opts["rate_limited"], record)
+    else:
+        for queue in opts.get("queues") or [QUEUE]:
+            declare(broker, queue, record)
     if opts.get("periodic"):
         from ._actor import declare_periodic
 

@@ -64,6 +64,7 @@ SIZES: dict[str, dict[str, Any]] = {
             "queued_high": 20_000,
             "fetches": 1_000,
         },
+        "rate_limit": {"n": 60, "rate": 20, "per_ms": 1000, "timeout": 20},
         "backlog": {"levels": [2_000], "due": 200, "delay": 1000, "window": 5, "timeout": 30, "ref_budget": 2},
         "memory": {"levels": [0, 2_000], "settle": 0.5},
         "offer": {"one": 300, "bulk": 2_000, "repeat": 1},
@@ -134,6 +135,7 @@ SIZES: dict[str, dict[str, Any]] = {
             "queued_high": 100_000,
             "fetches": 3_000,
         },
+        "rate_limit": {"n": 300, "rate": 50, "per_ms": 1000, "timeout": 40},
         "backlog": {
             "levels": [0, 10_000, 100_000],
             "due": 2_000,
@@ -218,6 +220,7 @@ SIZES: dict[str, dict[str, Any]] = {
             "queued_high": 1_000_000,
             "fetches": 5_000,
         },
+        "rate_limit": {"n": 1000, "rate": 100, "per_ms": 1000, "timeout": 60},
         "backlog": {
             "levels": [0, 100_000, 1_000_000],
             "due": 10_000,

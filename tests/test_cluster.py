@@ -381,6 +381,53 @@ def test_a_batch_sent_while_its_slot_migrates_is_scheduled_once(
     assert {m.message_id for m in sent} <= {m.message_id for _, m in queue.read_all()}
 
 
+def test_priorities_groups_and_limits_on_a_cluster(cluster: Cluster) -> None:
+    """Flow control on queues of every master: each queue's lanes, rings, limits and rate
+    logs are in its slot (its scripts would be refused otherwise), the priority runs first,
+    a group over its rate waits while another group runs, and every slot comes back."""
+    from .test_rates import FetchTimes
+
+    broker = RedissonBroker(
+        client=cluster.client(), middleware=[m() for m in default_middleware], max_priority=9
+    )
+    broker.client.flushall()
+    broker.add_middleware(FetchTimes(broker.client))
+    names = queues_on_every_master(cluster, broker, per_master=1)
+    actors = {}
+    for name in names:
+        actors[name] = dramatiq.actor(lambda i: None, broker=broker, queue_name=name, actor_name=f"job_{name}")
+        broker.declare_queue(name)
+        broker.pause(name)  # everything queued first, then taken in flow order
+        broker.limits.set(name, concurrency=2, group_concurrency=1, group_rate=2, per_ms=1000)
+        for i in range(4):
+            actors[name].send_with_options(args=(i,), group_key="a")
+        actors[name].send_with_options(args=(10,), group_key="b")
+        actors[name].send_with_options(args=(99,), broker_priority=9)
+    assert broker.stats(names[0])["queues"][names[0]]["ready_by_priority"] == {9: 1, 0: 5}
+    worker = Worker(broker, worker_timeout=100, worker_threads=2)
+    worker.start()
+    try:
+        for name in names:
+            broker.resume(name)
+        assert wait_for(lambda: len(records(broker.client)) == 6 * len(names), timeout=30)
+        broker.join(names[0], timeout=10_000)
+    finally:
+        worker.stop()
+    runs = records(broker.client)
+    for name in names:
+        mine = {r["i"]: r for r in runs if r["queue"] == name}
+        assert sorted(mine) == [0, 1, 2, 3, 10, 99]
+        fetched = {i: r["fetched_ms"] for i, r in mine.items()}
+        assert fetched[99] == min(fetched.values())  # priority 9 in the first fetch
+        a = [fetched[i] for i in range(4)]
+        assert a == sorted(a)  # one at a time, in order
+        assert a[2] - a[0] >= 1000 - 20 and a[3] - a[1] >= 1000 - 20  # 2 per 1000 ms
+        assert fetched[10] <= a[2]  # group b did not wait for a's rate
+        now = broker.limits.get(name)
+        assert (now["in_use"], now["groups_in_use"], now["lanes_blocked"], now["lanes_deferred"]) == (0, 0, 0, 0)
+    broker.close()
+
+
 def test_the_cli_operates_a_cluster(cluster: Cluster, cluster_broker: RedissonBroker) -> None:
     """``dramatiq-redisson --url <node> --cluster``: stats over queues on several
     masters, list and remove on the cluster layout."""

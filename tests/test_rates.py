@@ -41,6 +41,7 @@ class FetchTimes(Middleware):
         record(
             self.client,
             i=message.args[0],
+            queue=message.queue_name,
             group=message.options.get("group_key"),
             fetched_ms=int(fetched.split(b"|", 1)[0]) if fetched else None,
             retries=message.options.get("retries", 0),

@@ -300,6 +300,50 @@ def test_a_paused_queue_stays_paused_through_a_failover_and_its_history_is_kept(
             broker.close()
 
 
+def test_limits_and_lanes_survive_a_failover() -> None:
+    """Limits, priorities and groups are replicated data: after the primary is killed and
+    a replica promoted, the limits read the same, the queued messages are still in their
+    lanes, and a Worker runs them by priority, one at a time per group, with every slot
+    given back."""
+    ran: list[tuple[str, int]] = []
+    with Sentinel(replicas=1, sentinels=3) as setup:
+        broker = RedissonBroker(client=setup.client(), wait_for_replicas=1, max_priority=5)
+
+        @dramatiq.actor(broker=broker, queue_name="live", max_retries=0)
+        def job(group: str, i: int) -> None:
+            ran.append((group, i))
+
+        broker.declare_queue("live")
+        broker.pause("live")
+        limits = broker.limits.set("live", concurrency=2, group_concurrency=1, rate=50, per_ms=1000)
+        for i in range(3):
+            job.send_with_options(args=("a", i), group_key="a")
+            job.send_with_options(args=("b", i), group_key="b")
+        job.send_with_options(args=("urgent", 0), broker_priority=5)
+        setup.kill_primary()
+        setup.wait_for_failover()
+        assert wait_for(lambda: _limits(broker) == limits, timeout=20)
+        assert broker.stats("live")["queues"]["live"]["ready_by_priority"] == {5: 1, 0: 6}
+        worker = Worker(broker, worker_timeout=100, worker_threads=1)
+        worker.start()
+        try:
+            assert wait_for(lambda: _resumed(broker), timeout=10)
+            assert wait_for(lambda: len(ran) == 7, timeout=15)
+        finally:
+            worker.stop()
+        assert ran[0] == ("urgent", 0)
+        assert [i for g, i in ran if g == "a"] == [0, 1, 2] and [i for g, i in ran if g == "b"] == [0, 1, 2]
+        assert wait_for(lambda: broker.limits.get("live")["in_use"] == 0)
+        broker.close()
+
+
+def _limits(broker: RedissonBroker) -> Any:
+    try:
+        return broker.limits.get("live")
+    except (redis.ConnectionError, NotReplicated):
+        return None
+
+
 def _resumed(broker: RedissonBroker) -> bool:
     """Resume (retried through the failover's lost connections)."""
     try:

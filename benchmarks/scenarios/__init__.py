@@ -13,7 +13,7 @@ from .backlog import backlog_cost
 from .burst import burst
 from .cluster import cluster
 from .fleet import fleet
-from .flow import fair_share, flow_cost, priority
+from .flow import fair_share, flow_cost, priority, rate_limit
 from .head_of_line import head_of_line
 from .idle import idle_pickup
 from .lateness import immediate_paced, lateness, lateness_paced, script_profile
@@ -32,6 +32,7 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "fair-share": fair_share,
     "priority": priority,
     "flow-cost": flow_cost,
+    "rate-limit": rate_limit,
     "backlog": backlog_cost,
     "memory": memory,
     "offer": offer_throughput,

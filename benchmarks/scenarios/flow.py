@@ -383,3 +383,121 @@ def flow_cost(ctx: Ctx) -> dict[str, Any]:
             }
         )
     return {"data": data, "rows": rows, "targets": targets}
+
+
+def _max_in_window(starts: Sequence[float], window_ms: float) -> int:
+    """The most starts in any window of ``window_ms`` (a start at t counts until t + window)."""
+    ordered, most, first = sorted(starts), 0, 0
+    for last, t in enumerate(ordered):
+        while ordered[first] <= t - window_ms:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def _rate_run(ctx: Ctx, kind: str, p: dict[str, Any]) -> dict[str, Any]:
+    """``p["n"]`` messages queued at once, run under a rate of ``p["rate"]`` per
+    ``p["per_ms"]``: on our broker by ``broker.limits`` (the fetch waits), on the built-in
+    one by Dramatiq's ``WindowRateLimiter`` in the actor (a refused run raises and is
+    retried with Dramatiq's default back-off)."""
+    from .._actor import REFUSED_KEY
+
+    ctx.server.flush()
+    rate, per_ms, n = p["rate"], p["per_ms"], p["n"]
+    broker = make_broker(kind, ctx.server.url)
+    actor = declare(broker)
+    options: dict[str, Any] | None = None
+    if kind == "builtin":
+        options = {"rate_limited": (rate, per_ms // 1000)}
+    else:
+        broker.declare_queue(QUEUE)
+        broker.limits.set(QUEUE, rate=rate, per_ms=per_ms)
+    seqs = list(range(n))
+    _fill(broker, kind, actor, seqs, {})
+    workers = Workers(kind, ctx.server.url, ctx.p["procs"], ctx.p["threads"], options=options)
+    t0 = ctx.server.now_ms()
+    with workers as w:
+        complete = wait_records(ctx.r, seqs, time.monotonic() + p["timeout"], grace_s=0.2, check=w.check)
+    ctx.check_crash("rate-limit", kind, w)
+    records = read_records(ctx.r)
+    refused = int(ctx.r.get(REFUSED_KEY) or 0)
+    dead = ctx.r.zcard(f"dramatiq:{QUEUE}.XQ")
+    broker.close()
+    starts = [start for _, start, _ in records]
+    counts = Counter(seq for seq, _, _ in records)
+    span = (max(starts) - min(starts)) if starts else None
+    # The fastest the rate allows: n starts need ceil(n / rate) - 1 windows after the first.
+    ideal = (-(-n // rate) - 1) * per_ms
+    res = {
+        "ran": len(counts),
+        "expected": n,
+        "complete": complete,
+        "duplicated": sum(c - 1 for c in counts.values()),
+        "max_in_window": _max_in_window(starts, per_ms) if starts else None,
+        "span_ms": round(span) if span is not None else None,
+        "ideal_span_ms": ideal,
+        "first_start_ms": round(min(starts) - t0) if starts else None,
+        "starts_per_s": round(len(starts) / (span / 1000), 1) if span else None,
+        "refused_runs": refused,
+        "dead_lettered": dead,
+    }
+    if kind in PRODUCT_KINDS:
+        ctx.check_delivery("rate-limit", kind, {"lost": n - len(counts), "duplicated": res["duplicated"]})
+    ctx.log(f"rate-limit/{kind}: {res}")
+    return res
+
+
+def rate_limit(ctx: Ctx) -> dict[str, Any]:
+    """``rate-limit``: ``n`` messages queued at once under a rate of ``rate`` per
+    ``per_ms``. Ours: ``broker.limits.set(rate=…, per_ms=…)``, decided in the fetch
+    (messages wait in the queue, no retry burned). Built-in: Dramatiq's
+    ``WindowRateLimiter`` inside the actor, as its docs show, with the default
+    ``Retries``: each refused run raises and burns a retry, and the message comes back
+    after the back-off (15 s and up). Reported: runs let through, the most starts in any
+    window, the span of the starts against the fastest the rate allows, refused runs
+    (retries burned), dead letters, within the same ``timeout``."""
+    p = ctx.p["rate_limit"]
+    data: dict[str, Any] = {"params": p}
+    rows = []
+    kinds = [k for k in ctx.brokers if k != "redisson-lrem"]  # no delays: it would repeat redisson
+    for kind in kinds:
+        res = _rate_run(ctx, kind, p)
+        data[kind] = res
+        label = kind if kind != "builtin" else "builtin (WindowRateLimiter + Retries)"
+        rows.append(
+            {
+                "broker": label,
+                "ran in time": f"{res['ran']}/{res['expected']}",
+                f"most starts in {p['per_ms']} ms (limit {p['rate']})": res["max_in_window"],
+                "span s": _r(res["span_ms"] / 1000 if res["span_ms"] is not None else None, 2),
+                "fastest span s": res["ideal_span_ms"] / 1000,
+                "starts/s": res["starts_per_s"],
+                "retries burned": res["refused_runs"],
+                "dead letters": res["dead_lettered"],
+            }
+        )
+    targets = []
+    ours = data.get("redisson")
+    if ours:
+        # The starts a worker thread makes are a little later than the fetches the rate
+        # counts: a window of starts may hold a few more (the threads' count).
+        slack = ctx.p["procs"] * ctx.p["threads"]
+        targets.append(
+            {
+                "target": "rate-limit: every message ran once, none retried, none dead",
+                "value": f"{ours['ran']}/{ours['expected']}, {ours['refused_runs']} retried",
+                "met": bool(ours["complete"]) and ours["duplicated"] == 0 and ours["dead_lettered"] == 0,
+            }
+        )
+        span, ideal = ours["span_ms"], ours["ideal_span_ms"]
+        targets.append(
+            {
+                "target": "rate-limit: the starts keep to the rate and use it (span <= fastest + one window)",
+                "value": f"{ours['max_in_window']} in a window (+{slack} slack), span {span} vs {ideal} ms",
+                "met": ours["max_in_window"] is not None
+                and ours["max_in_window"] <= p["rate"] + slack
+                and span is not None
+                and ideal - p["per_ms"] <= span <= ideal + p["per_ms"],
+            }
+        )
+    return {"data": data, "rows": rows, "targets": targets}
