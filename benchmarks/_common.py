@@ -64,7 +64,7 @@ SIZES: dict[str, dict[str, Any]] = {
             "queued_high": 20_000,
             "fetches": 1_000,
         },
-        "rate_limit": {"n": 60, "rate": 20, "per_ms": 1000, "timeout": 20},
+        "rate_limit": {"n": 60, "rate": 20, "per_ms": 1000, "timeout": 8},
         "backlog": {"levels": [2_000], "due": 200, "delay": 1000, "window": 5, "timeout": 30, "ref_budget": 2},
         "memory": {"levels": [0, 2_000], "settle": 0.5},
         "offer": {"one": 300, "bulk": 2_000, "repeat": 1},

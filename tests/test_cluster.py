@@ -387,9 +387,7 @@ def test_priorities_groups_and_limits_on_a_cluster(cluster: Cluster) -> None:
     a group over its rate waits while another group runs, and every slot comes back."""
     from .test_rates import FetchTimes
 
-    broker = RedissonBroker(
-        client=cluster.client(), middleware=[m() for m in default_middleware], max_priority=9
-    )
+    broker = RedissonBroker(client=cluster.client(), middleware=[m() for m in default_middleware], max_priority=9)
     broker.client.flushall()
     broker.add_middleware(FetchTimes(broker.client))
     names = queues_on_every_master(cluster, broker, per_master=1)

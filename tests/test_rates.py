@@ -224,3 +224,56 @@ def test_a_bad_rate_or_window_is_refused_and_writes_nothing(
         rated.limits.set("default", **bad)
     assert redis_client.dbsize() == before
     assert rated.limits.get("default")["rate"] is None
+
+
+def test_the_rate_goes_on_when_the_consumer_sleeping_for_it_is_killed(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The one consumer told to sleep until the next start dies (kill -9) before then: no
+    one is told to wake it up, and the other consumers' next fetch after that start (an
+    idle poll at most ``worker_timeout`` later) takes its place."""
+    import os
+    import signal
+
+    from .test_limits import _victim
+
+    survivor_broker = RedissonBroker(url=redis_url)
+    dramatiq.set_broker(survivor_broker)
+
+    @dramatiq.actor(queue_name="limited", max_retries=0)
+    def stamp(i: int) -> None:
+        record(redis_client, i=i)
+
+    survivor_broker.declare_queue("limited")
+    survivor_broker.limits.set("limited", rate=1, per_ms=1500)
+    keys = survivor_broker.keys("limited")
+    victim = _victim(redis_url, hold_s=0)
+    survivor = Worker(survivor_broker, worker_timeout=1000, worker_threads=2)
+    try:
+        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+        for i in range(3):
+            stamp.send(i)
+        # Given the victim ran the first message and sleeps for the next start
+        assert wait_for(lambda: len(records(redis_client)) == 1, timeout=10)
+        assert wait_for(
+            lambda: (redis_client.hget(keys.flow, "rate_waiter") or b"").split(b":")[1:2] == [str(victim.pid).encode()]
+        )
+        # When it is killed, and another worker serves the queue
+        os.kill(victim.pid, signal.SIGKILL)
+        survivor.start()
+        # Then the other two run, still one per 1.5 s
+        assert wait_for(lambda: len(records(redis_client)) == 3, timeout=15)
+    finally:
+        survivor.stop()
+        survivor_broker.flush_all()
+        survivor_broker.close()
+        if victim.poll() is None:
+            victim.kill()
+        victim.wait()
+        redis_client.delete("test:workers-ready")
+    runs = records(redis_client)
+    assert sorted(r["i"] for r in runs) == [0, 1, 2]
+    at = sorted(r["at_ms"] for r in runs)
+    # (the records' times are the runs', a few ms after the fetches the rate counts)
+    assert at[1] - at[0] >= 1500 - 100 and at[2] - at[1] >= 1500 - 100
+    print("gaps after the sleeper's kill:", [b - a for a, b in zip(at, at[1:], strict=False)])
