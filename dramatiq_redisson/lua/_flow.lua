@@ -167,75 +167,96 @@ local function flow_lib()
     -- Rates: at most `rate` starts in any window of `per_ms` ms (server clock), per queue
     -- and per group. A log (LIST) of the start times in the window, newest first, is kept
     -- per queue and per group; it never holds more than the rate (only the newest `rate`
-    -- starts decide anything), and expires a window after its last start.
-    local function live_starts(log, cutoff)
-        -- How many of the log's starts are after `cutoff`, and its length (a binary search:
-        -- O(log n) reads, and one when none left the window).
-        local n = redis.call("LLEN", log)
-        if n == 0 or tonumber(redis.call("LINDEX", log, -1)) > cutoff then
-            return n, n
+    -- starts decide anything), and expires a window after its last start. Made on first
+    -- use too (rate_lib()): a fetch of a queue without rates defines none of it.
+    local rate_made = nil
+    local function rate_lib()
+        if rate_made then
+            return rate_made
         end
-        local lo, hi = 0, n - 1 -- the first index whose start is at or before the cutoff
-        while lo < hi do
-            local mid = math.floor((lo + hi) / 2)
-            if tonumber(redis.call("LINDEX", log, mid)) > cutoff then
-                lo = mid + 1
-            else
-                hi = mid
+        local function live_starts(log, cutoff)
+            -- How many of the log's starts are after `cutoff`, and its length (a binary
+            -- search: O(log n) reads, and one when none left the window).
+            local n = redis.call("LLEN", log)
+            if n == 0 or tonumber(redis.call("LINDEX", log, -1)) > cutoff then
+                return n, n
+            end
+            local lo, hi = 0, n - 1 -- the first index whose start is at or before the cutoff
+            while lo < hi do
+                local mid = math.floor((lo + hi) / 2)
+                if tonumber(redis.call("LINDEX", log, mid)) > cutoff then
+                    lo = mid + 1
+                else
+                    hi = mid
+                end
+            end
+            return lo, n
+        end
+
+        local function prune(log, cutoff)
+            -- Drop the starts that left the window; returns how many are left.
+            local live, n = live_starts(log, cutoff)
+            if live == 0 and n > 0 then
+                redis.call("LTRIM", log, 1, 0) -- (empty: the key goes)
+            elseif live < n then
+                redis.call("LTRIM", log, 0, live - 1)
+            end
+            return live
+        end
+
+        local function log_starts(log, n, now, rate, per_ms)
+            local times = {}
+            for i = 1, math.min(n, rate) do
+                times[i] = now
+            end
+            for i = 1, #times, 1000 do
+                redis.call("LPUSH", log, unpack(times, i, math.min(#times, i + 999)))
+            end
+            redis.call("LTRIM", log, 0, rate - 1)
+            redis.call("PEXPIRE", log, per_ms)
+        end
+
+        local function next_start(log, rate, per_ms, now)
+            -- When the log's `rate`-th newest start leaves the window: the next start allowed.
+            local start = tonumber(redis.call("LINDEX", log, rate - 1))
+            return start and math.max(now, start + per_ms) or now
+        end
+
+        local function set_deferred_at(ctx)
+            -- The flow's `deferred_at`: when the first lane waiting for its group's rate goes.
+            local head = redis.call("ZRANGE", ctx.deferred, 0, 0, "WITHSCORES")
+            if head[1] then
+                redis.call("HSET", ctx.flow, "deferred_at", head[2])
+                return tonumber(head[2])
+            end
+            redis.call("HDEL", ctx.flow, "deferred_at")
+            return nil
+        end
+
+        local function undefer(ctx, lanes)
+            for _, lane in ipairs(lanes) do
+                if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
+                    enlist(ctx, lane)
+                end
+            end
+            if #lanes > 0 then
+                redis.call("ZREM", ctx.deferred, unpack(lanes))
             end
         end
-        return lo, n
+
+        rate_made = {
+            live_starts = live_starts,
+            prune = prune,
+            log_starts = log_starts,
+            next_start = next_start,
+            set_deferred_at = set_deferred_at,
+            undefer = undefer,
+        }
+        return rate_made
     end
 
-    local function prune(log, cutoff)
-        -- Drop the starts that left the window; returns how many are left.
-        local live, n = live_starts(log, cutoff)
-        if live == 0 and n > 0 then
-            redis.call("LTRIM", log, 1, 0) -- (empty: the key goes)
-        elseif live < n then
-            redis.call("LTRIM", log, 0, live - 1)
-        end
-        return live
-    end
-
-    local function log_starts(log, n, now, rate, per_ms)
-        local times = {}
-        for i = 1, math.min(n, rate) do
-            times[i] = now
-        end
-        for i = 1, #times, 1000 do
-            redis.call("LPUSH", log, unpack(times, i, math.min(#times, i + 999)))
-        end
-        redis.call("LTRIM", log, 0, rate - 1)
-        redis.call("PEXPIRE", log, per_ms)
-    end
-
-    local function next_start(log, rate, per_ms, now)
-        -- When the log's `rate`-th newest start leaves the window: the next start allowed.
-        local start = tonumber(redis.call("LINDEX", log, rate - 1))
-        return start and math.max(now, start + per_ms) or now
-    end
-
-    local function set_deferred_at(ctx)
-        -- The flow's `deferred_at`: when the first lane waiting for its group's rate may go.
-        local head = redis.call("ZRANGE", ctx.deferred, 0, 0, "WITHSCORES")
-        if head[1] then
-            redis.call("HSET", ctx.flow, "deferred_at", head[2])
-            return tonumber(head[2])
-        end
-        redis.call("HDEL", ctx.flow, "deferred_at")
-        return nil
-    end
-
-    local function undefer(ctx, lanes)
-        for _, lane in ipairs(lanes) do
-            if redis.call("LLEN", lane_list(ctx, lane)) > 0 then
-                enlist(ctx, lane)
-            end
-        end
-        if #lanes > 0 then
-            redis.call("ZREM", ctx.deferred, unpack(lanes))
-        end
+    local function never()
+        return false
     end
 
     local function flow_take(ctx, count, who)
@@ -248,7 +269,10 @@ local function flow_lib()
         local per_ms = ctx.rate_prefix and tonumber(limits[7])
         local rate = per_ms and tonumber(limits[5])
         local group_rate = per_ms and tonumber(limits[6])
-        local deferred_at, rate_at = tonumber(limits[8]), tonumber(limits[9])
+        local deferred_at = ctx.rate_prefix and tonumber(limits[8])
+        local rate_at = ctx.rate_prefix and tonumber(limits[9])
+        local rated = rate or group_rate or deferred_at or rate_at
+        local R = rated and rate_lib()
         local asked = count
         local now = nil
         local function clock() -- the server's, read once and only when a rate needs it
@@ -263,16 +287,16 @@ local function flow_lib()
         local queue_log, rate_left = nil, math.huge
         if rate then
             queue_log = ctx.rate_prefix .. "q}"
-            rate_left = math.max(0, rate - prune(queue_log, clock() - per_ms))
+            rate_left = math.max(0, rate - R.prune(queue_log, clock() - per_ms))
             count = math.min(count, rate_left)
         end
         -- Lanes whose group may start again: back on their rings (at most 100 a fetch).
         local released = false
-        if deferred_at and ctx.deferred and deferred_at <= clock() then
+        if deferred_at and deferred_at <= clock() then
             local due = redis.call("ZRANGEBYSCORE", ctx.deferred, "-inf", clock(), "LIMIT", 0, 100)
-            undefer(ctx, due)
+            R.undefer(ctx, due)
             released = #due > 0
-            deferred_at = set_deferred_at(ctx)
+            deferred_at = R.set_deferred_at(ctx)
         end
         if count > 0 and not limits[4] and redis.call("LLEN", ctx.ready) > 0 then
             enlist(ctx, PLAIN_LANE) -- plain ids were pushed since its last turn
@@ -288,34 +312,37 @@ local function flow_lib()
             end
             return in_use[group] >= group_limit
         end
-        local group_left, group_taken = {}, {} -- group -> starts its rate allows, starts taken
+        -- A group's rate (only with one set): group -> starts its rate allows, starts taken.
+        local rate_spent, defer, group_left, group_taken = never, nil, {}, {}
+        local deferred_moved = false
         local function group_log(group)
             return ctx.rate_prefix .. "g" .. group .. "}"
         end
-        local function rate_spent(group)
-            if not group_rate or group == "" then
-                return false
-            end
-            if not group_left[group] then
-                group_left[group] = group_rate - prune(group_log(group), clock() - per_ms)
-            end
-            return group_left[group] <= 0
-        end
         local function log_group(group)
             if (group_taken[group] or 0) > 0 then
-                log_starts(group_log(group), group_taken[group], clock(), group_rate, per_ms)
+                R.log_starts(group_log(group), group_taken[group], clock(), group_rate, per_ms)
                 group_taken[group] = 0
             end
         end
-        local deferred_moved = false
-        local function defer(group, lane)
-            -- Off its ring until its group may start again (its starts so far logged first).
-            log_group(group)
-            local at = next_start(group_log(group), group_rate, per_ms, clock())
-            redis.call("ZADD", ctx.deferred, at, lane)
-            if not deferred_at or at < deferred_at then
-                deferred_at = at
-                deferred_moved = true
+        if group_rate then
+            rate_spent = function(group)
+                if group == "" then
+                    return false
+                end
+                if not group_left[group] then
+                    group_left[group] = group_rate - R.prune(group_log(group), clock() - per_ms)
+                end
+                return group_left[group] <= 0
+            end
+            defer = function(group, lane)
+                -- Off its ring until its group may start again (its starts so far logged first).
+                log_group(group)
+                local at = R.next_start(group_log(group), group_rate, per_ms, clock())
+                redis.call("ZADD", ctx.deferred, at, lane)
+                if not deferred_at or at < deferred_at then
+                    deferred_at = at
+                    deferred_moved = true
+                end
             end
         end
         while #ids < count do
@@ -367,14 +394,14 @@ local function flow_lib()
             end
         end
         count_waiting(ctx.flow, waiting)
+        if not rated then
+            return ids, lanes, nil, 0
+        end
         for group in pairs(group_taken) do
             log_group(group)
         end
         if deferred_moved then
             redis.call("HSET", ctx.flow, "deferred_at", deferred_at)
-        end
-        if not rate and not deferred_at and not rate_at and not released then
-            return ids, lanes, nil, 0
         end
         -- Waiting for a rate: the next start allowed (the queue's, or a deferred lane's).
         local more = redis.call("ZCARD", ctx.levels) > 0 or redis.call("LLEN", ctx.ready) > 0
@@ -382,10 +409,10 @@ local function flow_lib()
         if rate then
             rate_left = rate_left - #ids
             if #ids > 0 then
-                log_starts(queue_log, #ids, clock(), rate, per_ms)
+                R.log_starts(queue_log, #ids, clock(), rate, per_ms)
             end
             if rate_left <= 0 and (more or deferred_at) then
-                wait_until = next_start(queue_log, rate, per_ms, clock())
+                wait_until = R.next_start(queue_log, rate, per_ms, clock())
             end
         end
         -- One consumer sleeps until then (rate_at), not every idle one: the fetch it makes
@@ -507,8 +534,8 @@ local function flow_lib()
         end
         redis.call("HDEL", ctx.flow, "blocked", "rate_at", "rate_waiter")
         if ctx.deferred then
-            undefer(ctx, redis.call("ZRANGE", ctx.deferred, 0, -1))
-            set_deferred_at(ctx)
+            rate_lib().undefer(ctx, redis.call("ZRANGE", ctx.deferred, 0, -1))
+            rate_lib().set_deferred_at(ctx)
         end
     end
 
@@ -530,7 +557,9 @@ local function flow_lib()
         release = flow_release,
         unblock_all = flow_unblock_all,
         put_back = flow_put_back,
-        live_starts = live_starts,
+        live_starts = function(log, cutoff)
+            return rate_lib().live_starts(log, cutoff)
+        end,
     }
     return flow_lib_made
 end
