@@ -10,11 +10,13 @@ its messages.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypedDict
+from collections.abc import Mapping
+from typing import Any, Protocol, TypedDict, cast
 
 from dramatiq.common import q_name
 
 from ._keys import QueueKeys
+from ._lanes import MAX_GROUP_LENGTH
 from ._scripts import Scripts
 from ._settings import is_int
 
@@ -65,6 +67,13 @@ MAX_RATE = 1_000_000
 
 #: The longest rate window (ms): 30 days.
 MAX_WINDOW_MS = 30 * 24 * 3600 * 1000
+
+#: The highest group weight: a group of weight w takes up to w messages per turn, so the
+#: other groups of its priority wait for up to that many of its messages.
+MAX_WEIGHT = 1000
+
+#: The most groups with a weight per queue (each is a field of the queue's flow hash).
+MAX_WEIGHTED_GROUPS = 10_000
 
 
 def _limit(name: str, value: int | None, most: int = MAX_LIMIT) -> int | None:
@@ -141,16 +150,58 @@ class Limits:
                 "rate and group_rate need their window, per_ms (and per_ms a rate): "
                 f"got rate={rate!r}, group_rate={group_rate!r}, per_ms={per_ms!r}; nothing was written"
             )
+        keys = self.host.keys(self._known(queue_name))
+        reply = self.host.redisson_scripts.limits(
+            keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
+        )
+        return _info(reply, 0)
+
+    def set_weights(self, queue_name: str, weights: Mapping[str, int] | None) -> dict[str, int]:
+        """Make ``queue_name``'s group weights exactly these (``{group_key: weight}``; a group
+        not named, and every group with ``None`` or ``{}``, has weight 1): within a priority,
+        a group of weight w takes up to w messages per turn of the round-robin, a group of
+        weight 1 one. Live, fleet-wide, stored with the queue; a turn under way starts over.
+        Returns the weights now set.
+
+        Raises:
+          ValueError: a group that is not a non-empty string of at most
+            :data:`~._lanes.MAX_GROUP_LENGTH` characters, a weight that is not an int from
+            1 to :data:`MAX_WEIGHT`, more than :data:`MAX_WEIGHTED_GROUPS` groups, or
+            ``queue_name`` is not a known queue. Nothing is written.
+        """
+        weights = dict(weights or {})
+        if len(weights) > MAX_WEIGHTED_GROUPS:
+            raise ValueError(f"at most {MAX_WEIGHTED_GROUPS:,} groups may have a weight; got {len(weights):,}")
+        pairs: list[str | int] = []
+        for group, weight in weights.items():
+            if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH:
+                raise ValueError(
+                    f"a group must be a non-empty string of at most {MAX_GROUP_LENGTH} characters, got {group!r}"
+                )
+            if not is_int(weight) or not 1 <= weight <= MAX_WEIGHT:
+                raise ValueError(f"the weight of group {group!r} must be an int from 1 to {MAX_WEIGHT}, got {weight!r}")
+            if weight > 1:
+                pairs += [group.encode().hex(), weight]
+        name = self._known(queue_name)
+        self.host.redisson_scripts.limits(self.host.keys(name), "weights", (), pairs)
+        return self.weights(name)
+
+    def weights(self, queue_name: str) -> dict[str, int]:
+        """``queue_name``'s group weights (groups of weight 1 are not listed)."""
+        flow = cast("dict[bytes, bytes]", self.host.client.hgetall(self.host.keys(q_name(queue_name)).flow))
+        out: dict[str, int] = {}
+        for field, value in flow.items():
+            if field.startswith(b"w") and field != b"weights":
+                out[bytes.fromhex(field[1:].decode()).decode()] = int(value)
+        return dict(sorted(out.items()))
+
+    def _known(self, queue_name: str) -> str:
         name = q_name(queue_name)
         known = self.host.known_queues()
         if name not in known:
             listed = ", ".join(known) if known else "none yet"
             raise ValueError(f"{name!r} is not a known queue (known: {listed}); nothing was written")
-        keys = self.host.keys(name)
-        reply = self.host.redisson_scripts.limits(
-            keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
-        )
-        return _info(reply, 0)
+        return name
 
     def get(self, queue_name: str) -> QueueLimits:
         """``queue_name``'s limits and what is in use now (one read; writes nothing)."""

@@ -698,9 +698,12 @@ class Scripts(ScriptRunner):
             client,
         )
 
-    def limits(self, keys: QueueKeys, op: str, values: Sequence[int | None] = ()) -> list[int]:
+    def limits(
+        self, keys: QueueKeys, op: str, values: Sequence[int | None] = (), weights: Sequence[str | int] = ()
+    ) -> list[int]:
         """``op`` "set" (``values``: concurrency, group concurrency, rate, window ms, group
-        rate; None: none), "clear" or "get" a queue's limits (limits.lua). Returns the
+        rate; None: none), "clear" or "get" a queue's limits, or "weights" (``weights``:
+        pairs of a group as hex and its weight) (limits.lua). Returns the
         limits (-1: none), slots and groups in use, the lanes that waited for their group's
         slot, the queue's starts in its rate window and the lanes waiting for their group's
         rate."""
@@ -715,6 +718,7 @@ class Scripts(ScriptRunner):
                     *keys.flow_affixes,
                     keys.wake_prefix,
                     keys.rate_prefix,
+                    *weights,
                 ),
             )
         ]

@@ -423,3 +423,15 @@ def test_a_group_waiting_for_its_rate_is_listed_with_when_it_may_start(
         for message in taken:
             consumer.ack(message)
         consumer.close()
+
+
+def test_the_page_shows_a_queues_group_weights(broker: RedissonBroker, client: Client) -> None:
+    page = client.get("/limits?queue=default")
+    assert "every group weighs 1" in page.text
+    broker.limits.set_weights("default", {"gold": 3, "<b>": 2})
+    page = client.get("/limits?queue=default")
+    weights = re.search(r'<p class="small" id="weights">(.*?)</p>', page.text, re.S)
+    assert weights is not None
+    text = html.unescape(re.sub(r"<[^>]+>", "", weights.group(1)))
+    assert text.endswith(": <b> 2, gold 3; every other group 1.")
+    assert "<b>" not in weights.group(1)  # escaped

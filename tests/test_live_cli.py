@@ -369,3 +369,25 @@ def test_limits_set_show_and_clear_round_trip_and_refuse_bad_values(
     assert broker.limits.get("reports")["group_concurrency"] == 1
     cleared = ok_json(cli("limits", "clear", "reports", "--json"))
     assert (cleared["concurrency"], cleared["group_concurrency"]) == (None, None)
+    # Rates: a rate with its window, shown with the starts in the window
+    rated = ok_text(cli("limits", "set", "reports", "--rate", "100", "--group-rate", "5", "--per-ms", "60000"))
+    assert rated.strip() == (
+        "set 'reports': concurrency none, per group none; rate 100, per group 5, per 60,000 ms; 0 running, "
+        "in 0 groups; 0 groups waiting for a slot, 0 started in the window, 0 groups waiting for their rate"
+    )
+    assert (broker.limits.get("reports")["rate"], broker.limits.get("reports")["per_ms"]) == (100, 60_000)
+    for args in (("--rate", "100"), ("--per-ms", "1000"), ("--rate", "0", "--per-ms", "1000")):
+        result = cli("limits", "set", "reports", *args)
+        assert result.returncode == 2 and result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, args
+    assert broker.limits.get("reports")["rate"] == 100
+    # Group weights: set exactly, shown, cleared
+    weighed = ok_text(cli("limits", "weights", "reports", "gold=3", "a=b=2"))
+    assert weighed.strip() == "'reports': a=b 2, gold 3; every other group 1"
+    assert ok_json(cli("limits", "weights", "reports", "--json")) == {
+        "queue": "reports",
+        "weights": {"a=b": 2, "gold": 3},
+    }
+    for args in (("gold",), ("gold=x",), ("gold=0",), ("gold=2", "--clear")):
+        result = cli("limits", "weights", "reports", *args)
+        assert result.returncode == 2 and result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, args
+    assert ok_text(cli("limits", "weights", "reports", "--clear")).strip() == "'reports': every group weighs 1"

@@ -142,6 +142,47 @@ def test_the_groups_of_one_priority_take_turns(prio_broker: RedissonBroker, redi
     assert [i for i in order if i.startswith("big")] == [f"big-{n}" for n in range(30)]  # FIFO in a group
 
 
+def test_weighted_groups_take_as_many_messages_per_turn_as_their_weight(prio_broker: RedissonBroker) -> None:
+    job = _recorder(prio_broker.client)
+    prio_broker.declare_queue("default")
+    assert prio_broker.limits.set_weights("default", {"gold": 3, "bronze": 1}) == {"gold": 3}
+    assert prio_broker.limits.weights("default") == {"gold": 3}
+    for n in range(12):
+        for group in ("gold", "bronze"):
+            job.send_with_options(args=(f"{group}-{n}",), group_key=group)
+    # One message per fetch (prefetch 1): the order the fetches take them in
+    consumer = prio_broker.consume("default", prefetch=1, timeout=100)
+    taken = []
+    try:
+        while len(taken) < 12:
+            message = next(consumer)
+            if message is not None:
+                taken.append(message.args[0].split("-")[0])
+                consumer.ack(message)
+    finally:
+        consumer.close()
+    assert taken == ["gold"] * 3 + ["bronze"] + ["gold"] * 3 + ["bronze"] + ["gold"] * 3 + ["bronze"]
+    # Weights are replaced as a whole; {} or None: every group weighs 1 again
+    assert prio_broker.limits.set_weights("default", {"bronze": 2}) == {"bronze": 2}
+    assert prio_broker.limits.set_weights("default", None) == {}
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [{"gold": 0}, {"gold": 1001}, {"gold": 2.0}, {"gold": True}, {"": 2}, {"x" * 257: 2}, {7: 2}],
+)
+def test_a_bad_weight_or_group_raises_and_writes_nothing(
+    prio_broker: RedissonBroker, redis_client: redis.Redis, weights: dict[Any, Any]
+) -> None:
+    prio_broker.declare_queue("default")
+    before = redis_client.dbsize()
+    with pytest.raises(ValueError, match="weight|group"):
+        prio_broker.limits.set_weights("default", weights)
+    with pytest.raises(ValueError, match="not a known queue"):
+        prio_broker.limits.set_weights("nowhere", {"gold": 2})
+    assert redis_client.dbsize() == before
+
+
 @pytest.mark.parametrize(
     "options",
     [{"broker_priority": -1}, {"broker_priority": 1.5}, {"broker_priority": True}, {"group_key": ""}, {"group_key": 7}],

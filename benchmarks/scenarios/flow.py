@@ -315,13 +315,23 @@ def priority(ctx: Ctx) -> dict[str, Any]:
     )
 
 
-def _fetch_cost(ctx: Ctx, groups: int, per_group: int, fetches: int, limited: bool) -> dict[str, Any]:
+def _fetch_cost(
+    ctx: Ctx, groups: int, per_group: int, fetches: int, limited: bool, weighted: bool = False
+) -> dict[str, Any]:
     """Server µs per fetched message (EVALSHA time of one-message fetches, one client, no
-    workers) with ``groups`` groups of ``per_group`` ready messages each, through lanes."""
+    workers) with ``groups`` groups of ``per_group`` ready messages each, through lanes;
+    ``limited``: concurrency limits and rates set (none of them binding); ``weighted``:
+    every other group has weight 3."""
     ctx.server.flush()
     broker, actor = ctx.producer("redisson")
     if limited:
-        broker.limits.set(QUEUE, concurrency=10**9, group_concurrency=10**6)
+        broker.declare_queue(QUEUE)
+        broker.limits.set(
+            QUEUE, concurrency=10**9, group_concurrency=10**6, rate=10**6, group_rate=10**6, per_ms=60_000
+        )
+    if weighted:
+        broker.declare_queue(QUEUE)
+        broker.limits.set_weights(QUEUE, {f"g{g}": 3 for g in range(0, min(groups, 10_000), 2)})
     seqs = list(range(groups * per_group))
     chunk = 10_000
     for start in range(0, len(seqs), chunk):
@@ -345,6 +355,7 @@ def _fetch_cost(ctx: Ctx, groups: int, per_group: int, fetches: int, limited: bo
         "groups": groups,
         "queued": len(seqs),
         "limits": limited,
+        "weights": weighted,
         "fetched": taken,
         "server_us_per_fetch": round(float(stats.get("usec_per_call", 0.0)), 1),
         "round_trip_us": round(wall / max(1, fetches) * 1e6, 1),
@@ -354,7 +365,8 @@ def _fetch_cost(ctx: Ctx, groups: int, per_group: int, fetches: int, limited: bo
 def flow_cost(ctx: Ctx) -> dict[str, Any]:
     """``flow-cost``: the fetch through lanes stays flat in the number of groups and of
     queued messages (issue 35: ≤ 1.5× from 1 000 to 100 000 groups, and from 10 000 to
-    1 000 000 queued). Our broker only: the built-in has no groups."""
+    1 000 000 queued), and with limits, rates and weights set. Our broker only: the
+    built-in has no groups."""
     p = ctx.p["flow_cost"]
     data: dict[str, Any] = {"params": p}
     rows = []
@@ -363,15 +375,16 @@ def flow_cost(ctx: Ctx) -> dict[str, Any]:
         ("many groups", p["many_groups"], max(1, p["queued_low"] // p["many_groups"]), False),
         ("many queued", p["few_groups"], max(1, p["queued_high"] // p["few_groups"]), False),
         ("many groups, limits set", p["many_groups"], max(1, p["queued_low"] // p["many_groups"]), True),
+        ("few groups, weights set", p["few_groups"], max(1, p["queued_low"] // p["few_groups"]), False),
     ]
     for label, groups, per_group, limited in plan:
         ctx.log(f"flow-cost/{label}: {groups} groups x {per_group}, {p['fetches']} fetches")
-        res = _fetch_cost(ctx, groups, per_group, p["fetches"], limited)
+        res = _fetch_cost(ctx, groups, per_group, p["fetches"], limited, weighted="weights" in label)
         data[label] = res
         rows.append({"case": label, **res})
     base = data["few groups"]["server_us_per_fetch"] or None
     targets = []
-    for label in ("many groups", "many queued", "many groups, limits set"):
+    for label in ("many groups", "many queued", "many groups, limits set", "few groups, weights set"):
         value = data[label]["server_us_per_fetch"]
         ratio = round(value / base, 2) if base else None
         data[label]["ratio_to_few_groups"] = ratio

@@ -68,6 +68,46 @@ def cmd_limits_clear(ctx: Context) -> int:
     return _report(ctx, "cleared ", ctx.broker.limits.get(ctx.args.queue))
 
 
+def _weight(text: str) -> tuple[str, int]:
+    """``GROUP=WEIGHT`` (the last ``=`` splits: a group name may hold one)."""
+    group, sep, weight = text.rpartition("=")
+    if not sep or not group or not weight.isascii() or not weight.isdigit():
+        raise argparse.ArgumentTypeError(f"expected GROUP=WEIGHT (a whole number), got {text!r}")
+    return group, int(weight)
+
+
+def cmd_limits_weights(ctx: Context) -> int:
+    args = ctx.args
+    if args.pairs and args.clear:
+        raise UsageError("limits weights: give GROUP=WEIGHT pairs or --clear, not both")
+    if args.pairs or args.clear:
+        weights = ctx.broker.limits.set_weights(args.queue, dict(args.pairs))
+    else:
+        weights = ctx.broker.limits.weights(args.queue)
+    if ctx.json_mode:
+        ctx.out.json({"queue": args.queue, "weights": weights})
+    elif weights:
+        ctx.out.line(
+            f"{args.queue!r}: "
+            + ", ".join(f"{group} {weight}" for group, weight in weights.items())
+            + "; every other group 1"
+        )
+    else:
+        ctx.out.line(f"{args.queue!r}: every group weighs 1")
+    return EXIT_OK
+
+
+def _weights_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "pairs",
+        nargs="*",
+        type=_weight,
+        metavar="GROUP=WEIGHT",
+        help="set exactly these weights (a group not named weighs 1); none: show them",
+    )
+    parser.add_argument("--clear", action="store_true", help="every group weighs 1 again")
+
+
 def _set_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency", type=positive_int, metavar="N", help="at most N of the queue's messages run at once"
@@ -94,10 +134,16 @@ LIMITS_SET = Command(
     "set", "set a queue's limits, exactly these (a limit not given: none)", cmd_limits_set, _set_arguments
 )
 LIMITS_CLEAR = Command("clear", "remove a queue's limits (priorities and groups still apply)", cmd_limits_clear)
+LIMITS_WEIGHTS = Command(
+    "weights",
+    "a queue's group weights: a group of weight w takes up to w messages per turn",
+    cmd_limits_weights,
+    _weights_arguments,
+)
 
 LIMITS = Command(
     "limits",
-    "concurrency and rate limits per queue and per group: show, set, clear",
-    actions=(LIMITS_SHOW, LIMITS_SET, LIMITS_CLEAR),
+    "concurrency and rate limits per queue and per group, group weights: show, set, clear, weights",
+    actions=(LIMITS_SHOW, LIMITS_SET, LIMITS_CLEAR, LIMITS_WEIGHTS),
     description="Concurrency and rate limits of a queue, fleet-wide and live.",
 )

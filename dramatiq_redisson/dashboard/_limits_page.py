@@ -34,6 +34,7 @@ def page(dash: Dashboard, request: Request) -> str:
     names = [queue] if queue else sorted(stats["queues"])
     limits = {name: dash.broker.limits.get(name) for name in names}
     waiting = dash.broker.waiting_groups(queue, limit=WAITING_LIMIT) if queue else []
+    weights = dash.broker.limits.weights(queue) if queue else {}
     return dash.render(
         request,
         "limits.html",
@@ -44,6 +45,7 @@ def page(dash: Dashboard, request: Request) -> str:
         limits=limits,
         counts=stats["queues"],
         waiting=waiting,
+        weights=weights,
         max_limit=MAX_LIMIT,
         max_rate=MAX_RATE,
         now=stats["time_ms"],

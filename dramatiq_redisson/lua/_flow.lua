@@ -18,10 +18,16 @@
 -- lane is in ring 0, and "p<priority>" = how
 -- many ids wait in the lanes of that priority but the plain one (whose count is the ready
 -- list's length): stats.lua reads them with a command per priority, whatever the number of
--- groups. A push or a take changes them with one HINCRBY per priority per call.
+-- groups. A push or a take changes them with one HINCRBY per priority per call. It also
+-- holds the limits ("concurrency", "group_concurrency", "rate", "per_ms", "group_rate"),
+-- the slots in use ("inuse", "g<group>", "groups"), the lanes waiting for their group's
+-- slot ("b<group>", "blocked"), the rates' sleeper ("rate_at", "rate_waiter") and first
+-- deferred lane ("deferred_at"), and the group weights ("w<group>", "weights": how many;
+-- "c<lane>": ids left in a weighted lane's turn). <group> is the group name as hex.
 --
 -- Defined at once (cheap, used on plain paths too):
--- flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix): the keys; a lane's
+-- flow_context(ready, flow, levels, lane_of, lane_prefix, ring_prefix, rate_prefix): the
+--   keys (rate_prefix: fetch.lua and limits.lua only); a lane's
 --   list is lane_prefix .. id .. "}", a ring ring_prefix .. priority .. "}", the flag
 --   lane_prefix .. "on}" (the prefixes come from _keys.py in ARGV: they are not keys).
 -- flow_on(ctx): whether the queue's messages go through lanes (EXISTS of its HASH).
@@ -35,7 +41,8 @@
 --   the lanes of one priority in turn, one id per lane per turn (a group's backlog does
 --   not delay another group), within the queue's concurrency limits (a lane whose group is
 --   at its limit leaves its ring until a slot of its group frees).
---   O(1) commands per id taken: no scan of lanes, rings or ids. Within the rate limits
+--   O(1) commands per id taken: no scan of lanes, rings or ids. A group with a weight
+--   w > 1 (field "w<group>", set by limits.lua) takes up to w ids per turn. Within the rate limits
 --   (fetch.lua passes the rate prefix): no more than the queue's rate allows now, and a
 --   lane whose group spent its rate waits off its ring, in the ZSET ctx.deferred, until
 --   its group may start again. `who` names the caller (its consumer token). Returns ids,
@@ -263,7 +270,7 @@ local function flow_lib()
         local ids, lanes, waiting = {}, {}, {}
         local limits = redis.call(
             "HMGET", ctx.flow, "concurrency", "group_concurrency", "inuse", "plain",
-            "rate", "group_rate", "per_ms", "deferred_at", "rate_at", "rate_waiter"
+            "rate", "group_rate", "per_ms", "deferred_at", "rate_at", "rate_waiter", "weights"
         )
         local limit, group_limit = tonumber(limits[1]), tonumber(limits[2])
         local per_ms = ctx.rate_prefix and tonumber(limits[7])
@@ -312,6 +319,35 @@ local function flow_lib()
             end
             return in_use[group] >= group_limit
         end
+        -- Weighted turns (only with weights set): a lane of a group of weight w takes up to
+        -- w ids per turn (it stays at its ring's head, "c<lane>" = ids left in its turn).
+        local weighted, weights = tonumber(limits[11] or 0) > 0, {}
+        local function weight_of(group)
+            if not weighted or group == "" then
+                return 1
+            end
+            if not weights[group] then
+                weights[group] = tonumber(redis.call("HGET", ctx.flow, "w" .. group) or 1)
+            end
+            return weights[group]
+        end
+        local function end_turn(group, lane)
+            if weight_of(group) > 1 then
+                redis.call("HDEL", ctx.flow, "c" .. lane)
+            end
+        end
+        local function next_turn(group, lane, ring)
+            local weight = weight_of(group)
+            if weight > 1 then
+                local credit = (tonumber(redis.call("HGET", ctx.flow, "c" .. lane)) or weight) - 1
+                if credit > 0 then
+                    redis.call("HSET", ctx.flow, "c" .. lane, credit)
+                    return redis.call("LPUSH", ring, lane) -- the rest of its turn
+                end
+                redis.call("HDEL", ctx.flow, "c" .. lane)
+            end
+            return redis.call("RPUSH", ring, lane) -- its next turn
+        end
         -- A group's rate (only with one set): group -> starts its rate allows, starts taken.
         local rate_spent, defer, group_left, group_taken = never, nil, {}, {}
         local deferred_moved = false
@@ -356,8 +392,10 @@ local function flow_lib()
             if lane then
                 local group = lane_group(lane)
                 if at_limit(group) then
+                    end_turn(group, lane)
                     block(ctx, group, lane) -- back on its ring when a slot of its group frees
                 elseif rate_spent(group) then
+                    end_turn(group, lane)
                     defer(group, lane) -- back on its ring when its group may start again
                 else
                     local list = lane_list(ctx, lane)
@@ -375,14 +413,18 @@ local function flow_lib()
                         end
                         if redis.call("LLEN", list) > 0 then
                             if at_limit(group) then
+                                end_turn(group, lane)
                                 block(ctx, group, lane)
                             elseif rate_spent(group) then
+                                end_turn(group, lane)
                                 defer(group, lane)
                             else
-                                left = redis.call("RPUSH", ring, lane) -- its next turn
+                                left = next_turn(group, lane, ring)
                             end
                         elseif lane == PLAIN_LANE then
                             redis.call("HDEL", ctx.flow, "plain") -- off the ring until it has ids
+                        else
+                            end_turn(group, lane)
                         end
                     elseif lane == PLAIN_LANE then
                         redis.call("HDEL", ctx.flow, "plain")

@@ -1,16 +1,18 @@
--- limits: set, clear or read a queue's concurrency and rate limits (flow control).
+-- limits: set, clear or read a queue's concurrency and rate limits, or set its group
+-- weights (flow control).
 --
 -- KEYS[1]  HASH  redisson_delay_queue_flow:{N}     the limits, slots in use and blocked lanes
 -- KEYS[2]  LIST  <ns>:<queue>                      ready queue (the plain lane)
 -- KEYS[3]  ZSET  redisson_delay_queue_levels:{N}   priorities with lanes in their ring
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> free slots
 --
--- ARGV[1]  "set", "clear" or "get"
+-- ARGV[1]  "set", "clear", "get" or "weights"
 -- ARGV[2..6] with "set": the queue's concurrency limit, each group's concurrency limit,
 --          the queue's rate, the rate window (ms), each group's rate; "" for none
 -- ARGV[7]  the lanes' key prefix, ARGV[8] the rings', ARGV[9] the wake channels', ARGV[10]
 --          the rate logs' (the queue's start log is ARGV[10] .. "q}", the lanes waiting
 --          for their group's rate ARGV[10] .. "deferred}"; see _flow.lua)
+-- ARGV[11..] with "weights": pairs of a group (as hex) and its weight (an int > 1)
 --
 -- "set" turns the queue's flow on (its messages go through lanes from now on; the ready
 -- list's ids join ring 0) and writes the limits given ("" removes one). "clear" removes
@@ -19,7 +21,8 @@
 -- limit takes effect at once; a lowered one takes effect at the next fetches (running
 -- messages finish; starts already in a window count against a lowered rate). Values are
 -- checked by the caller (positive ints, a rate with its window); this script writes what
--- it is given. "get" writes nothing.
+-- it is given. "get" writes nothing. "weights" turns the flow on and makes the group
+-- weights exactly those given (a group not given: weight 1); turns under way start over.
 --
 -- Returns: {queue limit or -1, group limit or -1, slots in use, groups with slots in use,
 --           lanes waiting for their group's slot (before this call, for "set"/"clear"),
@@ -31,7 +34,7 @@
 
 local flow = flow_context(KEYS[2], KEYS[1], KEYS[3], nil, ARGV[7], ARGV[8], ARGV[10])
 local op = ARGV[1]
-if op ~= "set" and op ~= "clear" and op ~= "get" then
+if op ~= "set" and op ~= "clear" and op ~= "get" and op ~= "weights" then
     return redis.error_reply("ERR limits: unknown operation " .. tostring(op))
 end
 local FIELDS = { "concurrency", "group_concurrency", "rate", "per_ms", "group_rate" }
@@ -47,8 +50,29 @@ if op == "set" then
     end
 elseif op == "clear" then
     redis.call("HDEL", KEYS[1], unpack(FIELDS))
+elseif op == "weights" then
+    flow_lib().enable(flow)
+    local old = {}
+    for _, field in ipairs(redis.call("HKEYS", KEYS[1])) do
+        if string.match(field, "^w%x+$") or string.match(field, "^c%d+:%x*$") then
+            old[#old + 1] = field
+        end
+    end
+    for i = 1, #old, 1000 do
+        redis.call("HDEL", KEYS[1], unpack(old, i, math.min(#old, i + 999)))
+    end
+    local count = 0
+    for i = 11, #ARGV, 2 do
+        redis.call("HSET", KEYS[1], "w" .. ARGV[i], ARGV[i + 1])
+        count = count + 1
+    end
+    if count > 0 then
+        redis.call("HSET", KEYS[1], "weights", count)
+    else
+        redis.call("HDEL", KEYS[1], "weights")
+    end
 end
-if op ~= "get" then
+if op == "set" or op == "clear" then
     flow_lib().unblock_all(flow)
     wake(KEYS[4], ARGV[9], redis.call("ZCARD", KEYS[4]) * 1000000)
 end
