@@ -40,11 +40,12 @@ RETRY_DELAY_MS = 1000
 
 BUILTIN = os.environ.get("FAULTS_BROKER", "redisson") == "builtin"
 #: Flow control on (``FAULTS_FLOW=1``): messages in groups and at priorities, under a queue
-#: and a group concurrency limit.
+#: and a group concurrency limit and a group rate (40 starts a second per group: above the
+#: offered rate per group, under the bursts that follow a fault).
 FLOW = os.environ.get("FAULTS_FLOW") == "1"
 FLOW_MAX_PRIORITY = 3
 FLOW_GROUPS = 8
-FLOW_LIMITS = {"concurrency": 6, "group_concurrency": 1}
+FLOW_LIMITS = {"concurrency": 6, "group_concurrency": 1, "group_rate": 40, "per_ms": 1000}
 broker: dramatiq.Broker
 if BUILTIN:
     # Dramatiq's RedisBroker side by side, with the same heartbeat timeout (its

@@ -5,7 +5,7 @@ Sends ``FAULTS_N`` messages at ``FAULTS_RATE`` per second, paced on a fixed sche
 slow send does not shift the later ones): ``FAULTS_IMMEDIATE`` of them immediate, the rest
 delayed uniformly in ``FAULTS_DELAY_MIN_MS``..``FAULTS_DELAY_MAX_MS``; ``FAULTS_FAIL``
 of all fail once. The plan comes from ``FAULTS_SEED``. With ``FAULTS_FLOW=1`` it first
-sets the queue's concurrency limits (``fault_app.FLOW_LIMITS``) and sends each message in
+sets the queue's limits (``fault_app.FLOW_LIMITS``) and sends each message in
 one of ``FLOW_GROUPS`` groups at a priority, in turn.
 
 Before each send it records ``sent`` (record-server clock, delay, fail flag), so the

@@ -366,7 +366,7 @@ def run_scenario(
             },
         )
         if flow:
-            notes["flow"] = "8 groups, priorities 0-3, concurrency 6, 1 per group"
+            notes["flow"] = "8 groups, priorities 0-3, concurrency 6, 1 per group, 40/s per group"
         exits: list[int] = []
 
         def on_exit(command: WorkerCommand, code: int) -> None:
