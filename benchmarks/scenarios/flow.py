@@ -398,6 +398,11 @@ def flow_cost(ctx: Ctx) -> dict[str, Any]:
     return {"data": data, "rows": rows, "targets": targets}
 
 
+#: How much sooner than the rate window the ``rate-limit`` check's window of actor starts
+#: ends (ms): see ``max_in_shorter_window``.
+SPREAD_MS = 100
+
+
 def _max_in_window(starts: Sequence[float], window_ms: float) -> int:
     """The most starts in any window of ``window_ms`` (a start at t counts until t + window)."""
     ordered, most, first = sorted(starts), 0, 0
@@ -447,6 +452,10 @@ def _rate_run(ctx: Ctx, kind: str, p: dict[str, Any]) -> dict[str, Any]:
         "complete": complete,
         "duplicated": sum(c - 1 for c in counts.values()),
         "max_in_window": _max_in_window(starts, per_ms) if starts else None,
+        # A fetched message starts a few ms after its fetch (the thread hand-off): a window
+        # of actor starts at a window's boundary can catch the tail of one fetch's batch
+        # and the next. 100 ms shorter leaves that spread out.
+        "max_in_shorter_window": _max_in_window(starts, per_ms - SPREAD_MS) if starts else None,
         "span_ms": round(span) if span is not None else None,
         "ideal_span_ms": ideal,
         "first_start_ms": round(min(starts) - t0) if starts else None,
@@ -482,6 +491,7 @@ def rate_limit(ctx: Ctx) -> dict[str, Any]:
                 "broker": label,
                 "ran in time": f"{res['ran']}/{res['expected']}",
                 f"most starts in {p['per_ms']} ms (limit {p['rate']})": res["max_in_window"],
+                f"most starts in {p['per_ms'] - SPREAD_MS} ms": res["max_in_shorter_window"],
                 "span s": _r(res["span_ms"] / 1000 if res["span_ms"] is not None else None, 2),
                 "fastest span s": res["ideal_span_ms"] / 1000,
                 "starts/s": res["starts_per_s"],
@@ -492,9 +502,6 @@ def rate_limit(ctx: Ctx) -> dict[str, Any]:
     targets = []
     ours = data.get("redisson")
     if ours:
-        # The starts a worker thread makes are a little later than the fetches the rate
-        # counts: a window of starts may hold a few more (the threads' count).
-        slack = ctx.p["procs"] * ctx.p["threads"]
         targets.append(
             {
                 "target": "rate-limit: every message ran once, none retried, none dead",
@@ -505,10 +512,13 @@ def rate_limit(ctx: Ctx) -> dict[str, Any]:
         span, ideal = ours["span_ms"], ours["ideal_span_ms"]
         targets.append(
             {
-                "target": "rate-limit: the starts keep to the rate and use it (span <= fastest + one window)",
-                "value": f"{ours['max_in_window']} in a window (+{slack} slack), span {span} vs {ideal} ms",
-                "met": ours["max_in_window"] is not None
-                and ours["max_in_window"] <= p["rate"] + slack
+                "target": (
+                    f"rate-limit: at most the rate in any {p['per_ms'] - SPREAD_MS} ms of actor starts "
+                    "(the fetches it counts: tests/test_rates.py), and the rate used (span <= fastest + one window)"
+                ),
+                "value": f"{ours['max_in_shorter_window']} (limit {p['rate']}), span {span} vs {ideal} ms",
+                "met": ours["max_in_shorter_window"] is not None
+                and ours["max_in_shorter_window"] <= p["rate"]
                 and span is not None
                 and ideal - p["per_ms"] <= span <= ideal + p["per_ms"],
             }
