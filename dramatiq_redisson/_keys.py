@@ -407,8 +407,8 @@ class QueueKeys:
 
     def rate_log(self, group: str | None = None) -> str:
         """A LIST of the start times (server clock, epoch ms, newest first) within the
-        rate window: the queue's, or one group's (``group``: the group name). Expires a
-        window after its last start."""
+        rate window: the queue's, or one group's (``group``: the group name; it expires a
+        window after the group's last start). Never longer than the rate."""
         return f"{self.rate_prefix}{'q' if group is None else 'g' + group.encode().hex()}}}"
 
     @property

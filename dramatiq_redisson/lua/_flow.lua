@@ -212,15 +212,22 @@ local function flow_lib()
         end
 
         local function log_starts(log, n, now, rate, per_ms)
+            -- `per_ms`: the log expires a window after this start (a group's: groups come
+            -- and go); nil for the queue's, which is one key holding at most `rate` starts.
             local times = {}
             for i = 1, math.min(n, rate) do
                 times[i] = now
             end
+            local length = 0
             for i = 1, #times, 1000 do
-                redis.call("LPUSH", log, unpack(times, i, math.min(#times, i + 999)))
+                length = redis.call("LPUSH", log, unpack(times, i, math.min(#times, i + 999)))
             end
-            redis.call("LTRIM", log, 0, rate - 1)
-            redis.call("PEXPIRE", log, per_ms)
+            if length > rate then
+                redis.call("LTRIM", log, 0, rate - 1)
+            end
+            if per_ms then
+                redis.call("PEXPIRE", log, per_ms)
+            end
         end
 
         local function next_start(log, rate, per_ms, now)
@@ -446,14 +453,20 @@ local function flow_lib()
             redis.call("HSET", ctx.flow, "deferred_at", deferred_at)
         end
         -- Waiting for a rate: the next start allowed (the queue's, or a deferred lane's).
-        local more = redis.call("ZCARD", ctx.levels) > 0 or redis.call("LLEN", ctx.ready) > 0
+        local more_known = nil
+        local function more() -- ready ids in turn (read only when it decides something)
+            if more_known == nil then
+                more_known = redis.call("ZCARD", ctx.levels) > 0 or redis.call("LLEN", ctx.ready) > 0
+            end
+            return more_known
+        end
         local wait_until = deferred_at
         if rate then
             rate_left = rate_left - #ids
             if #ids > 0 then
-                R.log_starts(queue_log, #ids, clock(), rate, per_ms)
+                R.log_starts(queue_log, #ids, clock(), rate, nil)
             end
-            if rate_left <= 0 and (more or deferred_at) then
+            if rate_left <= 0 and (deferred_at or more()) then
                 wait_until = R.next_start(queue_log, rate, per_ms, clock())
             end
         end
@@ -463,13 +476,15 @@ local function flow_lib()
         local waiter_due = rate_at and rate_at <= clock()
         local sleeper = who and who ~= "" and limits[10] == who -- it asks again before its time
         if wait_until and #ids < asked and (not rate_at or waiter_due or wait_until < rate_at or sleeper) then
-            redis.call("HSET", ctx.flow, "rate_at", wait_until, "rate_waiter", who or "")
+            if wait_until ~= rate_at or not sleeper then
+                redis.call("HSET", ctx.flow, "rate_at", wait_until, "rate_waiter", who or "")
+            end
             wait_ms = math.max(1, wait_until - clock())
         elseif waiter_due then
             redis.call("HDEL", ctx.flow, "rate_at", "rate_waiter")
         end
         local wake_slots = 0
-        if (waiter_due or released) and more and #ids == asked then
+        if (waiter_due or released) and #ids == asked and more() then
             wake_slots = math.min(rate_left, conc_left - #ids, 1000000)
         end
         return ids, lanes, wait_ms, wake_slots
