@@ -278,6 +278,16 @@ def test_wsgi_app_serves_ready_messages_per_priority_and_the_lanes_waiting(
     assert value(limited, "dramatiq_redisson_concurrency_limit", queue_name="plain", scope="queue") is None
     for name in ("slots_in_use", "groups_in_use", "lanes_blocked"):
         assert value(limited, f"dramatiq_redisson_{name}", queue_name="laned") == 0.0
+    # and the rate limits, where one is set, with the starts in the window
+    assert [n for n, _ in limited if n == "dramatiq_redisson_rate_limit"] == []
+    broker.limits.set("laned", rate=50, group_rate=5, per_ms=2000)
+    rated = call_wsgi(m.make_wsgi_app(broker))
+    assert value(rated, "dramatiq_redisson_rate_limit", queue_name="laned", scope="queue") == 50.0
+    assert value(rated, "dramatiq_redisson_rate_limit", queue_name="laned", scope="group") == 5.0
+    assert value(rated, "dramatiq_redisson_rate_window_seconds", queue_name="laned") == 2.0
+    assert value(rated, "dramatiq_redisson_rate_started", queue_name="laned") == 0.0
+    assert value(rated, "dramatiq_redisson_lanes_deferred", queue_name="laned") == 0.0
+    assert value(rated, "dramatiq_redisson_rate_started", queue_name="plain") is None
 
 
 def test_wsgi_app_reports_a_failed_read_instead_of_failing(make_broker: Callable[..., Any]) -> None:
