@@ -20,6 +20,14 @@ FLOW_OPTIONS = frozenset({"broker_priority", "group_key"})
 MAX_GROUP_LENGTH = 256
 
 
+def check_group(group: Any, what: str = "group_key") -> str:
+    """``group`` if it can name a group (a lane's key holds it as hex), else ValueError
+    (``what``: how the message calls it)."""
+    if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH:
+        raise ValueError(f"{what} must be a non-empty string of at most {MAX_GROUP_LENGTH} characters, got {group!r}")
+    return group
+
+
 def message_lane(options: Mapping[str, Any], defaults: Mapping[str, Any], max_priority: int) -> str:
     """The lane of a message with ``options``, its actor's options being ``defaults``.
 
@@ -34,10 +42,8 @@ def message_lane(options: Mapping[str, Any], defaults: Mapping[str, Any], max_pr
         priority = 0
     elif not is_int(priority) or priority < 0:
         raise ValueError(f"broker_priority must be a non-negative int, got {priority!r}")
-    if group is not None and (not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH):
-        raise ValueError(
-            f"group_key must be a non-empty string of at most {MAX_GROUP_LENGTH} characters, got {group!r}"
-        )
+    if group is not None:
+        check_group(group)
     priority = min(priority, max_priority)  # above max_priority counts as it (RabbitMQ's rule)
     if not priority and group is None:
         return PLAIN_LANE

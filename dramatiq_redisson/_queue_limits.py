@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypedDict, cast
 from dramatiq.common import q_name
 
 from ._keys import QueueKeys
-from ._lanes import MAX_GROUP_LENGTH
+from ._lanes import check_group
 from ._scripts import Scripts
 from ._settings import is_int
 
@@ -82,6 +82,15 @@ def _limit(name: str, value: int | None, most: int = MAX_LIMIT) -> int | None:
     return value
 
 
+def check_window(rate: int | None, group_rate: int | None, per_ms: int | None) -> None:
+    """A rate needs its window, and a window a rate: else ValueError."""
+    if (rate is not None or group_rate is not None) != (per_ms is not None):
+        raise ValueError(
+            "rate and group_rate need their window, per_ms (and per_ms a rate): "
+            f"got rate={rate!r}, group_rate={group_rate!r}, per_ms={per_ms!r}; nothing was written"
+        )
+
+
 def _none(value: int) -> int | None:
     return None if value < 0 else value
 
@@ -145,11 +154,7 @@ class Limits:
         rate = _limit("rate", rate, MAX_RATE)
         group_rate = _limit("group_rate", group_rate, MAX_RATE)
         per_ms = _limit("per_ms", per_ms, MAX_WINDOW_MS)
-        if (rate is not None or group_rate is not None) != (per_ms is not None):
-            raise ValueError(
-                "rate and group_rate need their window, per_ms (and per_ms a rate): "
-                f"got rate={rate!r}, group_rate={group_rate!r}, per_ms={per_ms!r}; nothing was written"
-            )
+        check_window(rate, group_rate, per_ms)
         keys = self.host.keys(self._known(queue_name))
         reply = self.host.redisson_scripts.limits(
             keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
@@ -174,10 +179,7 @@ class Limits:
             raise ValueError(f"at most {MAX_WEIGHTED_GROUPS:,} groups may have a weight; got {len(weights):,}")
         pairs: list[str | int] = []
         for group, weight in weights.items():
-            if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH:
-                raise ValueError(
-                    f"a group must be a non-empty string of at most {MAX_GROUP_LENGTH} characters, got {group!r}"
-                )
+            check_group(group, "a group")
             if not is_int(weight) or not 1 <= weight <= MAX_WEIGHT:
                 raise ValueError(f"the weight of group {group!r} must be an int from 1 to {MAX_WEIGHT}, got {weight!r}")
             if weight > 1:

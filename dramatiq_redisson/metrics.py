@@ -245,12 +245,13 @@ class StatsCollector:
             labels=["queue_name"],
         )
         for name, now in limits.items():
-            for scope, value in (("queue", now["concurrency"]), ("group", now["group_concurrency"])):
-                if value is not None:
-                    limit.add_metric([name, scope], float(value))
-            for scope, value in (("queue", now["rate"]), ("group", now["group_rate"])):
-                if value is not None:
-                    rate.add_metric([name, scope], float(value))
+            for family, per_queue, per_group in (
+                (limit, now["concurrency"], now["group_concurrency"]),
+                (rate, now["rate"], now["group_rate"]),
+            ):
+                for scope, value in (("queue", per_queue), ("group", per_group)):
+                    if value is not None:
+                        family.add_metric([name, scope], float(value))
             if now["per_ms"] is not None:
                 window.add_metric([name], now["per_ms"] / 1000)
             if now["started_in_window"] is not None:

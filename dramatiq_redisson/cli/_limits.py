@@ -57,9 +57,7 @@ def cmd_limits_set(ctx: Context) -> int:
             "limits set: give --concurrency, --group-concurrency, --rate/--group-rate with --per-ms, "
             "or several (no limit: limits clear)"
         )
-    if (args.rate is not None or args.group_rate is not None) != (args.per_ms is not None):
-        raise UsageError("limits set: --rate and --group-rate go with --per-ms, the window (and --per-ms with one)")
-    ctx.broker.limits.set(args.queue, **given)
+    ctx.broker.limits.set(args.queue, **given)  # (a rate without its window: ValueError, exit 2)
     return _report(ctx, "set ", ctx.broker.limits.get(ctx.args.queue))
 
 

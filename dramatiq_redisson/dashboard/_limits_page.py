@@ -9,7 +9,7 @@ import urllib.parse
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from .._queue_limits import MAX_LIMIT, MAX_RATE, MAX_WINDOW_MS, QueueLimits
+from .._queue_limits import MAX_LIMIT, MAX_RATE, MAX_WINDOW_MS, QueueLimits, check_window
 from ._http import REFRESH_CHOICES, HTTPError, Request, refresh_arg
 
 if TYPE_CHECKING:
@@ -72,11 +72,10 @@ def action(dash: Dashboard, request: Request, name: str) -> str:
                 HTTPStatus.BAD_REQUEST,
                 "Give at least one limit (to remove them all, clear the limits).",
             )
-        if (wanted["rate"] is not None or wanted["group_rate"] is not None) != (wanted["per_ms"] is not None):
-            raise HTTPError(
-                HTTPStatus.BAD_REQUEST,
-                "A rate needs its window, and a window a rate: give both, or neither. Nothing was changed.",
-            )
+        try:
+            check_window(wanted["rate"], wanted["group_rate"], wanted["per_ms"])
+        except ValueError as e:
+            raise HTTPError(HTTPStatus.BAD_REQUEST, f"A rate needs its window, and a window a rate: {e}") from None
     page = request.url("limits", queue=queue)
     before = dash.broker.limits.get(queue)
     if request.field("confirmed") != "yes":
