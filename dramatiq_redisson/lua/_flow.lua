@@ -388,6 +388,20 @@ local function flow_lib()
                 end
             end
         end
+        local function held_back(group, lane)
+            -- A lane whose group is at its limit, or spent its rate, leaves its ring (its
+            -- turn ends): back when a slot of its group frees, or when it may start again.
+            if at_limit(group) then
+                end_turn(group, lane)
+                block(ctx, group, lane)
+            elseif rate_spent(group) then
+                end_turn(group, lane)
+                defer(group, lane)
+            else
+                return false
+            end
+            return true
+        end
         while #ids < count do
             local top = redis.call("ZRANGE", ctx.levels, -1, -1)[1] -- the highest priority
             if not top then
@@ -398,13 +412,7 @@ local function flow_lib()
             local left = 0
             if lane then
                 local group = lane_group(lane)
-                if at_limit(group) then
-                    end_turn(group, lane)
-                    block(ctx, group, lane) -- back on its ring when a slot of its group frees
-                elseif rate_spent(group) then
-                    end_turn(group, lane)
-                    defer(group, lane) -- back on its ring when its group may start again
-                else
+                if not held_back(group, lane) then
                     local list = lane_list(ctx, lane)
                     local id = redis.call("LPOP", list)
                     if id then
@@ -419,13 +427,7 @@ local function flow_lib()
                             group_taken[group] = (group_taken[group] or 0) + 1
                         end
                         if redis.call("LLEN", list) > 0 then
-                            if at_limit(group) then
-                                end_turn(group, lane)
-                                block(ctx, group, lane)
-                            elseif rate_spent(group) then
-                                end_turn(group, lane)
-                                defer(group, lane)
-                            else
+                            if not held_back(group, lane) then
                                 left = next_turn(group, lane, ring)
                             end
                         elseif lane == PLAIN_LANE then
