@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +231,33 @@ def _victim(redis_url: str, threads: int = 2, hold_s: float = 60) -> subprocess.
     return subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT)
 
 
+@contextmanager
+def victim_beside(
+    redis_url: str,
+    redis_client: redis.Redis,
+    survivor_broker: RedissonBroker,
+    *,
+    hold_s: float = 60,
+    timeout_ms: int = 100,
+) -> Iterator[tuple[subprocess.Popen[bytes], Worker]]:
+    """A worker process to kill (:func:`_victim`, ready when this yields) and a Worker of
+    ``survivor_broker`` to take over, not started; at exit both stop, and the broker is
+    flushed and closed."""
+    victim = _victim(redis_url, hold_s=hold_s)
+    survivor = Worker(survivor_broker, worker_timeout=timeout_ms, worker_threads=2)
+    try:
+        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+        yield victim, survivor
+    finally:
+        survivor.stop()
+        survivor_broker.flush_all()
+        survivor_broker.close()
+        if victim.poll() is None:
+            victim.kill()
+        victim.wait()
+        redis_client.delete("test:workers-ready")
+
+
 def test_a_killed_worker_holding_a_groups_only_slot_gives_it_back_within_the_liveness_time(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -241,10 +269,7 @@ def test_a_killed_worker_holding_a_groups_only_slot_gives_it_back_within_the_liv
         record(redis_client, i=i)
 
     survivor_broker.limits.set("limited", group_concurrency=1)
-    victim = _victim(redis_url)
-    survivor = Worker(survivor_broker, worker_timeout=100, worker_threads=2)
-    try:
-        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+    with victim_beside(redis_url, redis_client, survivor_broker) as (victim, survivor):
         # Given the victim running the group's first message (its only slot) and the
         # group's second message waiting for it
         for i in (1, 2):
@@ -265,14 +290,6 @@ def test_a_killed_worker_holding_a_groups_only_slot_gives_it_back_within_the_liv
         assert [r["i"] for r in records(redis_client) if not r.get("started")] == [1, 2]
         survivor_broker.join("limited", timeout=10_000)
         assert _idle(survivor_broker, "limited")
-    finally:
-        survivor.stop()
-        survivor_broker.flush_all()
-        survivor_broker.close()
-        if victim.poll() is None:
-            victim.kill()
-        victim.wait()
-        redis_client.delete("test:workers-ready")
 
 
 @pytest.mark.slow

@@ -235,7 +235,7 @@ def test_the_rate_goes_on_when_the_consumer_sleeping_for_it_is_killed(
     import os
     import signal
 
-    from .test_limits import _victim
+    from .test_limits import victim_beside
 
     survivor_broker = RedissonBroker(url=redis_url)
     dramatiq.set_broker(survivor_broker)
@@ -247,10 +247,7 @@ def test_the_rate_goes_on_when_the_consumer_sleeping_for_it_is_killed(
     survivor_broker.declare_queue("limited")
     survivor_broker.limits.set("limited", rate=1, per_ms=1500)
     keys = survivor_broker.keys("limited")
-    victim = _victim(redis_url, hold_s=0)
-    survivor = Worker(survivor_broker, worker_timeout=1000, worker_threads=2)
-    try:
-        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+    with victim_beside(redis_url, redis_client, survivor_broker, hold_s=0, timeout_ms=1000) as (victim, survivor):
         for i in range(3):
             stamp.send(i)
         # Given the victim ran (and acked: else its kill would run it again) the first
@@ -266,14 +263,6 @@ def test_the_rate_goes_on_when_the_consumer_sleeping_for_it_is_killed(
         # Then the other two run, still one per 1.5 s
         assert wait_for(lambda: {r["i"] for r in records(redis_client)} == {0, 1, 2}, timeout=15)
         time.sleep(0.2)  # (a duplicate would show here)
-    finally:
-        survivor.stop()
-        survivor_broker.flush_all()
-        survivor_broker.close()
-        if victim.poll() is None:
-            victim.kill()
-        victim.wait()
-        redis_client.delete("test:workers-ready")
     runs = records(redis_client)
     assert sorted(r["i"] for r in runs) == [0, 1, 2]
     at = sorted(r["at_ms"] for r in runs)
