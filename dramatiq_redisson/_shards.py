@@ -1,0 +1,111 @@
+"""Where the shards of a queue live (issue 36; see docs/sharding-design.md): which hash
+slots a queue spread over several Cluster masters uses.
+
+Shard 0 of queue ``Q`` is the queue itself (its keys carry ``{ns:Q}``, as without shards);
+shard ``j`` > 0 carries ``{ns:Q~j}``. Dramatiq's queue names allow ``[a-zA-Z0-9._-]``
+only, so a shard's name never clashes with a user's queue. The suffixes are chosen once,
+against the cluster's slot map as it is then, and stored (a later slot migration moves a
+shard with its slot, like any key): each new shard goes to the master that holds the
+fewest shards of the queue, on the slot farthest from the queue's other shards.
+Fixed suffixes spread badly: ``Q~1`` … ``Q~5`` beside ``Q`` put 3/1/2 or 4/1/1 shards
+on the three masters of a default split, for common queue names.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from redis.crc import key_slot
+
+#: Between a queue's name and a shard's suffix.
+SHARD_SEPARATOR = "~"
+
+#: The most shards a queue may have.
+MAX_SHARDS = 64
+
+#: How many suffixes the choice looks at (the first ones): with 16 384 slots over a few
+#: masters, each master owns some of them many times over.
+CANDIDATES = 4096
+
+SLOTS = 16384
+
+
+def shard_name(queue_name: str, suffix: int) -> str:
+    """The internal queue name of shard ``suffix`` (0: the queue itself)."""
+    return queue_name if suffix == 0 else f"{queue_name}{SHARD_SEPARATOR}{suffix}"
+
+
+def base_queue(name: str) -> str:
+    """The queue a shard's name belongs to (a queue's own name: itself)."""
+    return name.split(SHARD_SEPARATOR, 1)[0]
+
+
+def shard_slot(namespace: str, queue_name: str, suffix: int) -> int:
+    """The hash slot of a shard's keys (their tag is ``{namespace:shard name}``)."""
+    return int(key_slot(f"{namespace}:{shard_name(queue_name, suffix)}".encode()))
+
+
+def _distance(a: int, b: int) -> int:
+    """Slots between ``a`` and ``b`` around the slot ring."""
+    d = abs(a - b)
+    return min(d, SLOTS - d)
+
+
+def choose_suffixes(
+    namespace: str,
+    queue_name: str,
+    existing: Sequence[int],
+    count: int,
+    owner: Callable[[int], str],
+) -> list[int]:
+    """Suffixes for ``count`` more shards of ``queue_name``, beside its ``existing`` ones
+    (0 is the queue itself, and is always a shard). Each new shard in turn goes to a
+    master (``owner(slot)``: the node that serves a slot) holding the fewest of the queue's
+    shards so far, on the candidate slot farthest from every shard's slot so far; ties go
+    to the smallest suffix, so the choice is the same in every process.
+
+    Raises:
+      ValueError: more than :data:`MAX_SHARDS` shards in all, or no candidate left.
+    """
+    taken = list(dict.fromkeys([0, *existing]))
+    if count < 0 or len(taken) + count > MAX_SHARDS:
+        raise ValueError(f"a queue has 1 to {MAX_SHARDS} shards; asked for {len(taken) + count}")
+    candidates = [(j, shard_slot(namespace, queue_name, j)) for j in range(1, CANDIDATES + 1) if j not in taken]
+    owners = {slot: owner(slot) for _, slot in candidates}
+    slots = [shard_slot(namespace, queue_name, j) for j in taken]
+    masters = Counter(owner(slot) for slot in slots)
+    for name in set(owners.values()):
+        masters.setdefault(name, 0)
+    chosen: list[int] = []
+    for _ in range(count):
+        fewest = min(masters.values())
+        best: tuple[int, int, int] | None = None  # (-distance, suffix, slot)
+        for j, slot in candidates:
+            if j in chosen or masters[owners[slot]] != fewest:
+                continue
+            distance = min(_distance(slot, other) for other in slots)
+            key = (-distance, j, slot)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            raise ValueError(f"no slot left for another shard of {queue_name!r} among {CANDIDATES} candidates")
+        _, j, slot = best
+        chosen.append(j)
+        slots.append(slot)
+        masters[owners[slot]] += 1
+    return chosen
+
+
+def slot_owner(ranges: Sequence[tuple[int, int, str]]) -> Callable[[int], str]:
+    """``owner(slot)`` from ``(first slot, last slot, node)`` ranges (CLUSTER SLOTS); a slot
+    in no range belongs to ``""`` (the choice then spreads over the others)."""
+    ordered = sorted(ranges)
+
+    def owner(slot: int) -> str:
+        for first, last, node in ordered:
+            if first <= slot <= last:
+                return node
+        return ""
+
+    return owner

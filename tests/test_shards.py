@@ -1,0 +1,83 @@
+"""Where a sharded queue's shards go (_shards.py): against a slot map, each new shard on
+the master with the fewest of the queue's shards, the same choice in every process, and
+growing keeps the shards there are."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from dramatiq_redisson._shards import (
+    MAX_SHARDS,
+    base_queue,
+    choose_suffixes,
+    shard_name,
+    shard_slot,
+    slot_owner,
+)
+
+#: The split ``redis-cli --cluster create`` makes for three masters.
+THREE = slot_owner([(0, 5460, "m1"), (5461, 10922, "m2"), (10923, 16383, "m3")])
+FOUR = slot_owner([(0, 4095, "a"), (4096, 8191, "b"), (8192, 12287, "c"), (12288, 16383, "d")])
+
+
+def _spread(queue: str, suffixes: list[int], owner: object) -> Counter[str]:
+    assert callable(owner)
+    return Counter(owner(shard_slot("dramatiq", queue, j)) for j in [0, *suffixes])
+
+
+@pytest.mark.parametrize("queue", ["default", "emails", "reports", "bench", "a.b-c_d"])
+def test_six_shards_on_three_masters_are_two_on_each(queue: str) -> None:
+    suffixes = choose_suffixes("dramatiq", queue, [], 5, THREE)
+    assert sorted(_spread(queue, suffixes, THREE).values()) == [2, 2, 2]
+    assert len(set(suffixes)) == 5 and 0 not in suffixes
+
+
+def test_fixed_suffixes_would_not_spread_evenly() -> None:
+    """The reason for choosing: the first suffixes, as they come, are uneven for most names."""
+    names = ("default", "emails", "reports", "bench")
+    uneven = [q for q in names if sorted(_spread(q, [1, 2, 3, 4, 5], THREE).values()) != [2, 2, 2]]
+    assert len(uneven) >= 3
+
+
+def test_eight_shards_on_four_masters_and_growing_keeps_the_shards_there_are() -> None:
+    first = choose_suffixes("dramatiq", "default", [], 7, FOUR)
+    assert sorted(_spread("default", first, FOUR).values()) == [2, 2, 2, 2]
+    more = choose_suffixes("dramatiq", "default", first, 4, FOUR)
+    assert not set(more) & set(first)
+    assert sorted(_spread("default", [*first, *more], FOUR).values()) == [3, 3, 3, 3]
+
+
+def test_the_choice_is_the_same_in_every_process_and_the_shards_are_spread_over_the_slots() -> None:
+    a = choose_suffixes("dramatiq", "default", [], 5, THREE)
+    b = choose_suffixes("dramatiq", "default", [], 5, THREE)
+    assert a == b
+    slots = sorted(shard_slot("dramatiq", "default", j) for j in [0, *a])
+    gaps = [(b - a) % 16384 for a, b in zip(slots, [*slots[1:], slots[0] + 16384], strict=True)]
+    assert min(gaps) > 16384 // 6 // 4  # no two shards on neighbouring slots
+
+
+def test_new_shards_fill_the_least_loaded_masters_first() -> None:
+    # Given shards already on m1 only (say the cluster had one master when they were made)
+    on_m1 = [j for j in range(1, 500) if THREE(shard_slot("dramatiq", "q", j)) == "m1"][:2]
+    assert THREE(shard_slot("dramatiq", "q", 0)) in {"m1", "m2", "m3"}
+    more = choose_suffixes("dramatiq", "q", on_m1, 3, THREE)
+    spread = _spread("q", [*on_m1, *more], THREE)
+    assert max(spread.values()) - min(spread.values()) <= 1
+
+
+def test_one_server_spreads_over_the_slots_only() -> None:
+    suffixes = choose_suffixes("dramatiq", "default", [], 3, lambda slot: "only")
+    assert len(set(suffixes)) == 3
+
+
+def test_names() -> None:
+    assert shard_name("default", 0) == "default" and shard_name("default", 7) == "default~7"
+    assert base_queue("default~7") == "default" and base_queue("default") == "default"
+
+
+@pytest.mark.parametrize("count", [-1, MAX_SHARDS])
+def test_too_many_or_a_negative_count_is_refused(count: int) -> None:
+    with pytest.raises(ValueError, match="shards"):
+        choose_suffixes("dramatiq", "default", [], count, THREE)
