@@ -398,6 +398,12 @@ class QueueKeys:
         return f"redisson_delay_queue_lane_of:{{{self.name}}}"
 
     @property
+    def shards(self) -> str:
+        """A sharded queue's layout (issue 36, _shards.py): a HASH in the queue's own slot
+        (its shard 0), "active" the suffixes of its shards, "retired" those being drained."""
+        return f"redisson_delay_queue_shards:{{{self.name}}}"
+
+    @property
     def rate_prefix(self) -> str:
         """Rate limits (``broker.limits``, lua/_flow.lua): the start log of the queue is this
         prefix, ``q`` and ``}`` (:meth:`rate_log`), a group's ``g``, the group as hex and
@@ -470,6 +476,7 @@ class QueueKeys:
             self.rate_log(),
             self.rate_log("g"),
             self.deferred,
+            self.shards,
             self.channel,
             self.wake_channel(token),
         )

@@ -412,6 +412,7 @@ def _typed_keys(keys: QueueKeys, worker_id: str) -> list[str]:
         ("list", keys.ring(1)),
         ("list", keys.rate_log()),
         ("zset", keys.deferred),
+        ("hash", keys.shards),
         ("none", keys.channel),  # also a script KEY (offer, enqueue): checked as a key
         ("none", keys.wake_channel(worker_id)),  # matches the key and channel patterns
     )

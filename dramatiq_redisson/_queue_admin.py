@@ -299,6 +299,7 @@ class QueueAdmin:
             keys.flow_flag,
             keys.deferred,
             keys.rate_log(),  # (a group's start log expires a rate window after its last start)
+            keys.shards,
             keys.levels,
             keys.ready,
             keys.ready_msgs,

@@ -50,6 +50,7 @@ _NAMES = (
     "pause",
     "limits",
     "history",
+    "shards",
 )
 
 
@@ -722,6 +723,12 @@ class Scripts(ScriptRunner):
                 ),
             )
         ]
+
+    def shards(self, keys: QueueKeys, expected: str, active: str, retired: str) -> tuple[bool, bytes, bytes]:
+        """Change a queue's shard layout if its "active" is still ``expected`` (shards.lua):
+        whether it was written, and the layout now."""
+        written, now_active, now_retired = self._run_idempotent("shards", (keys.shards,), (expected, active, retired))
+        return bool(written), now_active, now_retired
 
     def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
         """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from redis.crc import key_slot
 
@@ -109,3 +111,75 @@ def slot_owner(ranges: Sequence[tuple[int, int, str]]) -> Callable[[int], str]:
         return ""
 
     return owner
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A sharded queue's stored layout: the suffixes producers send to (``active``, 0
+    first) and those being drained (``retired``)."""
+
+    active: tuple[int, ...]
+    retired: tuple[int, ...] = ()
+
+    def names(self, queue_name: str) -> list[str]:
+        """Every shard's internal queue name, active ones first (consumers read them all)."""
+        return [shard_name(queue_name, j) for j in (*self.active, *self.retired)]
+
+    def encode(self) -> tuple[str, str]:
+        return ",".join(map(str, self.active)), ",".join(map(str, self.retired))
+
+
+def _suffixes(value: bytes | str | None) -> tuple[int, ...]:
+    text = value.decode() if isinstance(value, bytes) else (value or "")
+    return tuple(int(part) for part in text.split(",") if part)
+
+
+def plan(namespace: str, queue_name: str, current: Layout | None, count: int, owner: Callable[[int], str]) -> Layout:
+    """The layout of ``count`` active shards from ``current`` (None: no layout yet): growing
+    takes retired shards back first (they still hold messages), then new suffixes chosen by
+    :func:`choose_suffixes`; shrinking retires the last active ones (their messages still run,
+    at their due times, and a drained one is dropped later)."""
+    if not 1 <= count <= MAX_SHARDS:
+        raise ValueError(f"a queue has 1 to {MAX_SHARDS} shards; asked for {count}")
+    active = list(current.active) if current else [0]
+    retired = list(current.retired) if current else []
+    if count > len(active):
+        back = retired[: count - len(active)]
+        active += back
+        retired = retired[len(back) :]
+        if count > len(active):
+            active += choose_suffixes(namespace, queue_name, [*active, *retired], count - len(active), owner)
+    elif count < len(active):
+        retired = active[count:] + retired
+        active = active[:count]
+    return Layout(tuple(active), tuple(retired))
+
+
+class ShardLayouts:
+    """Reads and changes the stored layouts (shards.lua, compare and set: every process
+    that starts with ``shards={...}`` calls :meth:`ensure`, and all end with one layout)."""
+
+    #: A write that lost a race is read and decided again this many times.
+    ATTEMPTS = 5
+
+    def __init__(self, client: Any, scripts: Any, keys_of: Callable[[str], Any], owner: Callable[[], Any]) -> None:
+        self.client, self.scripts, self.keys_of, self.owner = client, scripts, keys_of, owner
+
+    def read(self, queue_name: str) -> Layout | None:
+        active, retired = self.client.hmget(self.keys_of(queue_name).shards, "active", "retired")
+        return Layout(_suffixes(active), _suffixes(retired)) if active else None
+
+    def ensure(self, namespace: str, queue_name: str, count: int) -> Layout:
+        """The stored layout of ``queue_name`` with ``count`` active shards, changed (or made)
+        if it has another count."""
+        keys = self.keys_of(queue_name)
+        for _ in range(self.ATTEMPTS):
+            current = self.read(queue_name)
+            if current is not None and len(current.active) == count:
+                return current
+            wanted = plan(namespace, queue_name, current, count, self.owner())
+            expected = current.encode()[0] if current else ""
+            written, active, retired = self.scripts.shards(keys, expected, *wanted.encode())
+            if written:
+                return wanted
+        raise RuntimeError(f"the shard layout of {queue_name!r} kept changing under {self.ATTEMPTS} attempts")

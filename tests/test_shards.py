@@ -81,3 +81,41 @@ def test_names() -> None:
 def test_too_many_or_a_negative_count_is_refused(count: int) -> None:
     with pytest.raises(ValueError, match="shards"):
         choose_suffixes("dramatiq", "default", [], count, THREE)
+
+
+def test_plan_grows_takes_retired_shards_back_first_and_shrinks_by_retiring_the_last() -> None:
+    from dramatiq_redisson._shards import Layout, plan
+
+    first = plan("dramatiq", "q", None, 3, THREE)
+    assert first.active[0] == 0 and len(first.active) == 3 and first.retired == ()
+    fewer = plan("dramatiq", "q", first, 2, THREE)
+    assert fewer == Layout(first.active[:2], first.active[2:])
+    again = plan("dramatiq", "q", fewer, 4, THREE)
+    assert again.active[:3] == first.active and len(again.active) == 4 and again.retired == ()
+    assert plan("dramatiq", "q", again, 4, THREE) == again
+    with pytest.raises(ValueError, match="shards"):
+        plan("dramatiq", "q", None, 0, THREE)
+
+
+def test_layouts_are_stored_once_and_every_process_ends_with_the_same(redis_url: str) -> None:
+    import redis as redis_lib
+
+    from dramatiq_redisson import RedissonBroker
+    from dramatiq_redisson._shards import ShardLayouts
+
+    broker = RedissonBroker(url=redis_url)
+    try:
+        layouts = [ShardLayouts(broker.client, broker.redisson_scripts, broker.keys, lambda: THREE) for _ in range(2)]
+        assert layouts[0].read("q") is None
+        made = layouts[0].ensure("dramatiq", "q", 6)
+        assert layouts[1].ensure("dramatiq", "q", 6) == made == layouts[1].read("q")
+        assert sorted(_spread("q", list(made.active[1:]), THREE).values()) == [2, 2, 2]
+        shrunk = layouts[1].ensure("dramatiq", "q", 2)
+        assert shrunk.active == made.active[:2] and shrunk.retired == made.active[2:]
+        assert layouts[0].read("q") == shrunk
+        assert shrunk.names("q")[:2] == ["q", f"q~{made.active[1]}"]
+        client = redis_lib.Redis.from_url(redis_url)
+        assert client.hgetall(broker.keys("q").shards)[b"active"] == ",".join(map(str, shrunk.active)).encode()
+    finally:
+        broker.flush_all()
+        broker.close()

@@ -1,0 +1,48 @@
+"""shards.lua: the stored shard layout of a queue changes only if it is still what the
+caller read (compare and set), and only to a well-formed one."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from dramatiq_redisson._keys import QueueKeys
+
+from .state import Lua, snapshot
+
+
+def _set(lua: Lua, keys: QueueKeys, expected: str, active: str, retired: str = "") -> list[object]:
+    return lua("shards")(keys=[keys.shards], args=[expected, active, retired])
+
+
+def test_a_first_layout_is_written_and_a_second_writer_reading_none_is_refused(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    assert _set(lua, keys, "", "0,17,42") == [1, b"0,17,42", b""]
+    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17,42"}
+    # Another process read "no layout" before the first wrote: it is told the layout now
+    assert _set(lua, keys, "", "0,5,9") == [0, b"0,17,42", b""]
+    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17,42"}
+
+
+def test_a_layout_changes_from_what_was_read_and_retired_shards_are_kept_apart(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    _set(lua, keys, "", "0,17,42")
+    assert _set(lua, keys, "0,17,42", "0,17", "42") == [1, b"0,17", b"42"]
+    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17", b"retired": b"42"}
+    assert _set(lua, keys, "0,17", "0,17,8", "") == [1, b"0,17,8", b""]
+    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17,8"}
+
+
+@pytest.mark.parametrize(
+    ("active", "retired"), [("17,0", ""), ("0,x", ""), ("", ""), ("0,,3", ""), ("0,3", "4,y"), ("0, 3", "")]
+)
+def test_a_malformed_layout_is_refused_and_writes_nothing(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, active: str, retired: str
+) -> None:
+    _set(lua, keys, "", "0,17")
+    before = snapshot(redis_client)
+    with pytest.raises(redis.ResponseError, match="layout"):
+        _set(lua, keys, "0,17", active, retired)
+    assert snapshot(redis_client) == before
