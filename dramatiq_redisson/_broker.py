@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
@@ -44,6 +44,7 @@ from ._settings import (
     DEFAULT_WAIT_TIMEOUT,
     BrokerSettings,
 )
+from ._shards import ShardRouter, shard_pairs
 from ._stats import OVERDUE_GRACE, Stats, WaitingLane
 from ._topology import topology_for
 from .metrics import adopt_middleware
@@ -137,6 +138,7 @@ class RedissonBroker(RedisBroker):
         cluster: bool = False,
         liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT,
         max_priority: int | None = None,
+        shards: Mapping[str, int] | None = None,
         **parameters: Any,
     ) -> None:
         # Checked before anything is made: a bad value makes no client (see _settings).
@@ -152,6 +154,7 @@ class RedissonBroker(RedisBroker):
             wait_timeout=wait_timeout,
             liveness_timeout=liveness_timeout,
             max_priority=0 if max_priority is None else max_priority,
+            shards=shard_pairs(shards),
         )
         owns_client = client is None
         if isinstance(client, RedisCluster):
@@ -228,6 +231,8 @@ class RedissonBroker(RedisBroker):
         self.admin = QueueAdmin(self)
         #: Concurrency limits per queue and per group (see :mod:`._queue_limits`).
         self.limits = Limits(self)
+        #: The shards of the queues named in ``shards`` (see :mod:`._shards`).
+        self.shard_router = ShardRouter(self)
 
     @property
     def cluster(self) -> bool:
@@ -311,10 +316,18 @@ class RedissonBroker(RedisBroker):
             self.topology.close()
 
     @property
-    def consumer_class(self) -> type[Consumer]:
+    def consumer_class(self) -> Any:
+        """Builds a queue's consumer (Dramatiq's ``consume()`` calls it): a sharded queue's
+        is a :class:`._sharded_consumer.ShardedConsumer` over its shards."""
         from ._consumer import RedissonConsumer
+        from ._sharded_consumer import ShardedConsumer
 
-        return RedissonConsumer
+        def make(broker: RedissonBroker, queue_name: str, prefetch: int, timeout: int) -> Consumer:
+            if broker.shard_router.sharded(queue_name):
+                return ShardedConsumer(broker, queue_name, prefetch, timeout)
+            return RedissonConsumer(broker, queue_name, prefetch, timeout)
+
+        return make
 
     def do_ack(self, queue_name: str, redis_message_id: str) -> int:
         """Ack a message this worker fetched from ``queue_name`` (the consumer's ack goes

@@ -66,6 +66,14 @@ class HeldMessages:
             self._ids[queue_name].difference_update(ids)
             self._slots.difference_update((queue_name, i) for i in ids)
 
+    def queue_of(self, redis_message_id: str) -> str | None:
+        """The queue (a sharded queue's shard) whose consumer holds ``redis_message_id``."""
+        with self._guard:
+            for queue_name, ids in self._ids.items():
+                if redis_message_id in ids:
+                    return queue_name
+        return None
+
     def snapshot(self, queue_name: str) -> frozenset[str]:
         with self._guard:
             return frozenset(self._ids[queue_name])

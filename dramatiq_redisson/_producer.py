@@ -41,6 +41,7 @@ from ._message import (
 )
 from ._permissions import check_permissions, is_permission_error
 from ._script_runner import Outcomes, Unanswered
+from ._shards import ShardRouter, base_queue
 
 if TYPE_CHECKING:
     from ._held import HeldMessages
@@ -97,16 +98,18 @@ def pack(
     keys_of: Callable[[str], QueueKeys],
     chunk_size: int = BULK_CHUNK_SIZE,
     lanes: list[str] | None = None,
+    targets: list[str] | None = None,
 ) -> Packed:
     """Cut prepared messages into script calls: per queue, in chunks of ``chunk_size``.
 
     Everything is encoded here, before the first write: an argument that cannot be
     encoded is bad input, and bad input writes nothing. ``lanes``: each message's lane
-    (flow control); a call with a laned message passes every entry's lane."""
+    (flow control); a call with a laned message passes every entry's lane. ``targets``:
+    each message's internal queue (a sharded queue's shard; default its queue)."""
     lane_of = lanes or [PLAIN_LANE] * len(prepared)
     by_queue: dict[str, list[int]] = defaultdict(list)
     for index, message in enumerate(prepared):
-        by_queue[message.queue_name].append(index)
+        by_queue[targets[index] if targets else message.queue_name].append(index)
     packed = Packed()
     for queue_name, indexes in by_queue.items():
         keys = keys_of(queue_name)
@@ -117,7 +120,7 @@ def pack(
             if delay_ms and any(dedupes[i] for i in chunk):
                 # Messages with dedupe keys: one entry each, in order (a later entry
                 # with the same key finds the earlier one scheduled).
-                packed.keyed[len(packed.chunks) - 1] = queue_name
+                packed.keyed[len(packed.chunks) - 1] = base_queue(queue_name)
                 args: list[Any] = ["rel"]
                 for i in chunk:
                     data = encode_scheduled(prepared[i], sort_keys[i])
@@ -302,6 +305,9 @@ class ProducerHost(Protocol):
 
     def keys(self, queue_name: str) -> QueueKeys: ...
 
+    @property
+    def shard_router(self) -> ShardRouter: ...
+
     def check_server_if_reachable(self) -> None: ...
 
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None: ...
@@ -338,7 +344,7 @@ class Producer:
             delay_ms = validate_delay(delay)
             dedupe = dedupe_options(message.options, delay_ms)
         message, sort_key = prepare(message, delay_ms)
-        keys = broker.keys(message.queue_name)
+        keys = broker.keys(broker.shard_router.target(message.queue_name, message.options, in_flight))
         self.logger.debug(
             "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
         )
@@ -442,7 +448,7 @@ class Producer:
                 entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
                 (due,) = scripts.offer(keys, [entry], replacing=replacing, lanes=[lane])
                 if isinstance(due, list):
-                    return kept_message(due, keys.queue_name)
+                    return kept_message(due, base_queue(keys.queue_name))
                 return int(due) if int(due) >= 0 else None
             if not dedupe and not replacing:
                 # The common send: a fresh message, no key (offer_one.lua); a reschedule of a
@@ -455,7 +461,7 @@ class Producer:
             entry = (delay_ms, sort_key, message.message_id, data, "", *(dedupe or ("", "", 0)))
             (due,) = scripts.offer(keys, [entry], replacing=replacing)
             if isinstance(due, list):
-                return kept_message(due, keys.queue_name)
+                return kept_message(due, base_queue(keys.queue_name))
             return int(due) if int(due) >= 0 else None
         redis_id = message.options["redis_message_id"]
         reply = scripts.enqueue(
@@ -636,14 +642,16 @@ class Producer:
         if self._hooked("before_enqueue"):
             for message in prepared:
                 self._emit_before_enqueue(message, delay, estimate)
-        packed = pack(prepared, sort_keys, dedupes, delay_ms, broker.keys, lanes=lanes)
+        router = broker.shard_router
+        targets = [router.target(m.queue_name, m.options) for m in prepared]
+        packed = pack(prepared, sort_keys, dedupes, delay_ms, broker.keys, lanes=lanes, targets=targets)
         if packed.scheduled:
             outcomes = broker.redisson_scripts.offer_calls(packed.scheduled)
         elif packed.ready:
             outcomes = broker.redisson_scripts.enqueue_bulk(packed.ready, broker.settings.dedupe_window)
         else:
             outcomes = []
-        for queue_name in dict.fromkeys(m.queue_name for m in prepared):
+        for queue_name in dict.fromkeys(targets):
             self.register_queue(broker.keys(queue_name))
         outcome = sort_outcomes(packed, outcomes, delay_ms)
         for first, count, pushed in outcome.duplicates:

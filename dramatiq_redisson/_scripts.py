@@ -20,6 +20,7 @@ from ._keys import PLAIN_LANE, QueueKeys
 from ._limits import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ._message import queue_json
 from ._script_runner import ScriptRunner, load_source
+from ._shards import base_queue
 from ._topology import Topology
 
 _NAMES = (
@@ -393,7 +394,7 @@ class Scripts(ScriptRunner):
             own_slots,
             "1" if listening else "",
             window_ms,
-            queue_json(keys.queue_name),
+            queue_json(base_queue(keys.queue_name)),  # a shard's messages are its queue's
             upkeep_ms,
             PERIODIC_GRACE_MS,
             PERIODIC_LOW_WATER,

@@ -10,6 +10,7 @@ the same checks (see ``RedissonBroker``'s properties).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,8 @@ class BrokerSettings:
       max_priority: The highest ``broker_priority`` a message may have (RabbitMQ's
         ``x-max-priority``: higher runs first; a value above it counts as it); 0 (the
         default) ignores priorities, as a RabbitMQ queue without ``x-max-priority`` does.
+      shards: ``(queue name, shard count)`` pairs: each named queue is spread over that
+        many hash slots (issue 36, docs/sharding-design.md); a queue not named has one.
     """
 
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
@@ -104,6 +107,11 @@ class BrokerSettings:
     wait_timeout: int = DEFAULT_WAIT_TIMEOUT
     liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT
     max_priority: int = 0
+    shards: tuple[tuple[str, int], ...] = ()
+
+    def shard_count(self, queue_name: str) -> int:
+        """How many shards ``queue_name`` has (1: not sharded)."""
+        return dict(self.shards).get(queue_name, 1)
 
     def __post_init__(self) -> None:
         problems = [problem for problem in (check(self) for check in _CHECKS) if problem]
@@ -150,6 +158,22 @@ def _max_priority(settings: BrokerSettings) -> str | None:
     return f"max_priority must be an int from 0 (priorities ignored) to 255, got {value!r}"
 
 
+#: Dramatiq's queue names (``dramatiq.common.q_name`` leaves them as they are).
+_QUEUE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9._-]*")
+
+
+def _shards(settings: BrokerSettings) -> str | None:
+    from ._shards import MAX_SHARDS
+
+    for pair in settings.shards:
+        name, count = pair if isinstance(pair, tuple) and len(pair) == 2 else (pair, None)
+        if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
+            return f"shards: {name!r} is not a queue name"
+        if not is_int(count) or not 1 <= count <= MAX_SHARDS:
+            return f"shards: the shard count of {name!r} must be an int from 1 to {MAX_SHARDS}, got {count!r}"
+    return None
+
+
 _CHECKS: tuple[Check, ...] = (
     _at_least("heartbeat_timeout", 0, numbers=True),  # 0, as Dramatiq's own tests set it: every worker is dead
     _at_least("dead_message_ttl", 0, numbers=True),
@@ -163,4 +187,5 @@ _CHECKS: tuple[Check, ...] = (
     _at_least("wait_timeout", 1),
     _liveness,
     _max_priority,
+    _shards,
 )

@@ -13,6 +13,11 @@ on the three masters of a default split, for common queue names.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import random
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -183,3 +188,97 @@ class ShardLayouts:
             if written:
                 return wanted
         raise RuntimeError(f"the shard layout of {queue_name!r} kept changing under {self.ATTEMPTS} attempts")
+
+
+def jump_hash(key: int, buckets: int) -> int:
+    """Jump consistent hash (Lamping and Veach, 2014): a bucket in ``range(buckets)`` for a
+    64-bit ``key``; growing from n to n + 1 buckets moves 1/(n + 1) of the keys, all to
+    the new bucket."""
+    bucket, jump = -1, 0
+    while jump < buckets:
+        bucket = jump
+        key = (key * 2862933555777941757 + 1) & 0xFFFFFFFFFFFFFFFF
+        jump = int((bucket + 1) * ((1 << 31) / ((key >> 33) + 1)))
+    return bucket
+
+
+def key_hash(text: str) -> int:
+    """A stable 64-bit hash of a dedupe or group key (the same in every process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+class ShardRouter:
+    """Which shard a send goes to, and which shards a consumer consumes, for the queues
+    named in the broker's ``shards`` setting (a queue not named costs nothing: no read).
+
+    The layout is read from the server (made or changed to the broker's count the first
+    time, :meth:`ShardLayouts.ensure`) and read again every ``safety_interval``, so a
+    change of the count by another process reaches this one within about that long."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.layouts = ShardLayouts(broker.client, broker.redisson_scripts, broker.keys, self._owner)
+        self._cache: dict[str, tuple[Layout, float]] = {}
+        self._turn = itertools.count(random.randrange(1 << 16))
+        self._lock = threading.Lock()
+
+    def sharded(self, queue_name: str) -> bool:
+        return bool(self.broker.settings.shard_count(queue_name) > 1)
+
+    def layout(self, queue_name: str) -> Layout:
+        """The queue's layout (made or changed to this broker's count on first use)."""
+        now = time.monotonic()
+        cached = self._cache.get(queue_name)
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        with self._lock:
+            if cached is None:
+                count = self.broker.settings.shard_count(queue_name)
+                layout = self.layouts.ensure(self.broker.namespace, queue_name, count)
+            else:
+                layout = self.layouts.read(queue_name) or cached[0]
+            self._cache[queue_name] = (layout, now + self.broker.settings.safety_interval / 1000)
+            return layout
+
+    def consumed(self, queue_name: str) -> list[str]:
+        """The internal queue names a consumer of ``queue_name`` reads: every shard, active
+        and retired (``[queue_name]`` when the queue is not sharded)."""
+        if not self.sharded(queue_name):
+            return [queue_name]
+        return self.layout(queue_name).names(queue_name)
+
+    def target(self, queue_name: str, options: dict[str, Any], in_flight: str = "") -> str:
+        """The internal queue name a send of a message of ``queue_name`` goes to: a retry
+        to the shard its copy runs from (``in_flight``); a message with a ``dedupe_key`` or
+        a ``group_key`` to the shard its key hashes to (so that its key's guarantees stay
+        in one slot); any other in turn over the active shards."""
+        if not self.sharded(queue_name):
+            return queue_name
+        if in_flight:
+            holder = self.broker.held.queue_of(in_flight)
+            if holder is not None and base_queue(holder) == queue_name:
+                return str(holder)
+        active = self.layout(queue_name).active
+        key = options.get("dedupe_key") or options.get("group_key")
+        if isinstance(key, str) and key:
+            suffix = active[jump_hash(key_hash(key), len(active))]
+        else:
+            suffix = active[next(self._turn) % len(active)]
+        return shard_name(queue_name, suffix)
+
+    def _owner(self) -> Callable[[int], str]:
+        """Who serves each slot now: a cluster's masters, or the one server."""
+        client = self.broker.client
+        cache = getattr(getattr(client, "nodes_manager", None), "slots_cache", None)
+        if not cache:
+            return lambda slot: "server"
+        return lambda slot: str(cache[slot][0].name) if cache.get(slot) else ""
+
+
+def shard_pairs(shards: Any) -> tuple[tuple[str, int], ...]:
+    """The broker's ``shards`` argument as the settings keep it (checked there)."""
+    if shards is None:
+        return ()
+    if not hasattr(shards, "items"):
+        raise ValueError(f"shards must be a mapping of queue name to shard count, got {shards!r}")
+    return tuple(sorted(shards.items(), key=lambda pair: str(pair[0])))

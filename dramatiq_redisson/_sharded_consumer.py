@@ -1,0 +1,140 @@
+"""The consumer of a sharded queue (issue 36; see docs/sharding-design.md): one
+:class:`._consumer.RedissonConsumer` per shard, each driven by a thread of its own, handing
+its messages to the one consumer Dramatiq's Worker sees.
+
+Dramatiq's Worker sends every ack and nack to the consumer of ``message.queue_name``, so a
+sharded queue must be one consumer to it; each message is acked by the shard consumer that
+fetched it. The shard consumers share the queue's prefetch: together they hold at most
+``prefetch`` messages (fetched and not yet finished), whichever shards they come from, and
+an ack in any shard lets every shard fetch again.
+
+This first version keeps each shard consumer's own waits (its wake channel, its transfer
+timer) in its thread: idle, a process has one thread per shard waiting on its pub/sub
+connection, and one idle poll per shard per worker timeout.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from dramatiq.broker import Consumer, MessageProxy
+from dramatiq.logging import get_logger
+
+from ._consumer import ConsumerHost, RedissonConsumer
+
+#: After an unexpected error in a shard's thread, it waits this long (s) before going on.
+ERROR_PAUSE = 1.0
+
+
+class _Budget:
+    """The prefetch the shard consumers of one queue share."""
+
+    def __init__(self) -> None:
+        self.members: list[ShardConsumer] = []
+        self.freed = threading.Event()
+
+    def outstanding(self) -> int:
+        return sum(len(c.in_flight) + len(c.message_cache) for c in self.members)
+
+
+class ShardConsumer(RedissonConsumer):
+    """One shard's consumer: counts the queue's messages in all its shards against the
+    prefetch, and wakes with any shard's ack."""
+
+    def __init__(self, broker: ConsumerHost, queue_name: str, prefetch: int, timeout: int, budget: _Budget) -> None:
+        super().__init__(broker, queue_name, prefetch, timeout)
+        self.budget = budget
+        self.capacity_freed = budget.freed
+        budget.members.append(self)
+
+    @property
+    def outstanding_message_count(self) -> int:
+        return self.budget.outstanding()
+
+
+class ShardedConsumer(Consumer):
+    """Dramatiq's consumer of a sharded queue."""
+
+    def __init__(self, broker: Any, queue_name: str, prefetch: int, timeout: int) -> None:
+        self.logger = get_logger(__name__, type(self))
+        self.queue_name = queue_name
+        self.timeout = timeout
+        self.budget = _Budget()
+        self.shards = [
+            ShardConsumer(broker, name, prefetch, timeout, self.budget)
+            for name in broker.shard_router.consumed(queue_name)
+        ]
+        self.ready: queue.Queue[MessageProxy] = queue.Queue()
+        self.owner: dict[str, ShardConsumer] = {}
+        self.stopping = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._pump, args=(shard,), name=f"shard:{shard.queue_name}", daemon=True)
+            for shard in self.shards
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _pump(self, shard: ShardConsumer) -> None:
+        while not self.stopping.is_set():
+            try:
+                message = next(shard)
+            except Exception:
+                self.logger.exception("The consumer of shard %r failed; going on.", shard.queue_name)
+                self.stopping.wait(ERROR_PAUSE)
+                continue
+            if message is not None:
+                self.owner[message.options["redis_message_id"]] = shard
+                self.ready.put(message)
+
+    @property
+    def outstanding_message_count(self) -> int:
+        return self.budget.outstanding()
+
+    def __next__(self) -> MessageProxy | None:
+        try:
+            return self.ready.get(timeout=min(self.timeout, 1000) / 1000)
+        except queue.Empty:
+            return None
+
+    def _shard_of(self, message: MessageProxy) -> ShardConsumer:
+        return self.owner.pop(message.options["redis_message_id"])
+
+    def ack(self, message: MessageProxy) -> None:
+        self._shard_of(message).ack(message)
+
+    def nack(self, message: MessageProxy) -> None:
+        self._shard_of(message).nack(message)
+
+    def requeue(self, messages: Iterable[MessageProxy]) -> None:
+        by_shard: dict[int, list[MessageProxy]] = {}
+        for message in messages:
+            shard = self.owner.pop(message.options["redis_message_id"], None)
+            if shard is not None:
+                by_shard.setdefault(id(shard), []).append(message)
+        for shard in self.shards:
+            mine = by_shard.get(id(shard))
+            if mine:
+                shard.requeue(mine)
+                for message in mine:
+                    shard.in_flight.discard(message.options["redis_message_id"])
+
+    def close(self) -> None:
+        self.stopping.set()
+        deadline = time.monotonic() + max(2.0, self.timeout / 1000 + 1)
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        # Handed over but never given to Dramatiq: back to their shards.
+        left: list[MessageProxy] = []
+        while True:
+            try:
+                left.append(self.ready.get_nowait())
+            except queue.Empty:
+                break
+        if left:
+            self.requeue(left)
+        for shard in self.shards:
+            shard.close()

@@ -1,0 +1,112 @@
+"""A queue over several shards (issue 36, first steps; docs/sharding-design.md), on one
+server: sends spread over the shards (keyed ones to their key's shard), one Worker runs
+every message once whatever its shard, retries go back to their shard, and a queue not
+named in ``shards`` keeps its one set of keys."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq import Worker
+from dramatiq.middleware import default_middleware
+
+from dramatiq_redisson import RedissonBroker
+
+from .helpers import record, records, wait_for
+
+
+@pytest.fixture
+def sharded(redis_url: str) -> Iterator[RedissonBroker]:
+    broker = RedissonBroker(url=redis_url, middleware=[m() for m in default_middleware], shards={"default": 4})
+    dramatiq.set_broker(broker)
+    yield broker
+    for name in broker.shard_router.consumed("default"):
+        broker.flush(name)
+    broker.flush_all()
+    broker.close()
+
+
+def _job(client: redis.Redis) -> Any:
+    @dramatiq.actor(max_retries=2, min_backoff=50, max_backoff=100)
+    def job(i: int, fail: bool = False) -> None:
+        record(client, i=i)
+        if fail and len([r for r in records(client) if r["i"] == i]) == 1:
+            raise RuntimeError("once")
+
+    return job
+
+
+def _ready_per_shard(broker: RedissonBroker, redis_client: redis.Redis) -> Counter[str]:
+    """Each shard's ready messages (in all its lanes)."""
+    return Counter(
+        {name: broker.stats(name)["queues"][name]["ready"] for name in broker.shard_router.consumed("default")}
+    )
+
+
+def test_sends_spread_over_the_shards_and_keyed_ones_go_to_their_keys_shard(
+    sharded: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    job = _job(redis_client)
+    names = sharded.shard_router.consumed("default")
+    assert len(names) == 4 and names[0] == "default" and all(n.startswith("default~") for n in names[1:])
+    for i in range(40):
+        job.send(i)
+    per_shard = _ready_per_shard(sharded, redis_client)
+    assert sorted(per_shard.values()) == [10, 10, 10, 10]  # in turn
+    for i in range(8):
+        job.send_with_options(args=(100 + i,), group_key="tenant-a")
+    after = _ready_per_shard(sharded, redis_client)
+    grew = [name for name in names if after[name] > per_shard[name]]
+    assert len(grew) == 1 and after[grew[0]] - per_shard[grew[0]] == 8  # one shard for the group
+    # Every shard's keys carry its own tag
+    assert len({sharded.keys(name).ready for name in names}) == 4
+
+
+def test_one_worker_runs_every_message_once_from_every_shard_delays_and_retries_included(
+    sharded: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    job = _job(redis_client)
+    for i in range(60):
+        job.send(i)
+    for i in range(60, 80):
+        job.send_with_options(args=(i,), delay=300)
+    for i in range(80, 90):
+        job.send_with_options(args=(i, True))  # fails once, retried
+    worker = Worker(sharded, worker_timeout=100, worker_threads=3)
+    worker.start()
+    try:
+        assert wait_for(lambda: len(records(redis_client)) == 100, timeout=30)
+        assert wait_for(
+            lambda: all(redis_client.llen(sharded.keys(n).ready) == 0 for n in sharded.shard_router.consumed("default"))
+        )
+    finally:
+        worker.stop()
+    runs = Counter(r["i"] for r in records(redis_client))
+    assert set(runs) == set(range(90))
+    assert {i for i, n in runs.items() if n != 1} == set(range(80, 90))  # only the retried ran twice
+    assert all(runs[i] == 2 for i in range(80, 90))
+
+
+def test_a_queue_not_named_in_shards_keeps_its_one_set_of_keys(
+    sharded: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    @dramatiq.actor(queue_name="plain")
+    def plain() -> None:
+        pass
+
+    assert sharded.shard_router.consumed("plain") == ["plain"]
+    plain.send()
+    assert redis_client.llen(sharded.keys("plain").ready) == 1
+    assert redis_client.exists(sharded.keys("plain").shards) == 0
+    sharded.flush("plain")
+
+
+@pytest.mark.parametrize("shards", [{"default": 0}, {"default": 65}, {"default": 2.0}, {"bad~name": 2}, [("a", 2)]])
+def test_bad_shards_are_refused_before_anything_is_made(redis_url: str, shards: Any) -> None:
+    with pytest.raises(ValueError, match="shard"):
+        RedissonBroker(url=redis_url, shards=shards)
