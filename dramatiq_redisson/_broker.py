@@ -504,8 +504,10 @@ class RedissonBroker(RedisBroker):
         return self.admin.resume(queue_name)
 
     def flush(self, queue_name: str) -> None:
-        self.producer.forget_queue(q_name(queue_name))  # its next send lists it again
-        self.admin.flush(queue_name)
+        name = q_name(queue_name)
+        for internal in self.admin.internal_names([name])[name]:  # a sharded queue's shards
+            self.producer.forget_queue(internal)  # its next send lists it again
+            self.admin.flush(internal)
 
     def permissions_checked_for(self, queue_name: str) -> bool:
         """Whether a consumer of this broker ran the permission probe for the queue."""
@@ -521,7 +523,8 @@ class RedissonBroker(RedisBroker):
 
     def pending(self, queue_name: str) -> int:
         """Messages of a queue not yet processed: scheduled, ready, in flight, legacy ``.DQ``."""
-        return self.redisson_scripts.pending(self.keys(queue_name))
+        name = q_name(queue_name)
+        return sum(self.redisson_scripts.pending(self.keys(n)) for n in self.admin.internal_names([name])[name])
 
     def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
         """Wait until every message of a queue, scheduled ones included, has been processed.

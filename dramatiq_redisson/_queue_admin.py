@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from dramatiq.common import q_name
 
-from ._history import History, QueueHistory, check_window, parse, totals
+from ._history import Counts, History, QueueHistory, check_window, parse, totals
 from ._keys import PLAIN_LANE, QueueKeys, heartbeats_key, registry_key
 from ._message import epoch_ms
 from ._running import RunningMessage, running
 from ._settings import BrokerSettings, is_int
+from ._shards import ShardRouter, base_queue
 from ._stats import OVERDUE_GRACE, QueueStats, Stats, WaitingLane
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class AdminHost(Protocol):
     broker_id: str
     queues: Mapping[str, Any]
     redisson_scripts: Scripts
+    shard_router: ShardRouter
 
     @property
     def settings(self) -> BrokerSettings: ...
@@ -97,11 +99,29 @@ class QueueAdmin:
 
     def known_queues(self) -> list[str]:
         """The queues this broker declared and those that have had consumers anywhere in
-        its namespace (each consumer's heartbeat lists its queue), sorted."""
-        listed = cast("set[bytes]", self.host.client.smembers(registry_key(self.host.namespace)))
-        names = {name.decode() for name in listed}
+        its namespace (each consumer's heartbeat lists its queue), sorted. A sharded
+        queue is listed once, by its name (its shards' internal names are not queues)."""
+        names = {base_queue(name) for name in self._registered()}
         names.update(q for q in self.host.queues if q_name(q) == q)  # not the .DQ/.XQ names
         return sorted(names)
+
+    def _registered(self) -> set[str]:
+        listed = cast("set[bytes]", self.host.client.smembers(registry_key(self.host.namespace)))
+        return {name.decode() for name in listed}
+
+    def internal_names(self, queue_names: list[str]) -> dict[str, list[str]]:
+        """Each of ``queue_names`` with the internal queues that hold its messages: a
+        sharded queue's shards (its own name first: shard 0), those this broker's layout
+        names and those the registry lists; any other queue, itself."""
+        registered = self._registered()
+        out: dict[str, list[str]] = {}
+        for name in queue_names:
+            shards = [name]
+            for internal in [*self.host.shard_router.consumed(name), *sorted(registered)]:
+                if base_queue(internal) == name and internal not in shards:
+                    shards.append(internal)
+            out[name] = shards
+        return out
 
     def stats(self, queue_name: str | None = None, *, overdue_grace: int = OVERDUE_GRACE) -> Stats:
         """Counts of one queue, or of every known queue (:meth:`known_queues`): ready, in
@@ -116,7 +136,9 @@ class QueueAdmin:
         if not is_int(overdue_grace) or overdue_grace < 0:
             raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
         known = self.known_queues()
-        names = [q_name(queue_name)] if queue_name is not None else known
+        bases = [q_name(queue_name)] if queue_name is not None else known
+        shards_of = self.internal_names(bases)
+        names = [internal for base in bases for internal in shards_of[base]]
         settings = self.host.settings
         live_ms = 3 * settings.transfer_lease
         scripts = self.host.redisson_scripts
@@ -136,7 +158,10 @@ class QueueAdmin:
         histories = {name: parse(reply)[1] for name, reply in zip(names, out[len(names) :], strict=True)}
         # Live workers: over the heartbeat sets of every known queue (one set per
         # namespace on one server, one per queue on a cluster).
-        beat_keys = sorted({self.host.keys(name).heartbeats for name in known} or {heartbeats_key(self.host.namespace)})
+        beat_keys = sorted(
+            {self.host.keys(name).heartbeats for base in known for name in self.internal_names([base])[base]}
+            or {heartbeats_key(self.host.namespace)}
+        )
         with self.host.client.pipeline(transaction=False) as pipe:
             for key in beat_keys:
                 pipe.zrangebyscore(key, now_ms - settings.heartbeat_timeout, "+inf")
@@ -165,7 +190,11 @@ class QueueAdmin:
                 last_hour=totals(history["minutes"]),
                 last_day=totals(history["hours"]),
             )
-        return Stats(time_ms=now_ms, workers=workers, queues=queues)
+        folded = {base: _fold([queues[name] for name in shards_of[base]]) for base in bases}
+        for base in bases:
+            if len(shards_of[base]) > 1:
+                folded[base]["shards"] = {name: queues[name] for name in shards_of[base]}
+        return Stats(time_ms=now_ms, workers=workers, queues=folded)
 
     def _queue_names(self, queue_name: str | None) -> list[str]:
         return [q_name(queue_name)] if queue_name is not None else self.known_queues()
@@ -193,8 +222,10 @@ class QueueAdmin:
           ValueError: ``minutes`` or ``hours`` out of range.
         """
         minutes, hours = check_window(minutes, hours)
-        names = self._queue_names(queue_name)
-        read_at, histories = self._histories(names, minutes, hours)
+        shards_of = self.internal_names(self._queue_names(queue_name))
+        names = [internal for shards in shards_of.values() for internal in shards]
+        read_at, per_shard = self._histories(names, minutes, hours)
+        histories = {base: _sum_histories([per_shard[n] for n in shards]) for base, shards in shards_of.items()}
         # The time the buckets were cut at (the current minute is the last one).
         return History(time_ms=read_at if read_at is not None else self.server_ms(), queues=histories)
 
@@ -203,7 +234,12 @@ class QueueAdmin:
         first: message id, actor, worker (id, host, pid) and when it was fetched (server
         clock) and how long ago. A message waiting in a worker's prefetch counts too (see
         :mod:`._running`)."""
-        return running(self.host.client, self.host.keys, self._queue_names(queue_name))
+        shards_of = self.internal_names(self._queue_names(queue_name))
+        names = [internal for shards in shards_of.values() for internal in shards]
+        found = running(self.host.client, self.host.keys, names)
+        for message in found:
+            message["queue"] = base_queue(message["queue"])
+        return found
 
     def waiting_groups(self, queue_name: str, *, limit: int = 100) -> list[WaitingLane]:
         """The lanes of ``queue_name`` with ready messages (priorities and groups; see
@@ -250,7 +286,7 @@ class QueueAdmin:
         Raises:
           ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
         """
-        return self.host.redisson_scripts.pause(self.host.keys(self._known(queue_name)), "pause")[0]
+        return self._pause(queue_name, "pause")
 
     def resume(self, queue_name: str) -> bool:
         """Resume a paused queue: consumers start its messages again within a second.
@@ -259,7 +295,13 @@ class QueueAdmin:
         Raises:
           ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
         """
-        return self.host.redisson_scripts.pause(self.host.keys(self._known(queue_name)), "resume")[0]
+        return self._pause(queue_name, "resume")
+
+    def _pause(self, queue_name: str, op: str) -> bool:
+        """``op`` every shard of the queue; whether any changed."""
+        name = self._known(queue_name)
+        scripts = self.host.redisson_scripts
+        return any([scripts.pause(self.host.keys(shard), op)[0] for shard in self.internal_names([name])[name]])
 
     def _known(self, queue_name: str) -> str:
         name = q_name(queue_name) if isinstance(queue_name, str) else queue_name
@@ -318,3 +360,62 @@ class QueueAdmin:
             keys.fetched,
             *keys.history_keys,
         )
+
+
+def _fold(shards: list[QueueStats]) -> QueueStats:
+    """One queue's counts from its shards' (a queue without shards: its own)."""
+    if len(shards) == 1:
+        return shards[0]
+    first = shards[0]
+    by_priority: dict[int, int] = {}
+    for shard in shards:
+        for priority, count in shard["ready_by_priority"].items():
+            by_priority[priority] = by_priority.get(priority, 0) + count
+    dues = [s["next_due_ms"] for s in shards if s["next_due_ms"] is not None]
+    paused_since = [s["paused_since_ms"] for s in shards if s["paused_since_ms"] is not None]
+
+    def total(field: str) -> int:
+        return sum(int(s[field]) for s in shards)  # type: ignore[literal-required, misc]
+
+    def counts(field: str) -> Counts:
+        return Counts(
+            processed=sum(s[field]["processed"] for s in shards),  # type: ignore[literal-required]
+            failed=sum(s[field]["failed"] for s in shards),  # type: ignore[literal-required]
+            retried=sum(s[field]["retried"] for s in shards),  # type: ignore[literal-required]
+        )
+
+    return QueueStats(
+        ready=total("ready"),
+        ready_by_priority=dict(sorted(by_priority.items(), reverse=True)),
+        lanes_waiting=total("lanes_waiting"),
+        in_flight=total("in_flight"),
+        scheduled=total("scheduled"),
+        overdue=total("overdue"),
+        next_due_ms=min(dues) if dues else None,
+        dead=total("dead"),
+        consumers=max(s["consumers"] for s in shards),
+        transfer_holder=first["transfer_holder"],
+        legacy_delayed=total("legacy_delayed"),
+        paused=all(s["paused"] for s in shards),
+        paused_since_ms=min(paused_since) if paused_since else None,
+        last_hour=counts("last_hour"),
+        last_day=counts("last_day"),
+    )
+
+
+def _sum_histories(histories: list[QueueHistory]) -> QueueHistory:
+    """One queue's history from its shards' (the same buckets in each)."""
+    if len(histories) == 1:
+        return histories[0]
+
+    def merged(kind: str) -> list[Any]:
+        out: list[Any] = []
+        for buckets in zip(*(h[kind] for h in histories), strict=False):  # type: ignore[literal-required]
+            bucket = dict(buckets[0])
+            for other in buckets[1:]:
+                for field in ("processed", "failed", "retried"):
+                    bucket[field] += other[field]
+            out.append(bucket)
+        return out
+
+    return QueueHistory(minutes=merged("minutes"), hours=merged("hours"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from ._history import Counts
 
@@ -49,6 +49,9 @@ class QueueStats(TypedDict):
     #: included), and in the last 24 hours (whole hours, the current one included).
     last_hour: Counts
     last_day: Counts
+    #: A sharded queue's counts per shard (internal name -> its counts), beside the
+    #: queue's sums above; absent for a queue without shards.
+    shards: NotRequired[dict[str, QueueStats]]
 
 
 class WaitingLane(TypedDict):

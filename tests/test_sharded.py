@@ -25,8 +25,6 @@ def sharded(redis_url: str) -> Iterator[RedissonBroker]:
     broker = RedissonBroker(url=redis_url, middleware=[m() for m in default_middleware], shards={"default": 4})
     dramatiq.set_broker(broker)
     yield broker
-    for name in broker.shard_router.consumed("default"):
-        broker.flush(name)
     broker.flush_all()
     broker.close()
 
@@ -43,9 +41,8 @@ def _job(client: redis.Redis) -> Any:
 
 def _ready_per_shard(broker: RedissonBroker, redis_client: redis.Redis) -> Counter[str]:
     """Each shard's ready messages (in all its lanes)."""
-    return Counter(
-        {name: broker.stats(name)["queues"][name]["ready"] for name in broker.shard_router.consumed("default")}
-    )
+    shards = broker.stats("default")["queues"]["default"]["shards"]
+    return Counter({name: shards[name]["ready"] for name in broker.shard_router.consumed("default")})
 
 
 def test_sends_spread_over_the_shards_and_keyed_ones_go_to_their_keys_shard(
@@ -110,3 +107,26 @@ def test_a_queue_not_named_in_shards_keeps_its_one_set_of_keys(
 def test_bad_shards_are_refused_before_anything_is_made(redis_url: str, shards: Any) -> None:
     with pytest.raises(ValueError, match="shard"):
         RedissonBroker(url=redis_url, shards=shards)
+
+
+def test_the_whole_queue_is_one_queue_to_stats_join_pause_and_flush(
+    sharded: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    job = _job(redis_client)
+    for i in range(12):
+        job.send(i)
+    for i in range(12, 16):
+        job.send_with_options(args=(i,), delay=60_000)
+    assert sharded.known_queues() == ["default"]  # not its shards' internal names
+    stats = sharded.stats()["queues"]
+    assert list(stats) == ["default"]
+    queue = stats["default"]
+    assert (queue["ready"], queue["scheduled"]) == (12, 4)
+    assert sorted(queue["shards"]) == sorted(sharded.shard_router.consumed("default"))
+    assert sum(s["ready"] for s in queue["shards"].values()) == 12
+    assert sharded.pending("default") == 16
+    assert sharded.pause("default") and sharded.stats("default")["queues"]["default"]["paused"]
+    assert sharded.resume("default") and not sharded.stats("default")["queues"]["default"]["paused"]
+    sharded.flush("default")
+    assert sharded.pending("default") == 0
+    assert sharded.stats("default")["queues"]["default"]["ready"] == 0
