@@ -504,8 +504,7 @@ class RedissonBroker(RedisBroker):
         return self.admin.resume(queue_name)
 
     def flush(self, queue_name: str) -> None:
-        name = q_name(queue_name)
-        for internal in self.admin.internal_names([name])[name]:  # a sharded queue's shards
+        for internal in self.shards_of(queue_name):  # a sharded queue's shards
             self.producer.forget_queue(internal)  # its next send lists it again
             self.admin.flush(internal)
 
@@ -521,10 +520,15 @@ class RedissonBroker(RedisBroker):
         for queue_name in self.queues:
             self.flush(queue_name)
 
+    def shards_of(self, queue_name: str) -> list[str]:
+        """The internal queues holding ``queue_name``'s messages: its shards (itself
+        first), or itself for a queue without shards."""
+        name = q_name(queue_name)
+        return self.admin.internal_names([name])[name]
+
     def pending(self, queue_name: str) -> int:
         """Messages of a queue not yet processed: scheduled, ready, in flight, legacy ``.DQ``."""
-        name = q_name(queue_name)
-        return sum(self.redisson_scripts.pending(self.keys(n)) for n in self.admin.internal_names([name])[name])
+        return sum(self.redisson_scripts.pending(self.keys(n)) for n in self.shards_of(queue_name))
 
     def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
         """Wait until every message of a queue, scheduled ones included, has been processed.

@@ -10,6 +10,7 @@ its messages.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Protocol, TypedDict, cast
 
@@ -19,6 +20,7 @@ from ._keys import QueueKeys
 from ._lanes import check_group
 from ._scripts import Scripts
 from ._settings import is_int
+from ._shards import ShardRouter
 
 
 class QueueLimits(TypedDict):
@@ -52,10 +54,13 @@ class LimitsHost(Protocol):
 
     client: Any
     redisson_scripts: Scripts
+    shard_router: ShardRouter
 
     def keys(self, queue_name: str) -> QueueKeys: ...
 
     def known_queues(self) -> list[str]: ...
+
+    def shards_of(self, queue_name: str) -> list[str]: ...
 
 
 #: The highest concurrency limit accepted (a Lua number holds it exactly; above it, say None).
@@ -89,6 +94,16 @@ def check_window(rate: int | None, group_rate: int | None, per_ms: int | None) -
             "rate and group_rate need their window, per_ms (and per_ms a rate): "
             f"got rate={rate!r}, group_rate={group_rate!r}, per_ms={per_ms!r}; nothing was written"
         )
+
+
+#: The limits asked for a whole sharded queue, as kept beside its layout.
+_ASKED = ("concurrency", "rate", "per_ms", "group_concurrency", "group_rate")
+
+
+def _share(limit: int | None, shards: int) -> int | None:
+    """One shard's part of a queue-wide limit: the whole queue may run (start) up to
+    ``shards - 1`` more than ``limit`` at once (per window), never fewer."""
+    return None if limit is None else -(-limit // shards)
 
 
 def _none(value: int) -> int | None:
@@ -155,11 +170,27 @@ class Limits:
         group_rate = _limit("group_rate", group_rate, MAX_RATE)
         per_ms = _limit("per_ms", per_ms, MAX_WINDOW_MS)
         check_window(rate, group_rate, per_ms)
-        keys = self.host.keys(self._known(queue_name))
-        reply = self.host.redisson_scripts.limits(
-            keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
-        )
-        return _info(reply, 0)
+        name = self._known(queue_name)
+        shards = self.host.shards_of(name)
+        if len(shards) == 1:
+            keys = self.host.keys(name)
+            reply = self.host.redisson_scripts.limits(
+                keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
+            )
+            return _info(reply, 0)
+        # A sharded queue (issue 36): each shard gets its share of the queue's limits (a
+        # group lives in one shard: its limits hold whole); what was asked is kept beside
+        # the layout, for get().
+        active = len(self.host.shard_router.layout(name).active)
+        for shard in shards:
+            self.host.redisson_scripts.limits(
+                self.host.keys(shard),
+                "set",
+                (_share(concurrency, active), group_concurrency, _share(rate, active), per_ms, group_rate),
+            )
+        asked = dict(zip(_ASKED, (concurrency, rate, per_ms, group_concurrency, group_rate), strict=True))
+        self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(asked))
+        return self.get(name)
 
     def set_weights(self, queue_name: str, weights: Mapping[str, int] | None) -> dict[str, int]:
         """Make ``queue_name``'s group weights exactly these (``{group_key: weight}``; a group
@@ -185,7 +216,8 @@ class Limits:
             if weight > 1:
                 pairs += [group.encode().hex(), weight]
         name = self._known(queue_name)
-        self.host.redisson_scripts.limits(self.host.keys(name), "weights", (), pairs)
+        for shard in self.host.shards_of(name):  # a group's shard has its weight
+            self.host.redisson_scripts.limits(self.host.keys(shard), "weights", (), pairs)
         return self.weights(name)
 
     def weights(self, queue_name: str) -> dict[str, int]:
@@ -206,11 +238,37 @@ class Limits:
         return name
 
     def get(self, queue_name: str) -> QueueLimits:
-        """``queue_name``'s limits and what is in use now (one read; writes nothing)."""
-        return _info(self.host.redisson_scripts.limits(self.host.keys(q_name(queue_name)), "get"))
+        """``queue_name``'s limits and what is in use now (one read per shard; writes
+        nothing). A sharded queue's are the limits asked for the whole queue, and the sums
+        of what is in use in its shards."""
+        name = q_name(queue_name)
+        shards = self.host.shards_of(name)
+        each = [_info(self.host.redisson_scripts.limits(self.host.keys(shard), "get")) for shard in shards]
+        if len(each) == 1:
+            return each[0]
+        stored = self.host.client.hget(self.host.keys(name).shards, "limits")
+        asked = json.loads(stored) if stored else dict.fromkeys(_ASKED)
+        started = [e["started_in_window"] for e in each if e["started_in_window"] is not None]
+        return QueueLimits(
+            concurrency=asked["concurrency"],
+            rate=asked["rate"],
+            per_ms=asked["per_ms"],
+            group_concurrency=asked["group_concurrency"],
+            group_rate=asked["group_rate"],
+            in_use=sum(e["in_use"] for e in each),
+            groups_in_use=sum(e["groups_in_use"] for e in each),
+            lanes_blocked=sum(e["lanes_blocked"] for e in each),
+            started_in_window=sum(started) if started else None,
+            lanes_deferred=sum(e["lanes_deferred"] for e in each),
+        )
 
     def clear(self, queue_name: str) -> QueueLimits:
         """Remove ``queue_name``'s limits: every message waiting for a slot or a rate may run.
         The queue's messages keep going through lanes (priorities and groups still apply)."""
-        keys = self.host.keys(q_name(queue_name))
-        return _info(self.host.redisson_scripts.limits(keys, "clear"), 0)
+        name = q_name(queue_name)
+        shards = self.host.shards_of(name)
+        replies = [self.host.redisson_scripts.limits(self.host.keys(shard), "clear") for shard in shards]
+        if len(shards) == 1:
+            return _info(replies[0], 0)
+        self.host.client.hdel(self.host.keys(name).shards, "limits")
+        return self.get(name)

@@ -1,7 +1,8 @@
 """A worker process for the multi-process tests: ``python -m tests.proc_worker``.
 
 Environment: REDIS_URL (records, and the broker unless CLUSTER_URL names a Redis
-Cluster node to run the broker on); LIVENESS_TIMEOUT the broker's liveness_timeout;
+Cluster node to run the broker on); LIVENESS_TIMEOUT the broker's liveness_timeout; SHARDS
+its shards ("queue=count,…");
 CLOCK_SHIFT_S shifts this process's wall clock (time.time and time.time_ns) to simulate
 a skewed host; THREADS; QUEUE; HOLD_S makes each message
 record a "start" at once and its run only after that many seconds; BUSY spends those
@@ -31,7 +32,11 @@ from dramatiq_redisson import RedissonBroker  # noqa: E402
 from tests.helpers import record  # noqa: E402
 
 cluster_url = os.environ.get("CLUSTER_URL")
-options = {"liveness_timeout": int(os.environ["LIVENESS_TIMEOUT"])} if "LIVENESS_TIMEOUT" in os.environ else {}
+options: dict[str, object] = (
+    {"liveness_timeout": int(os.environ["LIVENESS_TIMEOUT"])} if "LIVENESS_TIMEOUT" in os.environ else {}
+)
+if os.environ.get("SHARDS"):  # "queue=count,…": sharded queues (issue 36)
+    options["shards"] = {q: int(n) for q, _, n in (p.partition("=") for p in os.environ["SHARDS"].split(","))}
 broker = (
     RedissonBroker(url=cluster_url, cluster=True, **options)
     if cluster_url

@@ -426,6 +426,41 @@ def test_priorities_groups_and_limits_on_a_cluster(cluster: Cluster) -> None:
     broker.close()
 
 
+def test_a_queue_over_six_shards_spreads_over_the_masters_and_runs_every_message_once(
+    cluster: Cluster, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Issue 36: one queue's shards, two on each master; two worker processes run every
+    message once, immediate and delayed, whichever shard it went to."""
+    broker = RedissonBroker(client=cluster.client(), shards={"default": 6})
+    broker.client.flushall()
+    try:
+        names = broker.shard_router.consumed("default")
+        masters = Counter(cluster.master_of_key(broker.keys(name).ready).node_id for name in names)
+        assert sorted(masters.values()) == [2, 2, 2]
+
+        @dramatiq.actor(broker=broker, queue_name="default", actor_name="stamp", max_retries=0)
+        def stamp(i: int) -> None:
+            pass
+
+        for i in range(200):
+            stamp.send(i)
+        for i in range(200, 300):
+            stamp.send_with_options(args=(i,), delay=200 + (i % 7) * 100)
+        shards = broker.stats("default")["queues"]["default"]["shards"]
+        assert all(s["ready"] + s["scheduled"] == 50 for s in shards.values())
+        with worker_processes(
+            redis_url, redis_client, 2, cluster_url=cluster.url, env={"SHARDS": "default=6", "QUEUE": "default"}
+        ):
+            assert wait_for(lambda: len(records(redis_client)) >= 300, timeout=30)
+            time.sleep(0.5)  # (a duplicate would show here)
+        runs = Counter(r["i"] for r in records(redis_client))
+        assert set(runs) == set(range(300)) and set(runs.values()) == {1}
+        assert broker.pending("default") == 0
+    finally:
+        broker.client.flushall()
+        broker.close()
+
+
 def test_the_cli_operates_a_cluster(cluster: Cluster, cluster_broker: RedissonBroker) -> None:
     """``dramatiq-redisson --url <node> --cluster``: stats over queues on several
     masters, list and remove on the cluster layout."""

@@ -130,3 +130,20 @@ def test_the_whole_queue_is_one_queue_to_stats_join_pause_and_flush(
     sharded.flush("default")
     assert sharded.pending("default") == 0
     assert sharded.stats("default")["queues"]["default"]["ready"] == 0
+
+
+def test_limits_of_a_sharded_queue_are_shared_out_over_its_shards_and_read_as_one(
+    sharded: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    sharded.declare_queue("default")
+    now = sharded.limits.set("default", concurrency=10, group_concurrency=1, rate=100, per_ms=1000)
+    assert (now["concurrency"], now["group_concurrency"], now["rate"], now["per_ms"]) == (10, 1, 100, 1000)
+    assert now["started_in_window"] == 0 and now["in_use"] == 0
+    # Each of the 4 shards: a quarter, rounded up; a group's limit whole
+    for name in sharded.shard_router.consumed("default"):
+        flow = redis_client.hgetall(sharded.keys(name).flow)
+        assert (flow[b"concurrency"], flow[b"rate"], flow[b"group_concurrency"]) == (b"3", b"25", b"1")
+    cleared = sharded.limits.clear("default")
+    assert (cleared["concurrency"], cleared["rate"]) == (None, None)
+    for name in sharded.shard_router.consumed("default"):
+        assert redis_client.hget(sharded.keys(name).flow, "concurrency") is None
