@@ -621,6 +621,7 @@ def test_probe_names_every_missing_command_key_and_channel_in_one_error(
         "redisson_delay_queue_ring:{dramatiq:default}:{1}",
         "redisson_delay_queue_rate:{dramatiq:default}:{q}",
         "redisson_delay_queue_rate:{dramatiq:default}:{deferred}",
+        "redisson_delay_queue_shards:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}",
         "redisson_delay_queue_channel:{dramatiq:default}:wake:{__dramatiq_redisson_permission_probe__}",
     }
