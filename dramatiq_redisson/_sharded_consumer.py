@@ -8,9 +8,14 @@ fetched it. The shard consumers share the queue's prefetch: together they hold a
 ``prefetch`` messages (fetched and not yet finished), whichever shards they come from, and
 an ack in any shard lets every shard fetch again.
 
-This first version keeps each shard consumer's own waits (its wake channel, its transfer
-timer) in its thread: idle, a process has one thread per shard waiting on its pub/sub
-connection, and one idle poll per shard per worker timeout.
+Each shard consumer keeps its own waits (its wake channel, its transfer timer) in a thread
+of its own: idle, a process has one thread per shard waiting on its pub/sub connection.
+Idle polls stay flat in the number of shards: shard 0 (the queue's own keys, where older
+producers and the built-in broker's requeues land) polls once per worker timeout as an
+unsharded queue does, and the other shards take turns, each every ``N - 1`` timeouts, so
+a process sends two idle polls per timeout whatever N. A wake-up lost in transit (wake-ups
+are the way a message reaches an idle consumer; a poll only covers a lost one) then waits
+up to ``N - 1`` timeouts on those shards.
 """
 
 from __future__ import annotations
@@ -30,12 +35,40 @@ from ._consumer import ConsumerHost, RedissonConsumer
 ERROR_PAUSE = 1.0
 
 
+class _Freed:
+    """What :attr:`RedissonConsumer.capacity_freed` is to the shard consumers of one queue:
+    an ack in any shard wakes every shard waiting for room.
+
+    A shared ``threading.Event`` would lose wake-ups: a shard that clears it before waiting
+    can clear a ``set()`` another shard has not seen yet, which then waits a whole worker
+    timeout with room free and its messages ready. Here each waiter wakes on any ``set()``
+    after its own ``clear()``."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.generation = 0
+        self.seen = threading.local()
+
+    def set(self) -> None:
+        with self.changed:
+            self.generation += 1
+            self.changed.notify_all()
+
+    def clear(self) -> None:
+        self.seen.generation = self.generation
+
+    def wait(self, timeout: float | None = None) -> bool:
+        seen = getattr(self.seen, "generation", self.generation)
+        with self.changed:
+            return self.changed.wait_for(lambda: self.generation != seen, timeout)
+
+
 class _Budget:
     """The prefetch the shard consumers of one queue share."""
 
     def __init__(self) -> None:
         self.members: list[ShardConsumer] = []
-        self.freed = threading.Event()
+        self.freed = _Freed()
 
     def outstanding(self) -> int:
         return sum(len(c.in_flight) + len(c.message_cache) for c in self.members)
@@ -45,11 +78,23 @@ class ShardConsumer(RedissonConsumer):
     """One shard's consumer: counts the queue's messages in all its shards against the
     prefetch, and wakes with any shard's ack."""
 
-    def __init__(self, broker: ConsumerHost, queue_name: str, prefetch: int, timeout: int, budget: _Budget) -> None:
+    def __init__(
+        self, broker: ConsumerHost, queue_name: str, prefetch: int, timeout: int, budget: _Budget, turns: int = 1
+    ) -> None:
         super().__init__(broker, queue_name, prefetch, timeout)
         self.budget = budget
-        self.capacity_freed = budget.freed
+        self.capacity_freed = budget.freed  # type: ignore[assignment]
+        #: Idle, this shard polls once every ``turns`` timeouts (see the module).
+        self.turns = turns
         budget.members.append(self)
+
+    def note_idle(self, registered: bool) -> None:
+        super().note_idle(registered)
+        if registered and self.turns > 1:
+            # The poll of shard i of n falls in its turn: (i - 1) timeouts apart from the
+            # others', one every timeout in all.
+            interval = min(self.timeout, self.broker.settings.safety_interval) / 1000
+            self.idle_poll_at += interval * (self.turns - 1)
 
     @property
     def outstanding_message_count(self) -> int:
@@ -64,9 +109,10 @@ class ShardedConsumer(Consumer):
         self.queue_name = queue_name
         self.timeout = timeout
         self.budget = _Budget()
+        names = broker.shard_router.consumed(queue_name)
         self.shards = [
-            ShardConsumer(broker, name, prefetch, timeout, self.budget)
-            for name in broker.shard_router.consumed(queue_name)
+            ShardConsumer(broker, name, prefetch, timeout, self.budget, turns=1 if i == 0 else len(names) - 1)
+            for i, name in enumerate(names)
         ]
         self.ready: queue.Queue[MessageProxy] = queue.Queue()
         self.owner: dict[str, ShardConsumer] = {}

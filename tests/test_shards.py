@@ -4,6 +4,7 @@ growing keeps the shards there are."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import pytest
@@ -16,6 +17,7 @@ from dramatiq_redisson._shards import (
     shard_slot,
     slot_owner,
 )
+from dramatiq_redisson._sharded_consumer import _Freed
 
 #: The split ``redis-cli --cluster create`` makes for three masters.
 THREE = slot_owner([(0, 5460, "m1"), (5461, 10922, "m2"), (10923, 16383, "m3")])
@@ -119,3 +121,32 @@ def test_layouts_are_stored_once_and_every_process_ends_with_the_same(redis_url:
     finally:
         broker.flush_all()
         broker.close()
+
+
+def test_room_freed_in_one_shard_is_seen_by_every_shard_that_was_waiting_for_it() -> None:
+    """A shard consumer that found the shared prefetch full waits for room; an ack in any
+    shard must wake it, even when another shard cleared the signal meanwhile (a shared
+    Event loses that wake-up: the shard then sleeps a worker timeout with room free)."""
+    freed = _Freed()
+    woke: dict[str, bool] = {}
+
+    def shard(name: str, before_set: threading.Event, after_set: threading.Event) -> None:
+        freed.clear()  # found the budget full
+        before_set.set()
+        after_set.wait(5)
+        woke[name] = freed.wait(0.5)
+
+    cleared_a, cleared_b, was_set = threading.Event(), threading.Event(), threading.Event()
+    a = threading.Thread(target=shard, args=("a", cleared_a, was_set))
+    a.start()
+    cleared_a.wait(5)
+    freed.set()  # an ack: room for one more
+    # Shard b finds the budget full again only now, and clears: a must still wake.
+    b = threading.Thread(target=shard, args=("b", cleared_b, was_set))
+    b.start()
+    cleared_b.wait(5)
+    was_set.set()
+    a.join(5)
+    assert woke["a"] is True
+    b.join(5)
+    assert woke["b"] is False  # nothing freed after its own clear: it waits its timeout
