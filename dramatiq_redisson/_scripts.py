@@ -728,8 +728,16 @@ class Scripts(ScriptRunner):
     def shards(self, keys: QueueKeys, expected: str, active: str, retired: str) -> tuple[bool, bytes, bytes]:
         """Change a queue's shard layout if its "active" is still ``expected`` (shards.lua):
         whether it was written, and the layout now."""
-        written, now_active, now_retired = self._run_idempotent("shards", (keys.shards,), (expected, active, retired))
+        written, now_active, now_retired = self._run_idempotent(
+            "shards", (keys.shards,), ("set", expected, active, retired)
+        )
         return bool(written), now_active, now_retired
+
+    def drop_shard(self, keys: QueueKeys, suffix: int, min_age_ms: int) -> bool:
+        """Take a retired shard out of the layout if it was retired at least ``min_age_ms``
+        ago (shards.lua "drop"); whether it was."""
+        written, _, _ = self._run_idempotent("shards", (keys.shards,), ("drop", suffix, min_age_ms))
+        return bool(written)
 
     def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
         """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and

@@ -26,13 +26,27 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.logging import get_logger
 
 from ._consumer import ConsumerHost, RedissonConsumer
+from ._shards import shard_name
+from ._transfer_duty import CONNECTION_ERRORS
 
 #: After an unexpected error in a shard's thread, it waits this long (s) before going on.
 ERROR_PAUSE = 1.0
+
+#: A retired shard is dropped from the layout no sooner than this many safety intervals
+#: after it was retired: every producer reads the layout again every safety interval, so
+#: none sends to it any more.
+DROP_AFTER = 3
+
+
+def _holds(broker: Any, name: str) -> bool:
+    """Whether the shard ``name`` holds a message: scheduled, ready, in flight or dead."""
+    keys = broker.keys(name)
+    return bool(broker.redisson_scripts.pending(keys) or broker.client.zcard(keys.xq))
 
 
 class _Freed:
@@ -102,30 +116,89 @@ class ShardConsumer(RedissonConsumer):
 
 
 class ShardedConsumer(Consumer):
-    """Dramatiq's consumer of a sharded queue."""
+    """Dramatiq's consumer of a sharded queue.
+
+    It follows the queue's stored layout (read again every ``safety_interval``): a shard
+    added by a process started with a higher count gets its consumer and thread here
+    within about that long; a retired shard keeps its consumer until it holds nothing,
+    and the process holding its transfer lease then takes it out of the layout (see
+    :meth:`_drop_drained`)."""
 
     def __init__(self, broker: Any, queue_name: str, prefetch: int, timeout: int) -> None:
         self.logger = get_logger(__name__, type(self))
+        self.broker = broker
         self.queue_name = queue_name
+        self.prefetch = prefetch
         self.timeout = timeout
         self.budget = _Budget()
-        names = broker.shard_router.consumed(queue_name)
-        self.shards = [
-            ShardConsumer(broker, name, prefetch, timeout, self.budget, turns=1 if i == 0 else len(names) - 1)
-            for i, name in enumerate(names)
-        ]
         self.ready: queue.Queue[MessageProxy] = queue.Queue()
         self.owner: dict[str, ShardConsumer] = {}
         self.stopping = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._pump, args=(shard,), name=f"shard:{shard.queue_name}", daemon=True)
-            for shard in self.shards
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.shards: dict[str, ShardConsumer] = {}
+        self.threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self.next_layout_at = 0.0
+        self._follow_layout()
 
-    def _pump(self, shard: ShardConsumer) -> None:
-        while not self.stopping.is_set():
+    def _follow_layout(self) -> None:
+        """Start a consumer for each shard the layout names and this one does not consume
+        yet; stop those of shards it no longer names (dropped: they held nothing)."""
+        interval = self.broker.settings.safety_interval / 1000
+        self.next_layout_at = time.monotonic() + interval
+        layout = self.broker.shard_router.layout(self.queue_name)
+        names = layout.names(self.queue_name)
+        following = bool(self.shards)
+        for index, name in enumerate(names):
+            if name not in self.shards:
+                shard = ShardConsumer(self.broker, name, self.prefetch, self.timeout, self.budget)
+                self.shards[name] = shard
+                stop = threading.Event()
+                thread = threading.Thread(target=self._pump, args=(shard, stop), name=f"shard:{name}", daemon=True)
+                self.threads[name] = (thread, stop)
+                thread.start()
+                if following:
+                    self.logger.info("Consuming shard %r of queue %r too.", name, self.queue_name)
+            self.shards[name].turns = 1 if index == 0 else len(names) - 1
+        for name in [n for n in self.shards if n not in names]:
+            self.logger.info(
+                "Shard %r of queue %r was drained and dropped: not consuming it any more.", name, self.queue_name
+            )
+            self.threads.pop(name)[1].set()  # its thread closes it
+            shard = self.shards.pop(name)
+            self.budget.members.remove(shard)
+        self._drop_drained(layout.retired)
+
+    def _drop_drained(self, retired: tuple[int, ...]) -> None:
+        """Take the retired shards whose transfer lease a consumer here holds out of the
+        layout once they hold nothing (scheduled, ready, in flight or dead) and were
+        retired long enough for every producer to have stopped sending to them
+        (:data:`DROP_AFTER` safety intervals); then drop their keys."""
+        broker = self.broker
+        min_age = int(DROP_AFTER * broker.settings.safety_interval)
+        for suffix in retired:
+            name = shard_name(self.queue_name, suffix)
+            shard = self.shards.get(name)
+            if shard is None or not shard.timer.owner:
+                continue
+            try:
+                if _holds(broker, name) or not broker.redisson_scripts.drop_shard(
+                    broker.keys(self.queue_name), suffix, min_age
+                ):
+                    continue
+                if _holds(broker, name):
+                    # Something came in between the check and the drop (a dead letter
+                    # requeued to it): retired again, to be drained first.
+                    broker.shard_router.layouts.retire(self.queue_name, suffix)
+                    continue
+                broker.admin.flush(name)
+            except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+                shard.log_failure(e)
+                continue
+            self.logger.info("Dropped the drained shard %r of queue %r.", name, self.queue_name)
+            broker.shard_router.forget(self.queue_name)  # read the layout again at once
+            self.next_layout_at = 0.0
+
+    def _pump(self, shard: ShardConsumer, stop: threading.Event) -> None:
+        while not (self.stopping.is_set() or stop.is_set()):
             try:
                 message = next(shard)
             except Exception:
@@ -135,12 +208,20 @@ class ShardedConsumer(Consumer):
             if message is not None:
                 self.owner[message.options["redis_message_id"]] = shard
                 self.ready.put(message)
+        if stop.is_set():
+            shard.close()
 
     @property
     def outstanding_message_count(self) -> int:
         return self.budget.outstanding()
 
     def __next__(self) -> MessageProxy | None:
+        if time.monotonic() >= self.next_layout_at:
+            try:
+                self._follow_layout()
+            except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+                self.logger.warning("Could not read the shard layout of queue %r: %s", self.queue_name, e)
+                self.next_layout_at = time.monotonic() + ERROR_PAUSE
         try:
             return self.ready.get(timeout=min(self.timeout, 1000) / 1000)
         except queue.Empty:
@@ -161,7 +242,7 @@ class ShardedConsumer(Consumer):
             shard = self.owner.pop(message.options["redis_message_id"], None)
             if shard is not None:
                 by_shard.setdefault(id(shard), []).append(message)
-        for shard in self.shards:
+        for shard in self.shards.values():
             mine = by_shard.get(id(shard))
             if mine:
                 shard.requeue(mine)
@@ -171,7 +252,7 @@ class ShardedConsumer(Consumer):
     def close(self) -> None:
         self.stopping.set()
         deadline = time.monotonic() + max(2.0, self.timeout / 1000 + 1)
-        for thread in self.threads:
+        for thread, _ in self.threads.values():
             thread.join(max(0.0, deadline - time.monotonic()))
         # Handed over but never given to Dramatiq: back to their shards.
         left: list[MessageProxy] = []
@@ -182,5 +263,5 @@ class ShardedConsumer(Consumer):
                 break
         if left:
             self.requeue(left)
-        for shard in self.shards:
+        for shard in self.shards.values():
             shard.close()

@@ -189,6 +189,18 @@ class ShardLayouts:
                 return wanted
         raise RuntimeError(f"the shard layout of {queue_name!r} kept changing under {self.ATTEMPTS} attempts")
 
+    def retire(self, queue_name: str, suffix: int) -> None:
+        """List ``suffix`` among the retired shards again (a dropped shard that received a
+        message after all: it is drained, then dropped, again)."""
+        keys = self.keys_of(queue_name)
+        for _ in range(self.ATTEMPTS):
+            current = self.read(queue_name)
+            if current is None or suffix in (*current.active, *current.retired):
+                return
+            wanted = Layout(current.active, (*current.retired, suffix))
+            if self.scripts.shards(keys, current.encode()[0], *wanted.encode())[0]:
+                return
+
 
 def jump_hash(key: int, buckets: int) -> int:
     """Jump consistent hash (Lamping and Veach, 2014): a bucket in ``range(buckets)`` for a
@@ -239,6 +251,12 @@ class ShardRouter:
                 layout = self.layouts.read(queue_name) or cached[0]
             self._cache[queue_name] = (layout, now + self.broker.settings.safety_interval / 1000)
             return layout
+
+    def forget(self, queue_name: str) -> None:
+        """Read the queue's layout again at its next use (it was changed here)."""
+        cached = self._cache.get(queue_name)
+        if cached is not None:
+            self._cache[queue_name] = (cached[0], 0.0)
 
     def consumed(self, queue_name: str) -> list[str]:
         """The internal queue names a consumer of ``queue_name`` reads: every shard, active

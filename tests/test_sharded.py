@@ -147,3 +147,68 @@ def test_limits_of_a_sharded_queue_are_shared_out_over_its_shards_and_read_as_on
     assert (cleared["concurrency"], cleared["rate"]) == (None, None)
     for name in sharded.shard_router.consumed("default"):
         assert redis_client.hget(sharded.keys(name).flow, "concurrency") is None
+
+
+def test_growing_and_shrinking_under_a_running_worker_loses_nothing_and_runs_nothing_early(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Issue 36, changing N live: a Worker started on 2 shards consumes the shards a
+    process started with 4 adds (within a safety interval); shrinking back to 2 retires
+    two shards whose scheduled messages still run at their due times, and once drained
+    they leave the layout and their keys are dropped. Every message runs once, none
+    before its due time."""
+
+    def broker_of(count: int) -> RedissonBroker:
+        return RedissonBroker(
+            url=redis_url,
+            middleware=[m() for m in default_middleware],
+            shards={"default": count},
+            safety_interval=200,
+        )
+
+    running = broker_of(2)
+    dramatiq.set_broker(running)
+    job = _job(redis_client)
+    worker = Worker(running, worker_timeout=100, worker_threads=4)
+    worker.start()
+    dues: dict[int, float] = {}
+
+    def send(broker: RedissonBroker, i: int, delay: int) -> None:
+        message = broker.enqueue(job.message_with_options(args=(i,)), delay=delay or None)
+        dues[i] = float(message.options.get("eta", 0))
+
+    grown = broker_of(4)
+    shrunk: RedissonBroker | None = None
+    try:
+        assert len(running.shard_router.consumed("default")) == 2
+        for i in range(40):
+            send(grown, i, 0 if i % 4 == 0 else 300 + 30 * i)  # over 4 shards, 2 of them new
+        assert len(grown.shard_router.consumed("default")) == 4
+        assert wait_for(lambda: len(records(redis_client)) == 40, timeout=20)
+        # Scheduled in all 4 shards, then 2 shards retired under them.
+        for i in range(40, 80):
+            send(grown, i, 800 + 20 * (i - 40))
+        shrunk = broker_of(2)
+        layout = shrunk.shard_router.layout("default")
+        assert (len(layout.active), len(layout.retired)) == (2, 2)
+        retired = layout.names("default")[2:]
+        assert any(redis_client.zcard(shrunk.keys(name).timeout_zset) for name in retired)
+        for i in range(80, 100):
+            send(shrunk, i, 200)  # only to the 2 shards left
+        assert wait_for(lambda: len(records(redis_client)) == 100, timeout=30)
+        # Drained: out of the layout, their keys gone, nobody consumes them.
+        assert wait_for(lambda: not shrunk.shard_router.layouts.read("default").retired, timeout=10)  # type: ignore[union-attr]
+        assert all(not redis_client.exists(running.keys(name).ready_msgs) for name in retired)
+        assert all(not redis_client.exists(running.keys(name).timeout_zset) for name in retired)
+        assert wait_for(lambda: sorted(running.known_queues()) == ["default"], timeout=5)
+    finally:
+        worker.stop()
+        for broker in (grown, shrunk):
+            if broker is not None:
+                broker.close()
+        running.flush_all()
+        running.close()
+    runs = records(redis_client)
+    assert Counter(r["i"] for r in runs) == Counter(range(100))  # each once
+    early = [r for r in runs if dues[r["i"]] and r["at_ms"] < dues[r["i"]]]
+    assert early == []

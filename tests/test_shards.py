@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from dramatiq_redisson._sharded_consumer import _Freed
 from dramatiq_redisson._shards import (
     MAX_SHARDS,
     base_queue,
@@ -17,7 +18,6 @@ from dramatiq_redisson._shards import (
     shard_slot,
     slot_owner,
 )
-from dramatiq_redisson._sharded_consumer import _Freed
 
 #: The split ``redis-cli --cluster create`` makes for three masters.
 THREE = slot_owner([(0, 5460, "m1"), (5461, 10922, "m2"), (10923, 16383, "m3")])

@@ -2,15 +2,21 @@
 --
 -- KEYS[1]  HASH  redisson_delay_queue_shards:{N}   "active": the suffixes of the shards
 --          producers send to, in order ("0,17,42"); "retired": those being drained (""
---          or absent). N is the queue's own tag: the layout lives in shard 0's slot.
+--          or absent); "r<suffix>": when (server epoch ms) each retired shard was
+--          retired. N is the queue's own tag: the layout lives in shard 0's slot.
 --
--- ARGV[1]  the "active" value the caller read ("" when there was none)
--- ARGV[2]  the new "active"; ARGV[3] the new "retired"
---
--- Compare and set: the layout changes only if "active" is still what the caller read
--- (another process may have changed it meanwhile: the caller reads the layout again and
--- decides again). A value that is not a comma-separated list of suffixes (ints, 0 first
--- in "active") is refused and nothing is written.
+-- ARGV[1]  "set" or "drop"
+--   set:   ARGV[2] the "active" value the caller read ("" when there was none),
+--          ARGV[3] the new "active", ARGV[4] the new "retired". Compare and set: the
+--          layout changes only if "active" is still what the caller read (another process
+--          may have changed it meanwhile: the caller reads the layout again and decides
+--          again). A shard newly retired is stamped with the time; one taken back loses
+--          its stamp. A value that is not a comma-separated list of suffixes (ints, 0
+--          first in "active") is refused and nothing is written.
+--   drop:  ARGV[2] a retired suffix, ARGV[3] ms: take the shard out of "retired" if it
+--          was retired at least that long ago (by then no producer sends to it: each
+--          reads the layout again every safety interval). The caller checked that it
+--          holds nothing. A suffix in neither list counts as dropped (a retry).
 --
 -- Returns: {1 if written, else 0; "active" now or ""; "retired" now or ""}
 
@@ -31,18 +37,73 @@ local function suffixes(text, zero_first)
     return true
 end
 
-if not suffixes(ARGV[2], true) or not suffixes(ARGV[3], false) then
-    return redis.error_reply("ERR shards: a layout is comma-separated suffixes, 0 first in active")
+local function members(text)
+    local set = {}
+    for part in string.gmatch(text, "[^,]+") do
+        set[part] = true
+    end
+    return set
 end
+
+local function now_ms()
+    local t = redis.call("TIME")
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 local now = redis.call("HMGET", KEYS[1], "active", "retired")
 local active, retired = now[1] or "", now[2] or ""
-if active ~= ARGV[1] then
+
+local function write_retired(value)
+    if value == "" then
+        redis.call("HDEL", KEYS[1], "retired")
+    else
+        redis.call("HSET", KEYS[1], "retired", value)
+    end
+end
+
+if ARGV[1] == "drop" then
+    local suffix, age = ARGV[2], tonumber(ARGV[3])
+    if not members(retired)[suffix] and not members(active)[suffix] then
+        return { 1, active, retired } -- dropped already (a retried call)
+    end
+    local stamp = tonumber(redis.call("HGET", KEYS[1], "r" .. suffix) or "")
+    if not members(retired)[suffix] or not age or not stamp or now_ms() - stamp < age then
+        return { 0, active, retired }
+    end
+    local left = {}
+    for part in string.gmatch(retired, "[^,]+") do
+        if part ~= suffix then
+            left[#left + 1] = part
+        end
+    end
+    retired = table.concat(left, ",")
+    write_retired(retired)
+    redis.call("HDEL", KEYS[1], "r" .. suffix)
+    return { 1, active, retired }
+end
+
+if ARGV[1] ~= "set" then
+    return redis.error_reply("ERR shards: unknown operation " .. tostring(ARGV[1]))
+end
+if not suffixes(ARGV[3], true) or not suffixes(ARGV[4], false) then
+    return redis.error_reply("ERR shards: a layout is comma-separated suffixes, 0 first in active")
+end
+if active ~= ARGV[2] then
     return { 0, active, retired }
 end
-redis.call("HSET", KEYS[1], "active", ARGV[2])
-if ARGV[3] == "" then
-    redis.call("HDEL", KEYS[1], "retired")
-else
-    redis.call("HSET", KEYS[1], "retired", ARGV[3])
+local was_retired, now_retired = members(retired), members(ARGV[4])
+local stamp = nil
+for suffix in pairs(now_retired) do
+    if not was_retired[suffix] then
+        stamp = stamp or now_ms()
+        redis.call("HSET", KEYS[1], "r" .. suffix, stamp)
+    end
 end
-return { 1, ARGV[2], ARGV[3] }
+for suffix in pairs(was_retired) do
+    if not now_retired[suffix] then
+        redis.call("HDEL", KEYS[1], "r" .. suffix)
+    end
+end
+redis.call("HSET", KEYS[1], "active", ARGV[3])
+write_retired(ARGV[4])
+return { 1, ARGV[3], ARGV[4] }

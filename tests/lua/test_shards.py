@@ -12,7 +12,7 @@ from .state import Lua, snapshot
 
 
 def _set(lua: Lua, keys: QueueKeys, expected: str, active: str, retired: str = "") -> list[object]:
-    return lua("shards")(keys=[keys.shards], args=[expected, active, retired])
+    return lua("shards")(keys=[keys.shards], args=["set", expected, active, retired])
 
 
 def test_a_first_layout_is_written_and_a_second_writer_reading_none_is_refused(
@@ -30,9 +30,32 @@ def test_a_layout_changes_from_what_was_read_and_retired_shards_are_kept_apart(
 ) -> None:
     _set(lua, keys, "", "0,17,42")
     assert _set(lua, keys, "0,17,42", "0,17", "42") == [1, b"0,17", b"42"]
-    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17", b"retired": b"42"}
-    assert _set(lua, keys, "0,17", "0,17,8", "") == [1, b"0,17,8", b""]
-    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17,8"}
+    stored = redis_client.hgetall(keys.shards)
+    assert stored.pop(b"r42").isdigit()  # when it was retired (server clock)
+    assert stored == {b"active": b"0,17", b"retired": b"42"}
+    # Taken back: active again, its stamp gone.
+    assert _set(lua, keys, "0,17", "0,17,42", "") == [1, b"0,17,42", b""]
+    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17,42"}
+
+
+def _drop(lua: Lua, keys: QueueKeys, suffix: int, age_ms: int) -> list[object]:
+    return lua("shards")(keys=[keys.shards], args=["drop", suffix, age_ms])
+
+
+def test_a_retired_shard_is_dropped_only_once_retired_long_enough(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    _set(lua, keys, "", "0,17,42,8")
+    _set(lua, keys, "0,17,42,8", "0,17", "42,8")
+    assert _drop(lua, keys, 42, 60_000) == [0, b"0,17", b"42,8"]  # retired just now
+    assert _drop(lua, keys, 17, 0) == [0, b"0,17", b"42,8"]  # active: never dropped
+    redis_client.hset(keys.shards, "r42", 1)  # retired long ago
+    assert _drop(lua, keys, 42, 60_000) == [1, b"0,17", b"8"]
+    assert b"r42" not in redis_client.hgetall(keys.shards)
+    assert _drop(lua, keys, 42, 60_000) == [1, b"0,17", b"8"]  # a retried drop: done already
+    redis_client.hset(keys.shards, "r8", 1)
+    assert _drop(lua, keys, 8, 1000) == [1, b"0,17", b""]
+    assert redis_client.hgetall(keys.shards) == {b"active": b"0,17"}
 
 
 @pytest.mark.parametrize(
