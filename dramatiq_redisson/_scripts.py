@@ -733,6 +733,12 @@ class Scripts(ScriptRunner):
         )
         return bool(written), now_active, now_retired
 
+    def read_shards(self, keys: QueueKeys, fresh_ms: int) -> tuple[bytes, bytes, bytes]:
+        """A queue's shard layout (shards.lua "read"): active, retired, and the active shards
+        added less than ``fresh_ms`` ago."""
+        active, retired, fresh = self._run_idempotent("shards", (keys.shards,), ("read", fresh_ms))
+        return active, retired, fresh
+
     def drop_shard(self, keys: QueueKeys, suffix: int, min_age_ms: int) -> bool:
         """Take a retired shard out of the layout if it was retired at least ``min_age_ms``
         ago (shards.lua "drop"); whether it was."""

@@ -125,6 +125,14 @@ class Layout:
 
     active: tuple[int, ...]
     retired: tuple[int, ...] = ()
+    #: Active shards added to the layout less than a safety interval ago: consumers may
+    #: not consume them yet, so producers do not send to them yet.
+    fresh: tuple[int, ...] = ()
+
+    @property
+    def sending(self) -> tuple[int, ...]:
+        """The shards producers send to: the active ones, but the fresh."""
+        return tuple(j for j in self.active if j not in self.fresh) if self.fresh else self.active
 
     def names(self, queue_name: str) -> list[str]:
         """Every shard's internal queue name, active ones first (consumers read them all)."""
@@ -167,12 +175,12 @@ class ShardLayouts:
     #: A write that lost a race is read and decided again this many times.
     ATTEMPTS = 5
 
-    def __init__(self, client: Any, scripts: Any, keys_of: Callable[[str], Any], owner: Callable[[], Any]) -> None:
-        self.client, self.scripts, self.keys_of, self.owner = client, scripts, keys_of, owner
+    def __init__(self, scripts: Any, keys_of: Callable[[str], Any], owner: Callable[[], Any], fresh_ms: int) -> None:
+        self.scripts, self.keys_of, self.owner, self.fresh_ms = scripts, keys_of, owner, fresh_ms
 
     def read(self, queue_name: str) -> Layout | None:
-        active, retired = self.client.hmget(self.keys_of(queue_name).shards, "active", "retired")
-        return Layout(_suffixes(active), _suffixes(retired)) if active else None
+        active, retired, fresh = self.scripts.read_shards(self.keys_of(queue_name), self.fresh_ms)
+        return Layout(_suffixes(active), _suffixes(retired), _suffixes(fresh)) if active else None
 
     def ensure(self, namespace: str, queue_name: str, count: int) -> Layout:
         """The stored layout of ``queue_name`` with ``count`` active shards, changed (or made)
@@ -186,7 +194,7 @@ class ShardLayouts:
             expected = current.encode()[0] if current else ""
             written, active, retired = self.scripts.shards(keys, expected, *wanted.encode())
             if written:
-                return wanted
+                return self.read(queue_name) or wanted  # (with the shards just added as fresh)
         raise RuntimeError(f"the shard layout of {queue_name!r} kept changing under {self.ATTEMPTS} attempts")
 
     def retire(self, queue_name: str, suffix: int) -> None:
@@ -229,7 +237,9 @@ class ShardRouter:
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
-        self.layouts = ShardLayouts(broker.client, broker.redisson_scripts, broker.keys, self._owner)
+        self.layouts = ShardLayouts(
+            broker.redisson_scripts, broker.keys, self._owner, int(broker.settings.safety_interval)
+        )
         self._cache: dict[str, tuple[Layout, float]] = {}
         self._turn = itertools.count(random.randrange(1 << 16))
         self._lock = threading.Lock()
@@ -276,7 +286,7 @@ class ShardRouter:
             holder = self.broker.held.queue_of(in_flight)
             if holder is not None and base_queue(holder) == queue_name:
                 return str(holder)
-        active = self.layout(queue_name).active
+        active = self.layout(queue_name).sending
         key = options.get("dedupe_key") or options.get("group_key")
         if isinstance(key, str) and key:
             suffix = active[jump_hash(key_hash(key), len(active))]

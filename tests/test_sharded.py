@@ -183,9 +183,14 @@ def test_growing_and_shrinking_under_a_running_worker_loses_nothing_and_runs_not
     shrunk: RedissonBroker | None = None
     try:
         assert len(running.shard_router.consumed("default")) == 2
+        # The 2 new shards: not sent to until every consumer reads the layout again.
+        assert len(grown.shard_router.layout("default").fresh) == 2
+        assert wait_for(lambda: not grown.shard_router.layouts.read("default").fresh, timeout=5)  # type: ignore[union-attr]
+        grown.shard_router.forget("default")
         for i in range(40):
-            send(grown, i, 0 if i % 4 == 0 else 300 + 30 * i)  # over 4 shards, 2 of them new
-        assert len(grown.shard_router.consumed("default")) == 4
+            send(grown, i, 0 if i % 5 == 0 else 300 + 30 * i)  # over 4 shards, 2 of them new
+        per_shard = grown.stats("default")["queues"]["default"]["shards"]
+        assert len(per_shard) == 4 and all(s["scheduled"] for s in per_shard.values())  # the new ones too
         assert wait_for(lambda: len(records(redis_client)) == 40, timeout=20)
         # Scheduled in all 4 shards, then 2 shards retired under them.
         for i in range(40, 80):

@@ -107,7 +107,7 @@ def test_layouts_are_stored_once_and_every_process_ends_with_the_same(redis_url:
 
     broker = RedissonBroker(url=redis_url)
     try:
-        layouts = [ShardLayouts(broker.client, broker.redisson_scripts, broker.keys, lambda: THREE) for _ in range(2)]
+        layouts = [ShardLayouts(broker.redisson_scripts, broker.keys, lambda: THREE, 1000) for _ in range(2)]
         assert layouts[0].read("q") is None
         made = layouts[0].ensure("dramatiq", "q", 6)
         assert layouts[1].ensure("dramatiq", "q", 6) == made == layouts[1].read("q")

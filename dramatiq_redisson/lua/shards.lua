@@ -3,22 +3,27 @@
 -- KEYS[1]  HASH  redisson_delay_queue_shards:{N}   "active": the suffixes of the shards
 --          producers send to, in order ("0,17,42"); "retired": those being drained (""
 --          or absent); "r<suffix>": when (server epoch ms) each retired shard was
---          retired. N is the queue's own tag: the layout lives in shard 0's slot.
+--          retired; "a<suffix>": when each shard added to a layout that existed was
+--          added. N is the queue's own tag: the layout lives in shard 0's slot.
 --
--- ARGV[1]  "set" or "drop"
+-- ARGV[1]  "read", "set" or "drop"
+--   read:  ARGV[2] ms: the layout, and which active shards were added less than that long
+--          ago (producers do not send to them yet: every consumer reads the layout again
+--          every safety interval, and starts consuming a new shard then). Writes nothing.
 --   set:   ARGV[2] the "active" value the caller read ("" when there was none),
 --          ARGV[3] the new "active", ARGV[4] the new "retired". Compare and set: the
 --          layout changes only if "active" is still what the caller read (another process
 --          may have changed it meanwhile: the caller reads the layout again and decides
 --          again). A shard newly retired is stamped with the time; one taken back loses
---          its stamp. A value that is not a comma-separated list of suffixes (ints, 0
+--          its stamp; one new to a layout that existed is stamped as added. A value that is not a comma-separated list of suffixes (ints, 0
 --          first in "active") is refused and nothing is written.
 --   drop:  ARGV[2] a retired suffix, ARGV[3] ms: take the shard out of "retired" if it
 --          was retired at least that long ago (by then no producer sends to it: each
 --          reads the layout again every safety interval). The caller checked that it
 --          holds nothing. A suffix in neither list counts as dropped (a retry).
 --
--- Returns: {1 if written, else 0; "active" now or ""; "retired" now or ""}
+-- Returns: {1 if written, else 0; "active" now or ""; "retired" now or ""}; "read":
+-- {"active" or ""; "retired" or ""; the active suffixes added too recently, or ""}
 
 local function suffixes(text, zero_first)
     if text == "" then
@@ -61,6 +66,20 @@ local function write_retired(value)
     end
 end
 
+if ARGV[1] == "read" then
+    local age, now, fresh = tonumber(ARGV[2]) or 0, nil, {}
+    for part in string.gmatch(active, "[^,]+") do
+        local added = tonumber(redis.call("HGET", KEYS[1], "a" .. part) or "")
+        if added then
+            now = now or now_ms()
+            if now - added < age then
+                fresh[#fresh + 1] = part
+            end
+        end
+    end
+    return { active, retired, table.concat(fresh, ",") }
+end
+
 if ARGV[1] == "drop" then
     local suffix, age = ARGV[2], tonumber(ARGV[3])
     if not members(retired)[suffix] and not members(active)[suffix] then
@@ -92,7 +111,19 @@ if active ~= ARGV[2] then
     return { 0, active, retired }
 end
 local was_retired, now_retired = members(retired), members(ARGV[4])
+local was_active, now_active = members(active), members(ARGV[3])
 local stamp = nil
+for suffix in pairs(now_active) do
+    if active ~= "" and not was_active[suffix] and not was_retired[suffix] then
+        stamp = stamp or now_ms()
+        redis.call("HSET", KEYS[1], "a" .. suffix, stamp)
+    end
+end
+for suffix in pairs(was_active) do
+    if not now_active[suffix] then
+        redis.call("HDEL", KEYS[1], "a" .. suffix)
+    end
+end
 for suffix in pairs(now_retired) do
     if not was_retired[suffix] then
         stamp = stamp or now_ms()

@@ -69,3 +69,24 @@ def test_a_malformed_layout_is_refused_and_writes_nothing(
     with pytest.raises(redis.ResponseError, match="layout"):
         _set(lua, keys, "0,17", active, retired)
     assert snapshot(redis_client) == before
+
+
+def test_shards_added_to_a_layout_that_existed_are_fresh_for_a_while_and_reading_writes_nothing(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    def read(age_ms: int) -> list[object]:
+        return lua("shards")(keys=[keys.shards], args=["read", age_ms])
+
+    assert read(1000) == [b"", b"", b""]  # no layout
+    _set(lua, keys, "", "0,17")
+    assert read(60_000) == [b"0,17", b"", b""]  # a first layout: nothing to wait for
+    _set(lua, keys, "0,17", "0,17,42,8")
+    before = snapshot(redis_client)
+    assert read(60_000) == [b"0,17,42,8", b"", b"42,8"]  # consumers may not read them yet
+    assert snapshot(redis_client) == before
+    assert read(0) == [b"0,17,42,8", b"", b""]
+    # Retired and taken back: consumers never stopped reading it, so it is not fresh.
+    _set(lua, keys, "0,17,42,8", "0,17,42", "8")
+    _set(lua, keys, "0,17,42", "0,17,42,8", "")
+    redis_client.hdel(keys.shards, "a42")
+    assert read(60_000) == [b"0,17,42,8", b"", b""]
