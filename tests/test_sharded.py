@@ -5,6 +5,7 @@ named in ``shards`` keeps its one set of keys."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from dramatiq import Worker
 from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson.embedded import redis_url as embedded_redis_url
 
 from .helpers import record, records, wait_for
 
@@ -147,3 +149,21 @@ def test_limits_of_a_sharded_queue_are_shared_out_over_its_shards_and_read_as_on
     assert (cleared["concurrency"], cleared["rate"]) == (None, None)
     for name in sharded.shard_router.consumed("default"):
         assert redis_client.hget(sharded.keys(name).flow, "concurrency") is None
+
+
+def test_the_router_keeps_the_layout_it_knows_while_its_server_is_away() -> None:
+    """The layout is read again every safety_interval; while the server that holds it
+    (shard 0's, on a cluster) cannot be reached, sends keep going to the shards known
+    instead of failing before a shard is chosen (on a cluster the other shards' masters
+    still take them: tests/test_cluster_shards_faults.py)."""
+    with embedded_redis_url(env_var="_DRAMATIQ_REDISSON_NEVER_SET") as url:  # a server of its own
+        broker = RedissonBroker(url=url, shards={"default": 3}, safety_interval=1)
+        names = broker.shard_router.consumed("default")
+        assert len(names) == 3
+    try:  # the server is stopped now
+        time.sleep(0.01)  # past the safety interval: the next send reads the layout again
+        assert {broker.shard_router.target("default", {}) for _ in range(6)} == set(names)
+        with pytest.raises(redis.ConnectionError):
+            broker.pending("default")  # a call to the server itself fails
+    finally:
+        broker.close()
