@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+from dramatiq.logging import get_logger
 from redis.crc import key_slot
 
 #: Between a queue's name and a shard's suffix.
@@ -30,6 +32,15 @@ SHARD_SEPARATOR = "~"
 
 #: The most shards a queue may have.
 MAX_SHARDS = 64
+
+#: A layout read again that fails so (the server of shard 0 away: a failover of its
+#: master, a restart) keeps the layout known (see :meth:`ShardRouter.layout`).
+UNREACHABLE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+)
 
 #: How many suffixes the choice looks at (the first ones): with 16 384 slots over a few
 #: masters, each master owns some of them many times over.
@@ -233,10 +244,15 @@ class ShardRouter:
 
     The layout is read from the server (made or changed to the broker's count the first
     time, :meth:`ShardLayouts.ensure`) and read again every ``safety_interval``, so a
-    change of the count by another process reaches this one within about that long."""
+    change of the count by another process reaches this one within about that long.
+    While shard 0's server cannot be reached, the layout known is kept: sends to the
+    other shards go on (nobody can change the layout meanwhile: it is written there)."""
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+        self.logger = get_logger(__name__, type(self))
+        #: The last read again failed (logged once per failing spell).
+        self._stale: set[str] = set()
         self.layouts = ShardLayouts(
             broker.redisson_scripts, broker.keys, self._owner, int(broker.settings.safety_interval)
         )
@@ -258,7 +274,7 @@ class ShardRouter:
                 count = self.broker.settings.shard_count(queue_name)
                 layout = self.layouts.ensure(self.broker.namespace, queue_name, count)
             else:
-                layout = self.layouts.read(queue_name) or cached[0]
+                layout = self._read_again(queue_name, cached[0])
             self._cache[queue_name] = (layout, now + self.broker.settings.safety_interval / 1000)
             return layout
 
@@ -267,6 +283,24 @@ class ShardRouter:
         cached = self._cache.get(queue_name)
         if cached is not None:
             self._cache[queue_name] = (cached[0], 0.0)
+
+    def _read_again(self, queue_name: str, known: Layout) -> Layout:
+        """The stored layout, or ``known`` when it cannot be read now (see the class)."""
+        try:
+            layout = self.layouts.read(queue_name) or known
+        except UNREACHABLE as e:
+            if queue_name not in self._stale:
+                self._stale.add(queue_name)
+                self.logger.warning(
+                    "Could not read the shard layout of queue %r (%s); sending by the layout known until it can be.",
+                    queue_name,
+                    e,
+                )
+            return known
+        if queue_name in self._stale:
+            self._stale.discard(queue_name)
+            self.logger.info("The shard layout of queue %r can be read again.", queue_name)
+        return layout
 
     def consumed(self, queue_name: str) -> list[str]:
         """The internal queue names a consumer of ``queue_name`` reads: every shard, active

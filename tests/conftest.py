@@ -158,9 +158,14 @@ def _session_server_version() -> tuple[int, int, int]:
 #: clusters and Sentinel setups; ``browser`` drives Chromium.
 LAYERS = {
     # Node ids (or their start): a file, or one test of a file (its parameters too).
-    "faults": ("tests/harness/faults/test_faults.py", "tests/test_cluster.py::test_fault["),
+    "faults": (
+        "tests/harness/faults/test_faults.py",
+        "tests/test_cluster.py::test_fault[",
+        "tests/test_cluster_shards_faults.py",
+    ),
     "topology": (
         "tests/test_cluster.py",
+        "tests/test_cluster_shards_faults.py",
         "tests/test_sentinel.py",
         "tests/harness/test_topology.py",
         "tests/test_acl_cluster.py",

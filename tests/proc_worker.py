@@ -2,7 +2,7 @@
 
 Environment: REDIS_URL (records, and the broker unless CLUSTER_URL names a Redis
 Cluster node to run the broker on); LIVENESS_TIMEOUT the broker's liveness_timeout; SHARDS
-its shards ("queue=count,…");
+its shards ("queue=count,…"); WAIT_FOR_REPLICAS its wait_for_replicas;
 CLOCK_SHIFT_S shifts this process's wall clock (time.time and time.time_ns) to simulate
 a skewed host; THREADS; QUEUE; HOLD_S makes each message
 record a "start" at once and its run only after that many seconds; BUSY spends those
@@ -35,6 +35,8 @@ cluster_url = os.environ.get("CLUSTER_URL")
 options: dict[str, object] = (
     {"liveness_timeout": int(os.environ["LIVENESS_TIMEOUT"])} if "LIVENESS_TIMEOUT" in os.environ else {}
 )
+if "WAIT_FOR_REPLICAS" in os.environ:
+    options["wait_for_replicas"] = int(os.environ["WAIT_FOR_REPLICAS"])
 if os.environ.get("SHARDS"):  # "queue=count,…": sharded queues (issue 36)
     options["shards"] = {q: int(n) for q, _, n in (p.partition("=") for p in os.environ["SHARDS"].split(","))}
 broker = (

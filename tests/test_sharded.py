@@ -17,6 +17,7 @@ from dramatiq import Worker
 from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
+from dramatiq_redisson.embedded import redis_url as embedded_redis_url
 
 from .helpers import record, records, wait_for
 from .test_processes import worker_processes
@@ -276,3 +277,21 @@ def test_across_shards_a_message_due_earlier_runs_no_later_than_the_lateness_bou
         earliest_later = min(earliest_later, started[i])
     assert worst < 1000, f"a message due earlier started {worst:.0f} ms after one due later"
     assert all(started[i] >= dues[i] for i in dues), "a message ran early"
+
+
+def test_the_router_keeps_the_layout_it_knows_while_its_server_is_away() -> None:
+    """The layout is read again every safety_interval; while the server that holds it
+    (shard 0's, on a cluster) cannot be reached, sends keep going to the shards known
+    instead of failing before a shard is chosen (on a cluster the other shards' masters
+    still take them: tests/test_cluster_shards_faults.py)."""
+    with embedded_redis_url(env_var="_DRAMATIQ_REDISSON_NEVER_SET") as url:  # a server of its own
+        broker = RedissonBroker(url=url, shards={"default": 3}, safety_interval=1)
+        names = broker.shard_router.consumed("default")
+        assert len(names) == 3
+    try:  # the server is stopped now
+        time.sleep(0.01)  # past the safety interval: the next send reads the layout again
+        assert {broker.shard_router.target("default", {}) for _ in range(6)} == set(names)
+        with pytest.raises(redis.ConnectionError):
+            broker.pending("default")  # a call to the server itself fails
+    finally:
+        broker.close()
