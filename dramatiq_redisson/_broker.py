@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -44,6 +45,7 @@ from ._settings import (
     DEFAULT_WAIT_TIMEOUT,
     BrokerSettings,
 )
+from ._sharded_views import ShardedDeadLetters, ShardedDelayedQueue
 from ._shards import ShardRouter, shard_pairs
 from ._stats import OVERDUE_GRACE, Stats, WaitingLane
 from ._topology import topology_for
@@ -473,12 +475,26 @@ class RedissonBroker(RedisBroker):
         return prepare_scheduled(message, sort_key)
 
     def delayed_queue(self, queue_name: str) -> DelayedQueue:
-        """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``)."""
-        return DelayedQueue(self, self.keys(queue_name))
+        """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``);
+        of a queue with shards, one over all of them (see :mod:`._sharded_views`)."""
+        name = q_name(queue_name)
+        shards = self.shards_of(name)
+        if len(shards) == 1:
+            return DelayedQueue(self, self.keys(name))
+        return ShardedDelayedQueue(
+            self,
+            [DelayedQueue(self, self.keys(shard), queue_name=name) for shard in shards],
+            functools.partial(self.shard_router.key_shard, name),
+        )
 
     def dead_letters(self, queue_name: str) -> DeadLetters:
-        """A handle on the dead letters of ``queue_name`` (the built-in ``.XQ`` layout)."""
-        return DeadLetters(self, self.keys(queue_name))
+        """A handle on the dead letters of ``queue_name`` (the built-in ``.XQ`` layout); of
+        a queue with shards, one over all of them (see :mod:`._sharded_views`)."""
+        name = q_name(queue_name)
+        shards = self.shards_of(name)
+        if len(shards) == 1:
+            return DeadLetters(self, self.keys(name))
+        return ShardedDeadLetters(self, [DeadLetters(self, self.keys(shard), queue_name=name) for shard in shards])
 
     # -- the read and admin side: thin delegates (see _queue_admin) ---------------------
 

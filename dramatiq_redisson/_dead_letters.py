@@ -75,16 +75,21 @@ class DeadLetters:
     A requeued dead letter goes to the tail of the ready queue and runs once: it leaves
     the dead letters in the same atomic step, so a second requeue of the same id finds
     nothing. If it fails again it dies again (its ``retries`` count is kept).
+
+    A queue with shards gets a :class:`~dramatiq_redisson._sharded_views.ShardedDeadLetters`:
+    the same methods over all its shards (a requeued dead letter goes back to its shard).
+    ``queue_name``: the name of the queue, when it is not the keys' own (a shard's).
     """
 
-    def __init__(self, broker: ScriptsHost, keys: QueueKeys) -> None:
+    def __init__(self, broker: ScriptsHost, keys: QueueKeys, *, queue_name: str | None = None) -> None:
         self.logger = get_logger(__name__, type(self))
         self.broker = broker
         self.keys = keys
+        self._queue_name = keys.queue_name if queue_name is None else queue_name
 
     @property
     def queue_name(self) -> str:
-        return self.keys.queue_name
+        return self._queue_name
 
     def size(self) -> int:
         """The number of dead letters."""
@@ -112,19 +117,33 @@ class DeadLetters:
         Raises:
           ValueError: A negative ``start``, or a size that is not a positive int.
         """
-        check_batch(size, "size")
-        if not is_int(start) or start < 0:
-            raise ValueError(f"start must be a non-negative int, got {start!r}")
-        client = self.broker.client
+        check_page(start, size)
+        return self._load(self._newest(start, size))
+
+    def _newest(self, start: int, size: int) -> list[tuple[bytes, float]]:
+        """``(redis id, time of death)`` of ``size`` dead letters from position ``start``,
+        newest first."""
         # Ranks counted from the end, so the newest are read without knowing the size.
         entries = cast(
-            "list[tuple[bytes, float]]", client.zrange(self.keys.xq, -(start + size), -(start + 1), withscores=True)
+            "list[tuple[bytes, float]]",
+            self.broker.client.zrange(self.keys.xq, -(start + size), -(start + 1), withscores=True),
         )
+        return entries[::-1]
+
+    def _oldest(self, count: int) -> list[tuple[bytes, float]]:
+        """``(redis id, time of death)`` of the oldest ``count`` dead letters, oldest first."""
+        if count <= 0:
+            return []
+        return cast("list[tuple[bytes, float]]", self.broker.client.zrange(self.keys.xq, 0, count - 1, withscores=True))
+
+    def _load(self, entries: list[tuple[bytes, float]]) -> list[tuple[int, Message[Any]]]:
+        """The dead letters of these ``(redis id, time of death)`` entries, in their order;
+        those gone meanwhile, or that cannot be decoded (logged), are left out."""
         if not entries:
             return []
-        stored = cast("list[bytes | None]", client.hmget(self.keys.xq_msgs, [member for member, _ in entries]))
+        stored = cast("list[bytes | None]", self.broker.client.hmget(self.keys.xq_msgs, [m for m, _ in entries]))
         result = []
-        for (member, died), data in zip(reversed(entries), reversed(stored), strict=True):
+        for (member, died), data in zip(entries, stored, strict=True):
             message = None if data is None else self._decode(member.decode(), data)
             if message is not None:
                 result.append((int(died), message))
@@ -173,20 +192,20 @@ class DeadLetters:
           AmbiguousDeadLetter: ``id`` is the message id of several dead letters (nothing
             is requeued: requeuing them all would run the message more than once).
         """
-        if self._act("requeue", [id]):
+        if self.act("requeue", [id]):
             return True
         letters = self._by_message_id(id, SEARCH_LIMIT)
         if len(letters) > 1:
             raise AmbiguousDeadLetter(self.queue_name, id, [_redis_id(m) for _, m in letters])
-        return bool(letters) and self._act("requeue", [_redis_id(letters[0][1])]) > 0
+        return bool(letters) and self.act("requeue", [_redis_id(letters[0][1])]) > 0
 
     def remove(self, id: str) -> bool:
         """Delete a dead letter: the one ``id`` is the redis id of, else every one holding
         that message id (see :meth:`find`). Returns False if there is no such dead letter."""
-        if self._act("remove", [id]):
+        if self.act("remove", [id]):
             return True
         letters = self._by_message_id(id, SEARCH_LIMIT)
-        return bool(letters) and self._act("remove", [_redis_id(m) for _, m in letters]) > 0
+        return bool(letters) and self.act("remove", [_redis_id(m) for _, m in letters]) > 0
 
     def requeue_all(self, *, limit: int | None = None) -> int:
         """Requeue dead letters, oldest first (at most ``limit``), in atomic server steps
@@ -202,10 +221,17 @@ class DeadLetters:
         total = self.size() if limit is None else min(limit, self.size())
         return in_steps(total, BULK_STEP, lambda n: self.broker.redisson_scripts.dead(self.keys, action, n))
 
-    def _act(self, action: str, redis_message_ids: list[str]) -> int:
-        """``"requeue"`` or ``"remove"`` the dead letters of these redis ids (one atomic
-        step); returns how many there were."""
-        return self.broker.redisson_scripts.dead(self.keys, action, 0, redis_message_ids)
+    def act(self, action: str, redis_message_ids: Sequence[str]) -> int:
+        """``"requeue"`` or ``"remove"`` the dead letters of these redis ids only (no
+        search by message id; one atomic step); returns how many there were.
+
+        Raises:
+          ValueError: Another action; nothing is changed.
+        """
+        check_action(action)
+        if not redis_message_ids:
+            return 0
+        return self.broker.redisson_scripts.dead(self.keys, action, 0, list(redis_message_ids))
 
     def _exact(self, redis_message_id: str) -> tuple[int, Message[Any]] | None:
         """The dead letter of this redis id, or None."""
@@ -279,6 +305,18 @@ class DeadLetters:
 
     def __len__(self) -> int:
         return self.size()
+
+
+def check_page(start: object, size: object) -> None:
+    """:meth:`DeadLetters.page`'s arguments, or a ValueError."""
+    check_batch(size, "size")
+    if not is_int(start) or start < 0:
+        raise ValueError(f"start must be a non-negative int, got {start!r}")
+
+
+def check_action(action: object) -> None:
+    if action not in ("requeue", "remove"):
+        raise ValueError(f"action must be 'requeue' or 'remove', got {action!r}")
 
 
 def _redis_id(message: Message[Any]) -> str:

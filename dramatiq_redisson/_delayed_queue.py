@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -99,17 +99,23 @@ class DelayedQueue:
     """The scheduled (not yet due) messages of one queue.
 
     Obtain it with :meth:`RedissonBroker.delayed_queue`. Every method is one round
-    trip and costs O(log n) or O(returned) on the server.
+    trip and costs O(log n) or O(returned) on the server. (A queue with shards gets a
+    :class:`~dramatiq_redisson._sharded_views.ShardedDelayedQueue`: the same methods
+    over all its shards.)
+
+    ``queue_name``: the name its messages are read back with, when it is not the keys'
+    own (a shard of a sharded queue: the queue's name).
     """
 
-    def __init__(self, broker: ScriptsHost, keys: QueueKeys) -> None:
+    def __init__(self, broker: ScriptsHost, keys: QueueKeys, *, queue_name: str | None = None) -> None:
         self.logger = get_logger(__name__, type(self))
         self.broker = broker
         self.keys = keys
+        self._queue_name = keys.queue_name if queue_name is None else queue_name
 
     @property
     def queue_name(self) -> str:
-        return self.keys.queue_name
+        return self._queue_name
 
     def size(self) -> int:
         """The number of scheduled messages."""
@@ -123,7 +129,17 @@ class DelayedQueue:
         """Cancel a scheduled message, or the pending retry of one (its dedupe key, if
         any, is released). Returns whether something was cancelled (False if it already
         moved to the ready queue)."""
-        return self.broker.redisson_scripts.cancel(self.keys, [message_id]) > 0
+        return self._cancel([message_id], by_key=False) > 0
+
+    def remove_many(self, message_ids: Iterable[str]) -> int:
+        """Cancel several scheduled messages (or pending retries) by id, in one atomic
+        server step. Returns how many were cancelled."""
+        message_ids = list(message_ids)
+        return self._cancel(message_ids, by_key=False) if message_ids else 0
+
+    def _cancel(self, names: list[str], *, by_key: bool) -> int:
+        """Cancel by message ids (``by_key``: by dedupe keys); how many were scheduled."""
+        return self.broker.redisson_scripts.cancel(self.keys, names, by_key=by_key)
 
     def clear(self) -> int:
         """Cancel every scheduled message of the queue. Returns how many there were."""
@@ -146,7 +162,7 @@ class DelayedQueue:
         """Cancel the scheduled message that holds ``dedupe_key``; its key is released.
         Returns whether something was cancelled. A throttle window (``dedupe_ttl``) of a
         message that already moved is left to run out."""
-        return self.broker.redisson_scripts.cancel(self.keys, [dedupe_key], by_key=True) > 0
+        return self._cancel([dedupe_key], by_key=True) > 0
 
     def _peek(self, name: str, *, by_key: bool) -> tuple[int, Message[Any]] | None:
         found = self.broker.redisson_scripts.peek(self.keys, name, by_key=by_key)
@@ -171,24 +187,26 @@ class DelayedQueue:
         if (delay is None) == (at is None):
             raise TypeError("reschedule() takes exactly one of delay= or at=")
         if at is not None:
-            due = self._epoch_ms(at)
-            return self.broker.redisson_scripts.reschedule(self.keys, message_id, "at", due) is not None
+            return self._reschedule(message_id, "at", self._epoch_ms(at))
         delay_ms = validate_delay(delay.total_seconds() * 1000 if isinstance(delay, datetime.timedelta) else delay)
-        return self.broker.redisson_scripts.reschedule(self.keys, message_id, "in", delay_ms or 0) is not None
+        return self._reschedule(message_id, "in", delay_ms or 0)
 
     def promote(self, message_id: str) -> bool:
         """Run a scheduled message now: it becomes due at once and the queue's transfer
         lease holder moves it to the ready queue within a few ms (idle consumers are woken
         as for any ready message). Returns False if it is no longer scheduled."""
-        return self.broker.redisson_scripts.reschedule(self.keys, message_id, "at", 0) is not None
+        return self._reschedule(message_id, "at", 0)
+
+    def _reschedule(self, message_id: str, mode: str, value_ms: int) -> bool:
+        """A new due time (``"in"`` ms from now, or ``"at"`` epoch ms); whether it was scheduled."""
+        return self.broker.redisson_scripts.reschedule(self.keys, message_id, mode, value_ms) is not None
 
     def count(self, *, due_before: int | datetime.datetime | None = None) -> int:
         """How many messages are scheduled; with ``due_before`` (epoch ms or an aware
         datetime), only those due before it."""
-        scripts = self.broker.redisson_scripts
         if due_before is None:
-            return scripts.count(self.keys, "all")
-        return scripts.count(self.keys, "before", self._epoch_ms(due_before))
+            return self._count("all", 0)
+        return self._count("before", self._epoch_ms(due_before))
 
     def overdue(self, *, grace: int = OVERDUE_GRACE) -> int:
         """How many messages were due more than ``grace`` ms ago (server clock) and are still
@@ -196,7 +214,11 @@ class DelayedQueue:
         queue is running (or none can reach the server): the "stuck" alarm."""
         if not isinstance(grace, int) or grace < 0:
             raise ValueError(f"grace must be a non-negative int of ms, got {grace!r}")
-        return self.broker.redisson_scripts.count(self.keys, "overdue", grace)
+        return self._count("overdue", grace)
+
+    def _count(self, mode: str, value_ms: int) -> int:
+        """Scheduled messages: ``"all"``, due ``"before"`` an epoch ms, or ``"overdue"`` by more than ``value_ms``."""
+        return self.broker.redisson_scripts.count(self.keys, mode, value_ms)
 
     def scan(
         self, *, actor_name: str | None = None, match: str | bytes | None = None, batch: int = SCAN_BATCH
@@ -220,8 +242,8 @@ class DelayedQueue:
           ValueError: A batch that is not a positive int.
         """
         for member, due, data in self._scan_raw(batch=batch, actor_name=actor_name, match=match):
-            message = self._decode(member, data)
-            if message is not None and (actor_name is None or message.actor_name == actor_name):
+            message = self._selected(member, data, actor_name)
+            if message is not None:
                 yield due, message
 
     def page(
@@ -252,14 +274,14 @@ class DelayedQueue:
         filtered = actor_name is not None or bool(match)
         while True:
             want = min(SCAN_BATCH, budget - examined) if filtered else size - len(entries)
-            rows, more = self.broker.redisson_scripts.scan(self.keys, want, cursor)
+            rows, more = self._scan_page(want, cursor)
             for i, (member, due, data) in enumerate(rows):
                 examined += 1
                 cursor = (str(due).encode(), member)
                 if data is None or not same_sort_key(data, member) or not wanted(data):
                     continue  # moved or cancelled between the reads, or filtered out
-                message = self._decode(member, data)
-                if message is None or (actor_name is not None and message.actor_name != actor_name):
+                message = self._selected(member, data, actor_name)
+                if message is None:
                     continue
                 entries.append((due, message))
                 if len(entries) == size:
@@ -270,6 +292,22 @@ class DelayedQueue:
             if filtered and examined >= budget:
                 return ScheduledPage(entries, encode_cursor(cursor) if cursor else None, examined)
 
+    def _scan_page(
+        self, size: int, cursor: tuple[bytes, bytes] | None
+    ) -> tuple[list[tuple[bytes, int, bytes | None]], tuple[bytes, bytes] | None]:
+        """Up to ``size`` ``(member, due, stored payload or None)`` in due order after
+        ``cursor`` (a ``(due, member)`` position), and the next cursor (``None`` at the
+        end). A position is one of the order of every scheduled entry (due time, then
+        member), so it stands for the same place in any shard of a queue."""
+        return self.broker.redisson_scripts.scan(self.keys, size, cursor)
+
+    def _selected(self, member: bytes, data: bytes, actor_name: str | None) -> Message[Any] | None:
+        """The message of a stored payload, if it decodes and is ``actor_name``'s (when given)."""
+        message = self._decode(member, data)
+        if message is None or (actor_name is not None and message.actor_name != actor_name):
+            return None
+        return message
+
     def _scan_raw(
         self, *, batch: int, actor_name: str | None = None, match: str | bytes | None = None
     ) -> Iterator[tuple[bytes, int, bytes]]:
@@ -279,7 +317,7 @@ class DelayedQueue:
         wanted = prefilter(actor_name, match)
         cursor: tuple[bytes, bytes] | None = None
         while True:
-            page, cursor = self.broker.redisson_scripts.scan(self.keys, batch, cursor)
+            page, cursor = self._scan_page(batch, cursor)
             for member, due, data in page:
                 if data is None or not same_sort_key(data, member):
                     continue  # moved or cancelled between the reads
@@ -320,8 +358,7 @@ class DelayedQueue:
         for member, _, data in self._scan_raw(batch=BULK_STEP, actor_name=actor_name, match=match):
             if remaining <= 0:
                 break
-            message = self._decode(member, data)
-            if message is None or (actor_name is not None and message.actor_name != actor_name):
+            if self._selected(member, data, actor_name) is None:
                 continue
             members.append(member)
             remaining -= 1

@@ -238,6 +238,11 @@ def key_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
+def key_suffix(active: Sequence[int], key: str) -> int:
+    """The suffix, among a layout's ``active`` ones, of the shard a key's messages go to."""
+    return active[jump_hash(key_hash(key), len(active))]
+
+
 class ShardRouter:
     """Which shard a send goes to, and which shards a consumer consumes, for the queues
     named in the broker's ``shards`` setting (a queue not named costs nothing: no read).
@@ -323,10 +328,25 @@ class ShardRouter:
         active = self.layout(queue_name).sending
         key = options.get("dedupe_key") or options.get("group_key")
         if isinstance(key, str) and key:
-            suffix = active[jump_hash(key_hash(key), len(active))]
+            suffix = key_suffix(active, key)
         else:
             suffix = active[next(self._turn) % len(active)]
         return shard_name(queue_name, suffix)
+
+    def key_shard(self, queue_name: str, key: str) -> str:
+        """The internal queue name a dedupe or group ``key``'s messages of ``queue_name``
+        go to (as :meth:`target` routes them): by this broker's layout when it has the
+        queue in its ``shards``, else by the stored one, read and never written (an
+        operator's broker, without ``shards``, of the CLI or the dashboard); the queue
+        itself when it has no layout."""
+        if self.sharded(queue_name):
+            active = self.layout(queue_name).active
+        else:
+            stored = self.layouts.read(queue_name)
+            if stored is None:
+                return queue_name
+            active = stored.active
+        return shard_name(queue_name, key_suffix(active, key))
 
     def _owner(self) -> Callable[[int], str]:
         """Who serves each slot now: a cluster's masters, or the one server."""

@@ -188,10 +188,10 @@ def _resolve(dl: DeadLetters, ids: list[str]) -> tuple[dict[str, list[str]], lis
     return named, missing
 
 
-def _act(ctx: Context, dl: DeadLetters, action: str, redis_id: str) -> bool:
+def _act(dl: DeadLetters, action: str, redis_id: str) -> bool:
     """Requeue or remove one dead letter by its redis id alone (it may have left since it
     was found: then False, and no search by message id)."""
-    return ctx.broker.redisson_scripts.dead(dl.keys, action, 0, [redis_id]) > 0
+    return dl.act(action, [redis_id]) > 0
 
 
 def _report(
@@ -232,7 +232,7 @@ def cmd_dead_requeue(ctx: Context) -> int:
         if len(rids) > 1:
             # Requeuing each would run the message once per dead letter: the operator picks.
             ambiguous[given] = rids
-        elif _act(ctx, dl, "requeue", rids[0]):
+        elif _act(dl, "requeue", rids[0]):
             done.append((given, rids[0]))
         else:
             missing.append(given)
@@ -270,7 +270,7 @@ def cmd_dead_purge(ctx: Context) -> int:
         return declined()
     done: list[tuple[str, str]] = []
     for given, rid in pairs:
-        if _act(ctx, dl, "remove", rid):
+        if _act(dl, "remove", rid):
             done.append((given, rid))
         elif given not in missing:
             missing.append(given)

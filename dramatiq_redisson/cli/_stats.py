@@ -54,7 +54,17 @@ def stats_blocks(stats: Stats, namespace: str) -> list[Block]:
     table = Table(headers, numeric={1, 2, 3, 4, 6, 7, 8, 9, 10, 13})
     for name, q in stats["queues"].items():
         table.add(*queue_row(name, q, now, legacy))
-    return [header, table]
+    blocks: list[Block] = [header, table]
+    # A sharded queue's row is the sum of its shards: each shard's counts below it.
+    for name, q in stats["queues"].items():
+        shards = q.get("shards")
+        if not shards:
+            continue
+        per_shard = Table(["shard", *headers[1:]], numeric=table.numeric)
+        for shard, counts in shards.items():
+            per_shard.add(*queue_row(shard, counts, now, legacy))
+        blocks += [Cell(""), Cell(f"Shards of {name!r}: {len(shards)} (the row above is their sum)", "bold"), per_shard]
+    return blocks
 
 
 def queue_row(name: str, q: QueueStats, now: int, legacy: bool) -> list[Cell]:

@@ -490,7 +490,7 @@ class Dashboard:
             return asked
         if scope == "selected":
             if action == "cancel":
-                count = self.broker.redisson_scripts.cancel(delayed.keys, ids)
+                count = delayed.remove_many(ids)
             else:
                 count = sum(1 for message_id in ids if delayed.promote(message_id))
         elif action == "cancel":
@@ -575,8 +575,7 @@ class Dashboard:
                 request.url(f"queues/{_quote(queue)}/dead", id=id),
                 f"Message id {id} names {len(rids)} dead letters: requeue one of them, nothing done.",
             )
-        scripts = self.broker.redisson_scripts
-        count = scripts.dead(dead.keys, "requeue" if action == "requeue" else "remove", 0, rids) if rids else 0
+        count = dead.act("requeue" if action == "requeue" else "remove", rids)
         if not count:
             raise self.back(request, default, f"No dead letter {id}: nothing done.")
         what = "put back on the ready queue" if action == "requeue" else "deleted"
@@ -603,9 +602,8 @@ class Dashboard:
         asked = self._ask_first(request, queue, page, f"{page}-bulk", action, scope, verb, description)
         if asked is not None:
             return asked
-        scripts = self.broker.redisson_scripts
         if scope == "selected":
-            count = scripts.dead(dead.keys, "requeue" if action == "requeue" else "remove", 0, ids)
+            count = dead.act("requeue" if action == "requeue" else "remove", ids)
         elif action == "requeue":
             count = dead.requeue_all()
         else:
