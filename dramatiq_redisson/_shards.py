@@ -340,12 +340,12 @@ class ShardRouter:
         operator's broker, without ``shards``, of the CLI or the dashboard); the queue
         itself when it has no layout."""
         if self.sharded(queue_name):
-            active = self.layout(queue_name).active
+            active = self.layout(queue_name).sending
         else:
             stored = self.layouts.read(queue_name)
             if stored is None:
                 return queue_name
-            active = stored.active
+            active = stored.sending
         return shard_name(queue_name, key_suffix(active, key))
 
     def _owner(self) -> Callable[[int], str]:
