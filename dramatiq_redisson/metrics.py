@@ -303,6 +303,17 @@ class StatsCollector:
                 by_priority.add_metric([queue_name, str(priority)], float(count))
             lanes.add_metric([queue_name], float(queue["lanes_waiting"]))
         families += [by_priority, lanes]
+        shards = GaugeMetricFamily(
+            "dramatiq_redisson_shard_messages",
+            "A sharded queue's messages per shard (state: ready, scheduled, in_flight); the queue's "
+            "own gauges are their sums.",
+            labels=["queue_name", "shard", "state"],
+        )
+        for queue_name, queue in queues.items():
+            for shard, counts in (queue.get("shards") or {}).items():
+                for state in ("ready", "scheduled", "in_flight"):
+                    shards.add_metric([queue_name, shard, state], float(counts[state]))
+        families.append(shards)
         workers = GaugeMetricFamily(
             "dramatiq_redisson_workers", "Worker processes of the namespace whose heartbeat is recent."
         )

@@ -406,3 +406,29 @@ def test_redisson_broker_adopts_dramatiqs_prometheus_middleware(make_broker: Cal
         [middleware] = broker.middleware
         assert isinstance(middleware, m.Prometheus)
         assert middleware.forks == [m.exposition_server]
+
+
+def test_a_sharded_queue_is_one_queue_with_a_gauge_per_shard(make_broker: Callable[..., Any], redis_url: str) -> None:
+    """Issue 36: the queue's gauges are the sums over its shards; each shard's ready,
+    scheduled and in-flight counts are a series of dramatiq_redisson_shard_messages."""
+    broker = make_broker(url=redis_url, shards={"sharded": 3})
+    broker.declare_queue("sharded")
+    for i in range(6):
+        broker.enqueue(message("sharded", "nobody"), delay=3_600_000 if i % 2 else None)
+    samples = call_wsgi(m.make_wsgi_app(broker))
+    assert queue_labels(samples) == {"sharded"}
+    assert value(samples, "dramatiq_redisson_ready_messages", queue_name="sharded") == 3.0
+    assert value(samples, "dramatiq_redisson_scheduled_messages", queue_name="sharded") == 3.0
+    shards = broker.shards_of("sharded")
+    assert len(shards) == 3
+    per_shard = {
+        (shard, state): value(
+            samples, "dramatiq_redisson_shard_messages", queue_name="sharded", shard=shard, state=state
+        )
+        for shard in shards
+        for state in ("ready", "scheduled", "in_flight")
+    }
+    assert sum(v or 0 for (_, state), v in per_shard.items() if state == "ready") == 3.0
+    assert sum(v or 0 for (_, state), v in per_shard.items() if state == "scheduled") == 3.0
+    assert all(v is not None for v in per_shard.values())  # every shard, every state
+    broker.flush("sharded")
