@@ -31,6 +31,7 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.logging import get_logger
 
 from ._consumer import ConsumerHost, RedissonConsumer
+from ._limits import UPKEEP_INTERVAL_MS
 from ._shards import shard_name
 from ._transfer_duty import CONNECTION_ERRORS
 
@@ -102,6 +103,17 @@ class ShardConsumer(RedissonConsumer):
         self.turns = turns
         budget.members.append(self)
 
+    def spread(self, index: int, count: int) -> None:
+        """This is shard ``index`` of ``count``: its share of the queue's periodic work.
+
+        * Idle polls: shard 0 every worker timeout, the others in turn (see the module).
+        * The backup list's upkeep (trim and compaction, in the transfer script): every
+          ``count`` upkeep intervals, so a queue's shards together do it as often as one
+          unsharded queue (each moves 1/count of the messages, so a tick has as much to
+          do as an unsharded queue's)."""
+        self.turns = 1 if index == 0 else count - 1
+        self.transfers.upkeep_ms = UPKEEP_INTERVAL_MS * count
+
     def note_idle(self, registered: bool) -> None:
         super().note_idle(registered)
         if registered and self.turns > 1:
@@ -157,7 +169,7 @@ class ShardedConsumer(Consumer):
                 thread.start()
                 if following:
                     self.logger.info("Consuming shard %r of queue %r too.", name, self.queue_name)
-            self.shards[name].turns = 1 if index == 0 else len(names) - 1
+            self.shards[name].spread(index, len(names))
         for name in [n for n in self.shards if n not in names]:
             self.logger.info(
                 "Shard %r of queue %r was drained and dropped: not consuming it any more.", name, self.queue_name

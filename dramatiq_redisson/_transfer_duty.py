@@ -139,6 +139,9 @@ class TransferDuty:
         self.resubscribe_at = 0.0
         self.next_poll_transfer_at = 0.0
         self.next_subscription_check_at = 0.0
+        #: How often (ms) a transfer also does the backup list's upkeep (a sharded queue's
+        #: shards take turns: see _sharded_consumer).
+        self.upkeep_ms = UPKEEP_INTERVAL_MS
         #: Consecutive checks that found the subscription missing on the server.
         self.subscription_missing = 0
         self.failures = 0
@@ -430,7 +433,7 @@ class TransferDuty:
                         worker_id=self.consumer.worker_id,
                         listening=self.wake_ready,
                         window_ms=self.broker.settings.dedupe_window,
-                        upkeep_ms=UPKEEP_INTERVAL_MS,
+                        upkeep_ms=self.upkeep_ms,
                     )
                 except CONNECTION_ERRORS:
                     # It may have run and handed messages off into our ack set.
