@@ -12,7 +12,7 @@ from typing import Any
 from .._actor import declare
 from .._common import HOUR_MS, NAMESPACE, ServerGroup, Workers, make_broker
 from .._measure import REC_KEY, analyze, median_merge, pct, read_records, wait_records
-from ._cluster_shards import cluster_shards
+from ._cluster_shards import cluster_shards, memory_rows, saturation_rows, shard_memory, shard_params, shard_targets
 from ._shared import Ctx, _ratio
 
 #: The queues of part (c) are this one and the next ``bench-failover-<i>`` on the same
@@ -514,7 +514,8 @@ def _median(values: list[float | None]) -> float | None:
 def cluster(ctx: Ctx) -> dict[str, Any]:
     """The same broker on one server and on a 3-master Redis Cluster (issue 9): (a) offer
     and transfer cost per message, (b) many queues spread over the masters, (c) recovery
-    from a master's SIGKILL with workers running. Records stay on the harness's server."""
+    from a master's SIGKILL with workers running; (d)–(f) one queue over 1 and over N
+    shards (issue 36: ``_cluster_shards``). Records stay on the harness's server."""
     try:
         from tests.harness.topology import Cluster
     except ImportError as e:  # run from the checkout's root: tests/ is next to benchmarks/
@@ -549,7 +550,13 @@ def cluster(ctx: Ctx) -> dict[str, Any]:
                 cost_runs[t.label].append(_cluster_costs(ctx, t, queues))
         costs = {label: median_merge(runs) for label, runs in cost_runs.items()}
         many = {t.label: _cluster_many(ctx, t, queues) for t in topos}
-        shards = [cluster_shards(ctx, c, _cluster_topology(ctx, c), count) for count in p.get("shard_counts", [1, 6])]
+        counts = p.get("shard_counts", [1, 6])
+        shards = [cluster_shards(ctx, c, _cluster_topology(ctx, c), count) for count in counts]
+        memory = (
+            [shard_memory(ctx, c, _cluster_topology(ctx, c), count) for count in counts]
+            if shard_params(ctx)["shard_memory"]
+            else []
+        )
         failover = _cluster_failover(ctx, c)
     data.update(
         {
@@ -557,6 +564,7 @@ def cluster(ctx: Ctx) -> dict[str, Any]:
             "cost_runs": cost_runs,
             "many": many,
             "shards": shards,
+            "shard_memory": memory,
             "failover": {str(k): v for k, v in failover.items()},
         }
     )
@@ -583,13 +591,20 @@ def cluster(ctx: Ctx) -> dict[str, Any]:
         for run in shards
     ]
 
+    if any(run["saturation"] for run in shards):
+        tables[
+            "(e) saturation of one queue over 1 and over N shards: measured here, computed for a core per master"
+        ] = saturation_rows(shards)
+    if memory:
+        tables["(f) server memory per scheduled message, one queue over 1 and over N shards"] = memory_rows(memory)
+
     rows_c = _failover_rows(ctx, failover)
     tables["(c) failover: SIGKILL of the queue's master, workers running"] = rows_c
     rows = [{"part": title, **row} for title, part in tables.items() for row in part] + notes
     if notes:
         tables["not run"] = notes
 
-    targets = _cluster_targets(costs, single, clustered, rows_c)
+    targets = _cluster_targets(costs, single, clustered, rows_c) + shard_targets(shards, memory)
     return {"data": data, "rows": rows, "tables": tables, "targets": targets}
 
 

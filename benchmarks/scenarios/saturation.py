@@ -12,11 +12,15 @@ at most ``p99_ms``. The climb stops after the first stage that is not.
 On a 2-core machine the workers and the producer share the cores with the server, so the
 server may not reach a core's worth before the clients do: the report gives its
 utilisation at the top stage, to tell a server-bound limit from a client-bound one.
+
+:func:`offer_stage` is also part (e) of the ``cluster`` scenario: one stage offered as
+fast as the producer goes, its CPU counted per master of a cluster.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._common import bulk_offer
@@ -32,14 +36,36 @@ def _offer_tick(broker: Any, kind: str, actor: Any, seqs: list[int], delay: int)
     return {seq: float(m.options["eta"]) for seq, m in zip(seqs, messages, strict=True)}
 
 
-def _stage(
-    ctx: Ctx, broker: Any, kind: str, actor: Any, rate: int, first_seq: int, p: dict[str, Any]
+def offer_stage(
+    ctx: Ctx,
+    broker: Any,
+    kind: str,
+    actor: Any,
+    rate: int | None,
+    first_seq: int,
+    p: dict[str, Any],
+    servers: Mapping[str, Any] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    n = int(rate * p["stage_s"])
-    tick = p["tick_ms"] / 1000
+    """One stage: offer delayed messages (``p["delay"]`` ms) in bulk, wait until every one
+    ran (records on the harness's server), and measure. ``rate`` messages/s for
+    ``p["stage_s"]`` s, one call per ``p["tick_ms"]``; ``rate`` None: ``p["n"]`` messages
+    as fast as the producer goes, ``p["chunk"]`` per call (one due time per call) without a
+    pause. ``servers``: name -> the ``Server`` whose CPU (``INFO cpu``)
+    and commands (``INFO commandstats``) count (default: the harness's server); each one's
+    CPU µs per message is reported apart (``server_cpu_us_per_msg_by_server``). ``check``:
+    called while waiting (the workers' crash check)."""
+    servers = servers or {"server": ctx.server}
+    n = int(rate * p["stage_s"]) if rate else int(p["n"])
+    tick = p.get("tick_ms", 20) / 1000
+
+    def cpu_now() -> float:
+        return sum(s.cpu_seconds() for s in servers.values())
+
     dues: dict[int, float] = {}
-    ctx.server.reset_stats()
-    cpu0 = ctx.server.cpu_seconds()
+    for server in servers.values():
+        server.reset_stats()
+    cpu0 = {name: s.cpu_seconds() for name, s in servers.items()}
     t0 = time.monotonic()
     steady: tuple[float, float] | None = None
     sent = 0
@@ -47,38 +73,54 @@ def _stage(
     while sent < n:
         now = time.monotonic()
         if steady is None and now - t0 >= p["delay"] / 1000:
-            steady = (now, ctx.server.cpu_seconds())
-        target = min(n, int((now - t0) * rate) + 1)
+            steady = (now, cpu_now())
+        target = min(n, int((now - t0) * rate) + 1) if rate else min(n, sent + p["chunk"])
         if target > sent:
             seqs = list(range(first_seq + sent, first_seq + target))
             dues.update(_offer_tick(broker, kind, actor, seqs, p["delay"]))
             sent = target
+        if not rate:
+            continue  # as fast as possible
         pause = tick - (time.monotonic() - now)
         if pause > 0:
             time.sleep(pause)
         else:
             lagging += 1
-    t_offered, cpu_offered = time.monotonic(), ctx.server.cpu_seconds()
+    t_offered, cpu_offered = time.monotonic(), cpu_now()
     offer_rate = n / (t_offered - t0)
     deadline = t_offered + p["delay"] / 1000 + p["timeout"]
-    complete = wait_records(ctx.r, dues, deadline, grace_s=0.2)
-    cpu_all = ctx.server.cpu_seconds() - cpu0
-    work = server_work(ctx.server.commandstats(), n)
+    complete = wait_records(ctx.r, dues, deadline, grace_s=0.2, check=check)
+    wall = time.monotonic() - t0
+    cpu = {name: s.cpu_seconds() - cpu0[name] for name, s in servers.items()}
+    stats: dict[str, tuple[int, int]] = {}
+    for server in servers.values():
+        for name, (calls, usec) in server.commandstats().items():
+            c, u = stats.get(name, (0, 0))
+            stats[name] = (c + calls, u + usec)
+    work = server_work(stats, n)
     res = analyze(dues, [r for r in read_records(ctx.r) if r[0] in dues])
     util = None
     if steady is not None and t_offered > steady[0]:
         util = round(100 * (cpu_offered - steady[1]) / (t_offered - steady[0]), 1)
     p99 = res["lateness_ms"]["p99"]
+    span = res.get("first_due_to_last_start_ms")
     res.update(work)
     res.update(
         {
             "rate": rate,
             "offered_per_s": round(offer_rate),
             "complete": complete,
+            # Messages run per second from the first due time to the last start.
+            "throughput_per_s": round(res["ran"] / (span / 1000)) if span else None,
             "server_cpu_pct": util,
-            "server_cpu_us_per_msg": round(cpu_all * 1e6 / n, 1),
+            "server_cpu_us_per_msg": round(sum(cpu.values()) * 1e6 / n, 1),
+            "server_cpu_us_per_msg_by_server": {name: round(c * 1e6 / n, 1) for name, c in sorted(cpu.items())},
+            # Each server's CPU over the stage's wall time (offers to the last run + 0.2 s).
+            "server_cpu_pct_by_server": {name: round(100 * c / wall, 1) for name, c in sorted(cpu.items())},
             "producer_lagging_ticks": lagging,
-            "sustained": bool(complete and not res["lost"] and p99 is not None and p99 <= p["p99_ms"]),
+            "sustained": bool(
+                complete and not res["lost"] and p99 is not None and p99 <= p.get("p99_ms", float("inf"))
+            ),
             "delivered": bool(complete and not res["lost"]),
         }
     )
@@ -100,7 +142,7 @@ def saturation(ctx: Ctx) -> dict[str, Any]:
             seq = 0
             for rate in p["rates"]:
                 ctx.log(f"saturation/{kind}: {rate}/s for {p['stage_s']} s, delay {p['delay']} ms")
-                res = _stage(ctx, broker, kind, actor, rate, seq, p)
+                res = offer_stage(ctx, broker, kind, actor, rate, seq, p)
                 seq += int(rate * p["stage_s"])
                 w.check()
                 ctx.check_delivery("saturation", kind, res, complete_required=False)
