@@ -123,8 +123,21 @@ class ShardConsumer(RedissonConsumer):
             self.idle_poll_at += interval * (self.turns - 1)
 
     @property
+    def free_slots(self) -> int:
+        """Room left in the shared prefetch (what a transfer may hand this shard off)."""
+        return max(0, self.prefetch - self.budget.outstanding())
+
+    @property
     def outstanding_message_count(self) -> int:
-        return self.budget.outstanding()
+        """The shared prefetch's messages, as the fetch loop sees them: while the process
+        still holds at least half its prefetch, room for fewer than a quarter of it counts
+        as none, so that the shards fetch several messages a call instead of racing for
+        each slot an ack frees (each ack wakes every shard waiting for room)."""
+        held = self.budget.outstanding()
+        room = self.prefetch - held
+        if 0 < room < self.prefetch // 4 and held >= self.prefetch // 2:
+            return self.prefetch
+        return held
 
 
 class ShardedConsumer(Consumer):
