@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis
 
@@ -725,25 +725,10 @@ class Scripts(ScriptRunner):
             )
         ]
 
-    def shards(self, keys: QueueKeys, expected: str, active: str, retired: str) -> tuple[bool, bytes, bytes]:
-        """Change a queue's shard layout if its "active" is still ``expected`` (shards.lua):
-        whether it was written, and the layout now."""
-        written, now_active, now_retired = self._run_idempotent(
-            "shards", (keys.shards,), ("set", expected, active, retired)
-        )
-        return bool(written), now_active, now_retired
-
-    def read_shards(self, keys: QueueKeys, fresh_ms: int) -> tuple[bytes, bytes, bytes]:
-        """A queue's shard layout (shards.lua "read"): active, retired, and the active shards
-        added less than ``fresh_ms`` ago."""
-        active, retired, fresh = self._run_idempotent("shards", (keys.shards,), ("read", fresh_ms))
-        return active, retired, fresh
-
-    def drop_shard(self, keys: QueueKeys, suffix: int, min_age_ms: int) -> bool:
-        """Take a retired shard out of the layout if it was retired at least ``min_age_ms``
-        ago (shards.lua "drop"); whether it was."""
-        written, _, _ = self._run_idempotent("shards", (keys.shards,), ("drop", suffix, min_age_ms))
-        return bool(written)
+    def shards(self, keys: QueueKeys, op: str, *args: Any) -> list[Any]:
+        """``op`` ("read", "set", "drop") on a queue's stored shard layout (shards.lua; its
+        reply is read by :class:`._shards.ShardLayouts`)."""
+        return cast("list[Any]", self._run_idempotent("shards", (keys.shards,), (op, *args)))
 
     def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
         """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and

@@ -205,9 +205,7 @@ class ShardedConsumer(Consumer):
             if shard is None or not shard.timer.owner:
                 continue
             try:
-                if _holds(broker, name) or not broker.redisson_scripts.drop_shard(
-                    broker.keys(self.queue_name), suffix, min_age
-                ):
+                if _holds(broker, name) or not broker.shard_router.layouts.drop(self.queue_name, suffix, min_age):
                     continue
                 if _holds(broker, name):
                     # Something came in between the check and the drop (a dead letter

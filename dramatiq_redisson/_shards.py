@@ -190,7 +190,7 @@ class ShardLayouts:
         self.scripts, self.keys_of, self.owner, self.fresh_ms = scripts, keys_of, owner, fresh_ms
 
     def read(self, queue_name: str) -> Layout | None:
-        active, retired, fresh = self.scripts.read_shards(self.keys_of(queue_name), self.fresh_ms)
+        active, retired, fresh = self.scripts.shards(self.keys_of(queue_name), "read", self.fresh_ms)
         return Layout(_suffixes(active), _suffixes(retired), _suffixes(fresh)) if active else None
 
     def ensure(self, namespace: str, queue_name: str, count: int) -> Layout:
@@ -203,10 +203,15 @@ class ShardLayouts:
                 return current
             wanted = plan(namespace, queue_name, current, count, self.owner())
             expected = current.encode()[0] if current else ""
-            written, active, retired = self.scripts.shards(keys, expected, *wanted.encode())
+            written, active, retired = self.scripts.shards(keys, "set", expected, *wanted.encode())
             if written:
                 return self.read(queue_name) or wanted  # (with the shards just added as fresh)
         raise RuntimeError(f"the shard layout of {queue_name!r} kept changing under {self.ATTEMPTS} attempts")
+
+    def drop(self, queue_name: str, suffix: int, min_age_ms: int) -> bool:
+        """Take the retired shard ``suffix`` out of the layout if it was retired at least
+        ``min_age_ms`` ago (the caller checked it holds nothing); whether it is out."""
+        return bool(self.scripts.shards(self.keys_of(queue_name), "drop", suffix, min_age_ms)[0])
 
     def retire(self, queue_name: str, suffix: int) -> None:
         """List ``suffix`` among the retired shards again (a dropped shard that received a
@@ -217,7 +222,7 @@ class ShardLayouts:
             if current is None or suffix in (*current.active, *current.retired):
                 return
             wanted = Layout(current.active, (*current.retired, suffix))
-            if self.scripts.shards(keys, current.encode()[0], *wanted.encode())[0]:
+            if self.scripts.shards(keys, "set", current.encode()[0], *wanted.encode())[0]:
                 return
 
 
