@@ -232,7 +232,14 @@ class ShardedConsumer(Consumer):
                 self.owner[message.options["redis_message_id"]] = shard
                 self.ready.put(message)
         if stop.is_set():
+            # Dropped from the layout (it held nothing): until this process read the
+            # layout again, this consumer kept beating and listing the shard; drop what
+            # that wrote, as the process that dropped it did.
             shard.close()
+            try:
+                self.broker.admin.flush(shard.queue_name)
+            except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+                self.logger.warning("Could not drop the keys of the dropped shard %r: %s", shard.queue_name, e)
 
     @property
     def outstanding_message_count(self) -> int:

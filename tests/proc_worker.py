@@ -2,7 +2,8 @@
 
 Environment: REDIS_URL (records, and the broker unless CLUSTER_URL names a Redis
 Cluster node to run the broker on); LIVENESS_TIMEOUT the broker's liveness_timeout; SHARDS
-its shards ("queue=count,…"); WAIT_FOR_REPLICAS its wait_for_replicas;
+its shards ("queue=count,…"); WAIT_FOR_REPLICAS its wait_for_replicas; SAFETY_INTERVAL
+its safety_interval (ms);
 CLOCK_SHIFT_S shifts this process's wall clock (time.time and time.time_ns) to simulate
 a skewed host; THREADS; QUEUE; HOLD_S makes each message
 record a "start" at once and its run only after that many seconds; BUSY spends those
@@ -37,6 +38,8 @@ options: dict[str, object] = (
 )
 if "WAIT_FOR_REPLICAS" in os.environ:
     options["wait_for_replicas"] = int(os.environ["WAIT_FOR_REPLICAS"])
+if "SAFETY_INTERVAL" in os.environ:
+    options["safety_interval"] = int(os.environ["SAFETY_INTERVAL"])
 if os.environ.get("SHARDS"):  # "queue=count,…": sharded queues (issue 36)
     options["shards"] = {q: int(n) for q, _, n in (p.partition("=") for p in os.environ["SHARDS"].split(","))}
 broker = (

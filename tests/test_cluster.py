@@ -689,3 +689,89 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+@pytest.mark.slow
+def test_a_sharded_queue_keeps_its_promises_on_a_cluster_while_it_grows_and_shrinks(
+    cluster: Cluster, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Issue 36 on a real cluster, two worker processes running throughout: keyed sends
+    (a dedupe key, a group key) stay in their key's shard; the queue grows from 3 to 6
+    shards and shrinks to 2 under load; a periodic actor on it ticks once per tick;
+    every message runs once, none early, and a message due earlier starts within the
+    lateness bound of one due later; the retired shards are drained and dropped."""
+    client = cluster.client()
+    client.flushall()
+
+    def broker_of(count: int) -> RedissonBroker:
+        return RedissonBroker(client=cluster.client(), shards={"default": count}, safety_interval=500)
+
+    brokers = [broker_of(3)]
+
+    def stamp_of(broker: RedissonBroker) -> dramatiq.Actor:  # type: ignore[type-arg]
+        if "stamp" not in broker.actors:
+            dramatiq.actor(broker=broker, queue_name="default", actor_name="stamp", max_retries=0)(lambda i: None)
+        return broker.get_actor("stamp")
+
+    def scheduled(broker: RedissonBroker) -> dict[str, int]:
+        return {n: s["scheduled"] for n, s in broker.stats("default")["queues"]["default"]["shards"].items()}
+
+    dues: dict[int, float] = {}
+
+    def send(broker: RedissonBroker, i: int, delay: int, **options: Any) -> None:
+        message = stamp_of(broker).send_with_options(args=(i,), delay=delay, **options)
+        dues.setdefault(message.args[0], float(message.options["eta"]))
+
+    try:
+        first = brokers[0]
+        # Keyed sends, before the workers start: each key's messages in one shard.
+        for i in range(10):
+            send(first, 1000 + i, 3000, group_key="tenant-a")
+        for i in range(3):
+            send(first, 2000 + i, 3000, dedupe_key="once")  # one message: the first
+        counts = sorted(scheduled(first).values())
+        assert counts in ([0, 1, 10], [0, 0, 11]), counts  # the group's 10 together, the dedupe 1
+        env = {"SHARDS": "default=3", "SAFETY_INTERVAL": "500", "PERIODIC_EVERY_S": "0.5", "THREADS": "3"}
+        with worker_processes(redis_url, redis_client, 2, cluster_url=cluster.url, env=env):
+            began = time.monotonic()
+            for i in range(60):
+                send(first, i, 300 + 10 * (i * 7 % 60))
+            brokers.append(broker_of(6))  # grow under load
+            grown = brokers[-1]
+            assert len(grown.shard_router.layout("default").fresh) == 3
+            assert wait_for(lambda: not grown.shard_router.layouts.read("default").fresh, timeout=5)  # type: ignore[union-attr]
+            grown.shard_router.forget("default")
+            for i in range(60, 180):
+                send(grown, i, 300 + 10 * (i * 7 % 120))
+            assert all(scheduled(grown).values())  # the new shards are sent to
+            brokers.append(broker_of(2))  # shrink, with messages scheduled in all 6
+            shrunk = brokers[-1]
+            assert len(shrunk.shard_router.layout("default").retired) == 4
+            for i in range(180, 220):
+                send(shrunk, i, 200)
+            expected = set(range(220)) | {1000 + i for i in range(10)} | {2000}
+            assert wait_for(lambda: {r["i"] for r in records(redis_client) if "i" in r} >= expected, timeout=40)
+            assert wait_for(lambda: not shrunk.shard_router.layouts.read("default").retired, timeout=20)  # type: ignore[union-attr]
+            ran_for = time.monotonic() - began
+        runs = [r for r in records(redis_client) if "i" in r]
+        assert Counter(r["i"] for r in runs) == Counter(expected)  # each once; the dedupe key's once
+        started = {r["i"]: r["at_ms"] for r in runs}
+        assert [i for i in started if started[i] < dues[i]] == []
+        # The ordering promise over shards: the worst inversion stays under the bound.
+        earliest_later, worst = float("inf"), 0.0
+        for i in sorted(range(220), key=dues.__getitem__, reverse=True):
+            worst = max(worst, started[i] - earliest_later)
+            earliest_later = min(earliest_later, started[i])
+        assert worst < 1000, f"a message due earlier started {worst:.0f} ms after one due later"
+        ticks = Counter(r["tick"] for r in records(redis_client) if "tick" in r)
+        assert all(n == 1 for n in ticks.values()) and len(ticks) >= ran_for / 0.5 * 0.6, (ticks, ran_for)
+        # The retired shards' keys are gone; shard 0 holds the schedule.
+        layout = shrunk.shard_router.layouts.read("default")
+        assert layout is not None and len(layout.active) == 2 and not layout.retired
+        assert "default" in shrunk.known_queues() and not [q for q in shrunk.known_queues() if "~" in q]
+        # (each process drops what its consumers of a dropped shard wrote once it reads the layout)
+        assert wait_for(lambda: len(shrunk.shards_of("default")) == 2, timeout=5)
+    finally:
+        for broker in brokers:
+            broker.close()
+        client.flushall()
