@@ -111,16 +111,21 @@ class QueueAdmin:
 
     def internal_names(self, queue_names: list[str]) -> dict[str, list[str]]:
         """Each of ``queue_names`` with the internal queues that hold its messages: a
-        sharded queue's shards (its own name first: shard 0), those this broker's layout
-        names and those the registry lists; any other queue, itself."""
+        sharded queue's shards (its own name first: shard 0), as this broker's layout names
+        them, or (a broker without the queue in its ``shards``: the CLI's, the dashboard's)
+        as the stored layout does when the registry lists shards of it; any other queue,
+        itself. (The registry may still list a shard dropped from the layout, written by a
+        process that stopped before it read the layout again: the layout decides.)"""
+        router = self.host.shard_router
         registered = self._registered()
         out: dict[str, list[str]] = {}
         for name in queue_names:
-            shards = [name]
-            for internal in [*self.host.shard_router.consumed(name), *sorted(registered)]:
-                if base_queue(internal) == name and internal not in shards:
-                    shards.append(internal)
-            out[name] = shards
+            if router.sharded(name):
+                out[name] = router.consumed(name)
+                continue
+            listed = sorted(i for i in registered if i != name and base_queue(i) == name)
+            stored = router.layouts.read(name) if listed else None
+            out[name] = stored.names(name) if stored is not None else [name, *listed]
         return out
 
     def stats(self, queue_name: str | None = None, *, overdue_grace: int = OVERDUE_GRACE) -> Stats:
