@@ -32,15 +32,11 @@ masters for availability turns full coverage off. The migrations keep the defaul
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,12 +51,12 @@ from dramatiq_redisson._errors import NotReplicated
 
 from .harness.topology import Cluster, Server
 from .helpers import records, server_ms, wait_for
+from .test_processes import worker_logs, worker_processes
 
 #: A cluster needs sharded pub/sub (7.0). Slow, and in the faults and topology layers
 #: (tests/conftest.py's LAYERS).
 pytestmark = [pytest.mark.server_binary(min=(7, 0, 0)), pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "default"
 SHARDS = 6
 #: Sends per second (a third immediate, the rest delayed by 0.5 to 2 s).
@@ -142,51 +138,11 @@ def _pct(values: list[int], p: int) -> int | None:
     return sorted(values)[max(0, -(-len(values) * p // 100) - 1)]
 
 
-@contextmanager
-def _workers(record_url: str, client: redis.Redis, cluster: Cluster, logs: Path, count: int = 2) -> Iterator[None]:
+def _workers(record_url: str, client: redis.Redis, cluster: Cluster, logs: Path, count: int = 2) -> Any:
     """``count`` worker processes (tests/proc_worker.py) on the cluster, sharded queue,
     ``wait_for_replicas=1``, records on ``record_url``; their output in ``logs``."""
-    env = {
-        **os.environ,
-        "REDIS_URL": record_url,
-        "CLUSTER_URL": cluster.url,
-        "SHARDS": f"{QUEUE}={SHARDS}",
-        "QUEUE": QUEUE,
-        "WAIT_FOR_REPLICAS": "1",
-        "THREADS": "4",
-        "PYTHONPATH": str(ROOT),
-    }
-    client.delete("test:stop", "test:workers-ready")
-    procs = []
-    for n in range(count):
-        with open(logs / f"worker-{n}.log", "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tests.proc_worker"],
-                    env=env,
-                    cwd=ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-    try:
-        assert wait_for(lambda: int(client.get("test:workers-ready") or 0) == count, timeout=30)
-        yield
-    finally:
-        client.set("test:stop", 1)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        client.delete("test:stop", "test:workers-ready")
-    assert [p.returncode for p in procs] == [0] * count, _logs(logs)
-
-
-def _logs(logs: Path) -> str:
-    return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-4000:]}" for p in sorted(logs.glob("*.log")))
+    env = {"SHARDS": f"{QUEUE}={SHARDS}", "QUEUE": QUEUE, "WAIT_FOR_REPLICAS": "1", "THREADS": "4"}
+    return worker_processes(record_url, client, count, cluster_url=cluster.url, env=env, logs=logs)
 
 
 def _run(
@@ -290,7 +246,7 @@ def _run(
         runs: dict[int, list[int]] = defaultdict(list)
         for r in sorted(records(record_client), key=lambda r: r["at_ms"]):
             runs[r["i"]].append(r["at_ms"])
-        return Outcome(sent, dict(runs), marks, _logs(logs))
+        return Outcome(sent, dict(runs), marks, worker_logs(logs))
     finally:
         broker.client.flushall()
         broker.close()

@@ -34,9 +34,12 @@ def worker_processes(
     shift_s: float = 0.0,
     cluster_url: str = "",
     env: dict[str, str] | None = None,
+    logs: Path | None = None,
 ) -> Iterator[None]:
     """``count`` processes of ``tests/proc_worker.py`` (their broker on ``cluster_url``
-    when given, records on ``redis_url``; ``env``: more of their environment), stopped at exit."""
+    when given, records on ``redis_url``; ``env``: more of their environment), stopped at
+    exit. ``logs``: a directory for each process's output (``worker-<n>.log``), quoted
+    when one does not exit cleanly."""
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
@@ -46,7 +49,23 @@ def worker_processes(
     }
     if cluster_url:
         env["CLUSTER_URL"] = cluster_url
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT) for _ in range(count)]
+    client.delete("test:stop", "test:workers-ready")
+    procs = []
+    for n in range(count):
+        if logs is None:
+            procs.append(subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT))
+            continue
+        with open(logs / f"worker-{n}.log", "wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tests.proc_worker"],
+                    env=env,
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     try:
         assert wait_for(lambda: int(client.get("test:workers-ready") or 0) == count, timeout=30)
         yield
@@ -59,7 +78,12 @@ def worker_processes(
                 proc.kill()
                 proc.wait()
         client.delete("test:stop", "test:workers-ready")
-    assert [p.returncode for p in procs] == [0] * count
+    assert [p.returncode for p in procs] == [0] * count, worker_logs(logs) if logs is not None else ""
+
+
+def worker_logs(logs: Path) -> str:
+    """The tail of every worker's output in ``logs`` (see :func:`worker_processes`)."""
+    return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-4000:]}" for p in sorted(logs.glob("*.log")))
 
 
 @pytest.mark.slow
