@@ -88,6 +88,13 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *
 
 @pytest.fixture
 def actors(broker: RedissonBroker) -> tuple[Actor[..., None], Actor[..., None]]:
+    return two_actors()
+
+
+def two_actors() -> tuple[Actor[..., None], Actor[..., None]]:
+    """Two do-nothing actors on the default queue of the current broker (the :func:`actors`
+    fixture's; other test modules make their fixture of it)."""
+
     @dramatiq.actor(max_retries=0)
     def alpha(i: int, tag: str = "") -> None:
         pass

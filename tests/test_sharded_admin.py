@@ -25,7 +25,7 @@ from dramatiq_redisson._sharded_views import ShardedDeadLetters, ShardedDelayedQ
 from dramatiq_redisson.dashboard import make_app
 
 from .helpers import server_ms, wait_for
-from .test_cli import Run, cli_runner, ok_json
+from .test_cli import Run, cli_runner, ok_json, two_actors
 from .wsgi_client import Client
 
 
@@ -40,15 +40,7 @@ def sharded(redis_url: str, redis_client: redis.Redis) -> Iterator[RedissonBroke
 
 @pytest.fixture
 def actors(sharded: RedissonBroker) -> tuple[Actor[..., None], Actor[..., None]]:
-    @dramatiq.actor(max_retries=0)
-    def alpha(i: int, tag: str = "") -> None:
-        pass
-
-    @dramatiq.actor(max_retries=0)
-    def beta(i: int, tag: str = "") -> None:
-        pass
-
-    return alpha, beta
+    return two_actors()
 
 
 @pytest.fixture
