@@ -59,6 +59,18 @@ def shard_params(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
+def _sharded_queue(ctx: Ctx, topo: Any, count: int) -> tuple[dict[str, Any], Any, Any, Counter[str]]:
+    """The broker options of one queue over ``count`` shards (1: not sharded), a broker with
+    them, the queue's recording actor and how many shards each master holds."""
+    options: dict[str, Any] = {"cluster": True}
+    if count > 1:
+        options["shards"] = {SHARDED_QUEUE: count}
+    broker = make_broker("redisson", topo.url, **options)
+    actor = declare(broker, SHARDED_QUEUE, record=ctx.r)
+    placed = Counter(topo.master_of(name) for name in broker.shard_router.consumed(SHARDED_QUEUE))
+    return options, broker, actor, placed
+
+
 def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, Any]:
     """(d) One queue over ``count`` shards (issue 36; 1: not sharded), at the offered load
     of part (b): each master's share of the masters' server CPU, lateness, and the
@@ -66,14 +78,8 @@ def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, A
     p = ctx.p["cluster"]
     topo.flush()
     ctx.r.delete(REC_KEY)
-    options: dict[str, Any] = {"cluster": True}
-    if count > 1:
-        options["shards"] = {SHARDED_QUEUE: count}
-    broker = make_broker("redisson", topo.url, **options)
-    actor = declare(broker, SHARDED_QUEUE, record=ctx.r)
-    names = broker.shard_router.consumed(SHARDED_QUEUE)
+    options, broker, actor, placed = _sharded_queue(ctx, topo, count)
     masters = {m.name: ServerGroup([cluster.admin(m)]) for m in cluster.masters}
-    placed = Counter(topo.master_of(name) for name in names)
     rng = random.Random(13)
     n, rate = p["paced_n"], p["rate"]
     worker_options = {"broker": options, "queues": [SHARDED_QUEUE], "record_url": ctx.server.url}
@@ -183,13 +189,7 @@ def shard_memory(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, Any
     too but which is no cost of sharding."""
     n = shard_params(ctx)["shard_memory"]
     topo.flush()
-    options: dict[str, Any] = {"cluster": True}
-    if count > 1:
-        options["shards"] = {SHARDED_QUEUE: count}
-    broker = make_broker("redisson", topo.url, **options)
-    actor = declare(broker, SHARDED_QUEUE, record=ctx.r)
-    names = broker.shard_router.consumed(SHARDED_QUEUE)
-    placed = Counter(topo.master_of(name) for name in names)
+    _, broker, actor, placed = _sharded_queue(ctx, topo, count)
     clients = {m.name: cluster.admin(m) for m in cluster.masters}
     ctx.log(f"cluster/memory/{count}: {n} scheduled on one queue over {count} shards {dict(placed)}")
     # Warm-up: one message per shard (the layout stored, scripts loaded on every master).
@@ -198,7 +198,8 @@ def shard_memory(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, Any
     base = {name: _memory(client) for name, client in clients.items()}
     bulk_offer(broker, "redisson", actor, list(range(n)), HOUR_MS)
     after = {name: _memory(client) for name, client in clients.items()}
-    stored = sum(int(broker.client.zcard(broker.keys(name).timeout_zset)) for name in names)
+    shards = broker.shard_router.consumed(SHARDED_QUEUE)
+    stored = sum(int(broker.client.zcard(broker.keys(name).timeout_zset)) for name in shards)
     broker.close()
     if stored != n + count:
         ctx.fail(f"cluster/memory/{count}: {stored} scheduled after offering {n + count}")
