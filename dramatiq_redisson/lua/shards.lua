@@ -113,28 +113,29 @@ end
 local was_retired, now_retired = members(retired), members(ARGV[4])
 local was_active, now_active = members(active), members(ARGV[3])
 local stamp = nil
-for suffix in pairs(now_active) do
-    if active ~= "" and not was_active[suffix] and not was_retired[suffix] then
-        stamp = stamp or now_ms()
-        redis.call("HSET", KEYS[1], "a" .. suffix, stamp)
+-- Each suffix that enters a list (and may be stamped) gets the time under ``prefix``;
+-- each that leaves it loses its stamp.
+local function restamp(prefix, was, now, stamped)
+    for suffix in pairs(now) do
+        if not was[suffix] and stamped(suffix) then
+            stamp = stamp or now_ms()
+            redis.call("HSET", KEYS[1], prefix .. suffix, stamp)
+        end
+    end
+    for suffix in pairs(was) do
+        if not now[suffix] then
+            redis.call("HDEL", KEYS[1], prefix .. suffix)
+        end
     end
 end
-for suffix in pairs(was_active) do
-    if not now_active[suffix] then
-        redis.call("HDEL", KEYS[1], "a" .. suffix)
-    end
-end
-for suffix in pairs(now_retired) do
-    if not was_retired[suffix] then
-        stamp = stamp or now_ms()
-        redis.call("HSET", KEYS[1], "r" .. suffix, stamp)
-    end
-end
-for suffix in pairs(was_retired) do
-    if not now_retired[suffix] then
-        redis.call("HDEL", KEYS[1], "r" .. suffix)
-    end
-end
+-- Added: only to a layout that existed, and not taken back from the retired (consumers
+-- never stopped reading those).
+restamp("a", was_active, now_active, function(suffix)
+    return active ~= "" and not was_retired[suffix]
+end)
+restamp("r", was_retired, now_retired, function()
+    return true
+end)
 redis.call("HSET", KEYS[1], "active", ARGV[3])
 write_retired(ARGV[4])
 return { 1, ARGV[3], ARGV[4] }
