@@ -10,6 +10,7 @@ the same checks (see ``RedissonBroker``'s properties).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,9 +110,14 @@ class BrokerSettings:
     max_priority: int = 0
     shards: tuple[tuple[str, int], ...] = ()
 
+    @functools.cached_property
+    def _shard_counts(self) -> dict[str, int]:
+        return dict(self.shards)
+
     def shard_count(self, queue_name: str) -> int:
-        """How many shards ``queue_name`` has (1: not sharded)."""
-        return dict(self.shards).get(queue_name, 1)
+        """How many shards ``queue_name`` has (1: not sharded). Asked on every send: the
+        pairs are made a dict once."""
+        return self._shard_counts.get(queue_name, 1)
 
     def __post_init__(self) -> None:
         problems = [problem for problem in (check(self) for check in _CHECKS) if problem]
