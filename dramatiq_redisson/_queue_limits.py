@@ -11,10 +11,11 @@ its messages.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypedDict, cast
 
 from dramatiq.common import q_name
+from dramatiq.logging import get_logger
 
 from ._keys import QueueKeys
 from ._lanes import check_group
@@ -101,9 +102,31 @@ _ASKED = ("concurrency", "rate", "per_ms", "group_concurrency", "group_rate")
 
 
 def _share(limit: int | None, shards: int) -> int | None:
-    """One shard's part of a queue-wide limit: the whole queue may run (start) up to
-    ``shards - 1`` more than ``limit`` at once (per window), never fewer."""
+    """One shard's part of a queue-wide limit, ``shards`` counting the retired ones still
+    drained: the whole queue may run (start) up to ``shards - 1`` more than ``limit`` at
+    once (per window), never fewer."""
     return None if limit is None else -(-limit // shards)
+
+
+def _shares(asked: Mapping[str, Any], shards: int) -> tuple[int | None, ...]:
+    """limits.lua's "set" arguments for one of ``shards`` shards of a queue whose limits
+    are ``asked`` (a group lives in one shard: its limits hold whole)."""
+    return (
+        _share(asked["concurrency"], shards),
+        asked["group_concurrency"],
+        _share(asked["rate"], shards),
+        asked["per_ms"],
+        asked["group_rate"],
+    )
+
+
+def _weight_pairs(weights: Mapping[str, int]) -> list[str | int]:
+    """limits.lua's "weights" arguments: (group as hex, weight) of the groups weighing more than 1."""
+    pairs: list[str | int] = []
+    for group, weight in weights.items():
+        if weight > 1:
+            pairs += [group.encode().hex(), weight]
+    return pairs
 
 
 def _none(value: int) -> int | None:
@@ -132,6 +155,7 @@ class Limits:
 
     def __init__(self, host: LimitsHost) -> None:
         self.host = host
+        self.logger = get_logger(__name__, type(self))
 
     def set(
         self,
@@ -178,19 +202,53 @@ class Limits:
                 keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
             )
             return _info(reply, 0)
-        # A sharded queue (issue 36): each shard gets its share of the queue's limits (a
-        # group lives in one shard: its limits hold whole); what was asked is kept beside
-        # the layout, for get().
-        active = len(self.host.shard_router.layout(name).active)
-        for shard in shards:
-            self.host.redisson_scripts.limits(
-                self.host.keys(shard),
-                "set",
-                (_share(concurrency, active), group_concurrency, _share(rate, active), per_ms, group_rate),
-            )
+        # A sharded queue (issue 36): what was asked is kept beside the layout (first: a
+        # consumer that reapplies meanwhile applies this), and each shard gets its share.
         asked = dict(zip(_ASKED, (concurrency, rate, per_ms, group_concurrency, group_rate), strict=True))
         self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(asked))
+        for shard in shards:
+            self.host.redisson_scripts.limits(self.host.keys(shard), "set", _shares(asked, len(shards)))
         return self.get(name)
+
+    def reapply(self, queue_name: str, shards: Sequence[str]) -> int:
+        """Give each of a sharded queue's ``shards`` (its layout's internal names, shard 0
+        first) its share of the queue's limits and shard 0's group weights, where it has
+        other ones: called by every consumer of the queue whenever the layout it follows
+        changes, so a shard added later is limited like the others, and the shares follow
+        the number of shards. Reads only, when every shard has them already. Returns how
+        many shards were written.
+
+        The limits asked for the whole queue are those kept beside its layout; a queue
+        limited before it had shards has none kept there, and shard 0's are the whole
+        queue's (kept there from now on)."""
+        name = q_name(queue_name)
+        scripts, keys = self.host.redisson_scripts, self.host.keys
+        have = {shard: _info(scripts.limits(keys(shard), "get")) for shard in shards}
+        stored = self.host.client.hget(keys(name).shards, "limits")
+        if stored:
+            asked = json.loads(stored)
+        else:
+            asked = {field: have[name][field] for field in _ASKED}  # type: ignore[literal-required]
+            if all(value is None for value in asked.values()):
+                asked = {}
+            else:
+                self.host.client.hset(keys(name).shards, "limits", json.dumps(asked))
+        written: set[str] = set()
+        if asked:
+            wanted = _shares(asked, len(shards))
+            for shard, info in have.items():
+                if _shares(info, 1) != wanted:
+                    scripts.limits(keys(shard), "set", wanted)
+                    written.add(shard)
+        weights = self.weights(name)
+        pairs = _weight_pairs(weights)
+        for shard in shards[1:]:
+            if self.weights(shard) != weights:
+                scripts.limits(keys(shard), "weights", (), pairs)
+                written.add(shard)
+        if written:
+            self.logger.info("Gave %d shard(s) of queue %r the queue's limits and weights.", len(written), name)
+        return len(written)
 
     def set_weights(self, queue_name: str, weights: Mapping[str, int] | None) -> dict[str, int]:
         """Make ``queue_name``'s group weights exactly these (``{group_key: weight}``; a group
@@ -208,13 +266,11 @@ class Limits:
         weights = dict(weights or {})
         if len(weights) > MAX_WEIGHTED_GROUPS:
             raise ValueError(f"at most {MAX_WEIGHTED_GROUPS:,} groups may have a weight; got {len(weights):,}")
-        pairs: list[str | int] = []
         for group, weight in weights.items():
             check_group(group, "a group")
             if not is_int(weight) or not 1 <= weight <= MAX_WEIGHT:
                 raise ValueError(f"the weight of group {group!r} must be an int from 1 to {MAX_WEIGHT}, got {weight!r}")
-            if weight > 1:
-                pairs += [group.encode().hex(), weight]
+        pairs = _weight_pairs(weights)
         name = self._known(queue_name)
         for shard in self.host.shards_of(name):  # a group's shard has its weight
             self.host.redisson_scripts.limits(self.host.keys(shard), "weights", (), pairs)
@@ -267,8 +323,9 @@ class Limits:
         The queue's messages keep going through lanes (priorities and groups still apply)."""
         name = q_name(queue_name)
         shards = self.host.shards_of(name)
+        if len(shards) > 1:  # first: a consumer that reapplies meanwhile clears too
+            self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(dict.fromkeys(_ASKED)))
         replies = [self.host.redisson_scripts.limits(self.host.keys(shard), "clear") for shard in shards]
         if len(shards) == 1:
             return _info(replies[0], 0)
-        self.host.client.hdel(self.host.keys(name).shards, "limits")
         return self.get(name)

@@ -162,6 +162,8 @@ class ShardedConsumer(Consumer):
         self.shards: dict[str, ShardConsumer] = {}
         self.threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self.next_layout_at = 0.0
+        #: The shards last given the queue's limits (:meth:`_limit`).
+        self.limited: list[str] = []
         self._follow_layout()
 
     def _follow_layout(self) -> None:
@@ -190,7 +192,21 @@ class ShardedConsumer(Consumer):
             self.threads.pop(name)[1].set()  # its thread closes it
             shard = self.shards.pop(name)
             self.budget.members.remove(shard)
+        self._limit(names)
         self._drop_drained(layout.retired)
+
+    def _limit(self, names: list[str]) -> None:
+        """The shards followed changed (or were just read): every shard gets its share of
+        the queue's limits and its group weights (:meth:`.Limits.reapply`; reads only,
+        when it has them). Tried again at the next reading of the layout if it fails."""
+        if names == self.limited:
+            return
+        try:
+            self.broker.limits.reapply(self.queue_name, names)
+        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
+            self.logger.warning("Could not give the shards of queue %r their limits: %s", self.queue_name, e)
+            return
+        self.limited = names
 
     def _drop_drained(self, retired: tuple[int, ...]) -> None:
         """Take the retired shards whose transfer lease a consumer here holds out of the

@@ -222,6 +222,86 @@ def test_growing_and_shrinking_under_a_running_worker_loses_nothing_and_runs_not
     assert early == []
 
 
+def _limits_per_shard(broker: RedissonBroker, redis_client: redis.Redis) -> dict[str, tuple[Any, ...]]:
+    """Each shard's (concurrency, group concurrency, weight of group "vip") as stored."""
+    vip = "w" + b"vip".hex()
+    out = {}
+    for name in broker.shard_router.layouts.read("default").names("default"):  # type: ignore[union-attr]
+        flow = redis_client.hgetall(broker.keys(name).flow)
+        out[name] = (flow.get(b"concurrency"), flow.get(b"group_concurrency"), flow.get(vip.encode()))
+    return out
+
+
+def test_limits_and_weights_follow_the_shards_as_a_live_queue_grows_and_shrinks(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A shard added to a limited queue is limited like the others, and each shard's share
+    follows the number of shards (retired ones count until dropped): the consumers of the
+    queue reapply the limits when the layout they follow changes."""
+
+    def broker_of(count: int) -> RedissonBroker:
+        return RedissonBroker(
+            url=redis_url, middleware=[m() for m in default_middleware], shards={"default": count}, safety_interval=200
+        )
+
+    running = broker_of(2)
+    dramatiq.set_broker(running)
+    _job(redis_client)
+    worker = Worker(running, worker_timeout=100, worker_threads=2)
+    worker.start()
+    others: list[RedissonBroker] = []
+    try:
+        running.limits.set("default", concurrency=8, group_concurrency=2)
+        running.limits.set_weights("default", {"vip": 3})
+        assert set(_limits_per_shard(running, redis_client).values()) == {(b"4", b"2", b"3")}
+        others.append(broker_of(4))
+        others[0].shard_router.layout("default")
+        assert wait_for(
+            lambda: list(_limits_per_shard(running, redis_client).values()) == [(b"2", b"2", b"3")] * 4, timeout=5
+        )
+        limits = others[0].limits.get("default")
+        assert (limits["concurrency"], limits["group_concurrency"]) == (8, 2)
+        assert others[0].limits.weights("default") == {"vip": 3}
+        # Every shard has them now: reapplying again reads and writes nothing.
+        names = others[0].shard_router.layouts.read("default").names("default")  # type: ignore[union-attr]
+        assert running.limits.reapply("default", names) == 0
+        # Shrunk to 2: the 2 retired shards hold nothing, are dropped, and the 2 left get half each.
+        others.append(broker_of(2))
+        assert len(others[1].shard_router.layout("default").retired) == 2
+        assert wait_for(
+            lambda: list(_limits_per_shard(running, redis_client).values()) == [(b"4", b"2", b"3")] * 2, timeout=10
+        )
+    finally:
+        worker.stop()
+        for broker in others:
+            broker.close()
+        running.flush_all()
+        running.close()
+
+
+def test_a_queue_limited_before_it_had_shards_keeps_its_limits_over_them(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    plain = RedissonBroker(url=redis_url, middleware=[m() for m in default_middleware])
+    plain.declare_queue("default")
+    plain.limits.set("default", concurrency=6, rate=30, per_ms=1000)
+    plain.limits.set_weights("default", {"vip": 2})
+    sharded = RedissonBroker(url=redis_url, middleware=[m() for m in default_middleware], shards={"default": 3})
+    try:
+        consumer = sharded.consume("default")
+        flows = [redis_client.hgetall(sharded.keys(n).flow) for n in sharded.shard_router.consumed("default")]
+        assert [(f[b"concurrency"], f[b"rate"], f[b"w" + b"vip".hex().encode()]) for f in flows] == [
+            (b"2", b"10", b"2")
+        ] * 3
+        limits = sharded.limits.get("default")
+        assert (limits["concurrency"], limits["rate"], limits["per_ms"]) == (6, 30, 1000)
+        consumer.close()
+    finally:
+        sharded.flush_all()
+        sharded.close()
+        plain.close()
+
+
 def test_a_periodic_actor_on_a_sharded_queue_ticks_once_per_tick_from_shard_0(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
