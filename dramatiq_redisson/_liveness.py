@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import redis
@@ -138,6 +138,7 @@ class Liveness:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        self.counts = SubscriptionCounts(broker.topology)
 
     @property
     def enabled(self) -> bool:
@@ -179,10 +180,11 @@ class Liveness:
     def close(self) -> None:
         self._stop.set()
 
-    def subscriptions(self, keys: QueueKeys, channels: list[str]) -> dict[str, int]:
+    def subscriptions(self, keys: QueueKeys, channels: list[str], fresh_s: float = 0.0) -> dict[str, int]:
         """Channel -> subscribers, as the server of ``keys`` counts them (PUBSUB NUMSUB; on
-        a cluster SHARDNUMSUB on the node of the queue's slot)."""
-        return self.broker.topology.numsub(keys.channel, channels)
+        a cluster SHARDNUMSUB on the node of the queue's slot). Counts taken on that server
+        less than ``fresh_s`` ago serve again (see :class:`SubscriptionCounts`)."""
+        return self.counts.get(keys.channel, channels, fresh_s)
 
     def subscribed(self, keys: QueueKeys, token: str) -> None:
         """Consumer ``token`` subscribed to its wake channel: list it (see the module)."""
@@ -233,6 +235,47 @@ class Liveness:
                 self.logger.exception("Liveness beat on queue %r failed; retrying.", queue_name)
             return False
         return True
+
+
+class SubscriptionCounts:
+    """The subscription checks of one process, one call per server: a check asks a server
+    for the subscribers of every channel checked there lately (the last
+    :data:`ASKED_FOR` s), so the checks of its other consumers on that server (the shards
+    of a queue, the queues of a worker) find their counts taken less than their
+    ``fresh_s`` ago and make no call of their own. A consumer's next check (a check
+    interval later) never reuses the counts of its own last one: pass a ``fresh_s``
+    below that interval."""
+
+    #: Seconds a channel stays in a server's calls after it was last checked.
+    ASKED_FOR = 5.0
+
+    def __init__(self, topology: Topology, clock: Callable[[], float] = time.monotonic) -> None:
+        self.topology = topology
+        self.clock = clock
+        self._lock = threading.Lock()
+        #: server -> channel -> last checked (this clock)
+        self._asked: dict[str, dict[str, float]] = {}
+        #: server -> (taken at, channel -> subscribers)
+        self._taken: dict[str, tuple[float, dict[str, int]]] = {}
+
+    def get(self, key: str, channels: list[str], fresh_s: float) -> dict[str, int]:
+        """Subscribers of ``channels`` on the server of ``key``'s slot."""
+        server = self.topology.node_name(key)
+        now = self.clock()
+        with self._lock:
+            asked = self._asked.setdefault(server, {})
+            for channel in channels:
+                asked[channel] = now
+            taken = self._taken.get(server)
+            if taken is not None and now - taken[0] < fresh_s and all(c in taken[1] for c in channels):
+                return {channel: taken[1][channel] for channel in channels}
+            for channel in [c for c, at in asked.items() if now - at > self.ASKED_FOR]:
+                del asked[channel]
+            wanted = list(asked)
+        counts = self.topology.numsub(key, wanted)
+        with self._lock:
+            self._taken[server] = (now, counts)
+        return {channel: counts.get(channel, 0) for channel in channels}
 
 
 class Reaper:

@@ -80,6 +80,10 @@ class Topology:
         """A client whose connections reach the server that holds ``key``."""
         return cast("redis.Redis", self.client)
 
+    def node_name(self, key: str) -> str:
+        """A name of the server that holds ``key`` (the same for every key it holds now)."""
+        return ""
+
     def by_node(self, first_keys: Sequence[str]) -> list[tuple[redis.Redis, list[int]]]:
         """Calls grouped by the server they run on: ``(client, indexes)`` pairs, where
         call ``i`` touches ``first_keys[i]`` (and keys of its slot)."""
@@ -155,6 +159,9 @@ class Cluster(Topology):
         """A client of the primary that owns ``key``'s slot (per the slot map)."""
         client = self.client
         return cast("redis.Redis", client.get_redis_connection(client.get_node_from_key(key)))
+
+    def node_name(self, key: str) -> str:
+        return str(self.client.get_node_from_key(key).name)
 
     def by_node(self, first_keys: Sequence[str]) -> list[tuple[redis.Redis, list[int]]]:
         indexes: dict[str, list[int]] = defaultdict(list)

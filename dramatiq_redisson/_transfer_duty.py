@@ -61,6 +61,12 @@ ERROR_BACKOFF_FACTOR = 100
 #: sit on a node that is no longer the primary), and then announcements never arrive.
 SUBSCRIPTION_CHECK_INTERVAL = 1.0
 
+#: A check finds counts another consumer of this process took on the same server less
+#: than this long ago (s) good enough (one call per server per check interval, not one
+#: per consumer; see _liveness.SubscriptionCounts); below the interval, so that a
+#: consumer's two checks in a row never read the same counts.
+SHARED_COUNTS_FOR = 0.9 * SUBSCRIPTION_CHECK_INTERVAL
+
 #: A wait that ends at the transfer timer's deadline listens on its subscription until this
 #: many ms before it, then sleeps the rest (see TransferDuty.wait).
 POLL_MARGIN_MS = 1
@@ -174,7 +180,7 @@ class TransferDuty:
         was missing at two checks in a row. Errors are left to the other calls."""
         channels = [self.wake_channel, self.keys.channel] if self.announcements else [self.wake_channel]
         try:
-            counts = self.broker.liveness.subscriptions(self.keys, channels)
+            counts = self.broker.liveness.subscriptions(self.keys, channels, SHARED_COUNTS_FOR)
         except (*CONNECTION_ERRORS, redis.ResponseError):
             return
         if all(counts.get(channel, 0) > 0 for channel in channels):

@@ -16,7 +16,8 @@ import redis
 from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._liveness import CONNECTION_GRACE, Reaper, confirm_behind, dead_workers
+from dramatiq_redisson._liveness import CONNECTION_GRACE, Reaper, SubscriptionCounts, confirm_behind, dead_workers
+from dramatiq_redisson._topology import topology_for
 from dramatiq_redisson._transfer_duty import lapsed_renewal
 
 from .helpers import records, wait_for
@@ -31,6 +32,44 @@ def test_dead_is_relative_to_the_newest_beat_not_to_the_clock() -> None:
     # A fleet that could not beat for a while (the server was away) is all equally old: nobody
     assert dead_workers([(b"a", 1_000.0), (b"b", 1_000.0)], 1_500, own="x") == []
     assert dead_workers([], 1_500, own="x") == []
+
+
+def test_the_subscription_checks_of_one_process_make_one_call_per_server_per_interval(
+    redis_client: redis.Redis,
+) -> None:
+    """The checks of a process's consumers (a queue's shards, a worker's queues) share one
+    NUMSUB per server: a check finds the counts another took less than its ``fresh_s``
+    ago, unless it asks for a channel they lack; the counts are the server's."""
+    now = [100.0]
+    counts = SubscriptionCounts(topology_for(redis_client), clock=lambda: now[0])
+
+    def calls() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_pubsub|numsub", {"calls": 0})["calls"])
+
+    listener = redis_client.pubsub()
+    listener.subscribe("wake:a")
+    try:
+        redis_client.config_resetstat()
+        assert counts.get("k", ["wake:a"], 0.9) == {"wake:a": 1}
+        now[0] += 0.3
+        assert counts.get("k", ["wake:b"], 0.9) == {"wake:b": 0}  # a channel not counted yet: a call
+        now[0] += 0.3
+        # Both counted by that call, 0.3 s ago: no call
+        assert counts.get("k", ["wake:a"], 0.9) == {"wake:a": 1}
+        assert counts.get("k", ["wake:b", "wake:a"], 0.9) == {"wake:b": 0, "wake:a": 1}
+        assert calls() == 2
+        now[0] += 0.7  # 1 s after it: a call again, for every channel checked lately
+        listener.subscribe("wake:b")
+        wait_for(lambda: redis_client.pubsub_numsub("wake:b")[0][1] == 1, timeout=2)
+        redis_client.config_resetstat()
+        assert counts.get("k", ["wake:a"], 0.9) == {"wake:a": 1}
+        assert counts.get("k", ["wake:b"], 0.9) == {"wake:b": 1}
+        assert calls() == 1
+        now[0] += SubscriptionCounts.ASKED_FOR + 1  # wake:b not checked since: left out
+        assert counts.get("k", ["wake:a"], 0.0) == {"wake:a": 1}
+        assert counts._taken[""][1] == {"wake:a": 1}
+    finally:
+        listener.close()
 
 
 def test_liveness_timeout_is_checked(redis_url: str) -> None:
