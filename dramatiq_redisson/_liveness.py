@@ -48,6 +48,7 @@ import redis
 from dramatiq.logging import get_logger
 
 from ._message import epoch_ms
+from ._topology import numsub_counts
 
 if TYPE_CHECKING:
     from ._keys import QueueKeys
@@ -296,6 +297,9 @@ class Reaper:
         self._lapsed: tuple[str, int] | None = None
         #: Workers found behind by their beats at the last check (see :func:`confirm_behind`).
         self._suspects: dict[str, tuple[float, int]] = {}
+        #: The other workers' consumers listed at the last check (their subscriptions are
+        #: counted in the next check's round trip).
+        self._listed: list[str] = []
 
     def lapsed(self, token: str, *, renewed_ms: int) -> None:
         """This consumer took over the transfer lease of consumer ``token``, which stopped
@@ -314,13 +318,19 @@ class Reaper:
             return 0
         self.next_check_at = now + CHECK_INTERVAL / 1000
         own = self.broker.broker_id
+        topology = self.broker.topology
         # On a cluster, through the node of the queue's slot (TIME has no key to route by).
-        client = self.broker.topology.node(self.keys.channel)
-        with client.pipeline(transaction=False) as pipe:
+        # The subscriptions of the consumers the last check found listed are counted in
+        # the same round trip; those listed since, by a call of their own.
+        expected = [self.keys.wake_channel(token) for token in self._listed]
+        with topology.node(self.keys.channel).pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.subscribers)
             pipe.zrange(self.keys.alive, 0, -1, withscores=True)
             pipe.time()
-            listed, entries, server_time = pipe.execute()
+            if expected:
+                topology.numsub_in(pipe, expected)
+            listed, entries, server_time, *counted = pipe.execute()
+        counts = numsub_counts(counted[0]) if counted else {}
         now_ms = epoch_ms(server_time)
         consumers = {t.decode(): _listing(v.decode()) for t, v in listed.items()}
         by_beat, self._suspects = confirm_behind(
@@ -331,8 +341,12 @@ class Reaper:
             confirm_ms=liveness.timeout_ms / BEATS_PER_TIMEOUT,
         )
         others = {t: c for t, c in consumers.items() if c[0] != own}
+        self._listed = list(others)
+        new = [self.keys.wake_channel(t) for t in others if self.keys.wake_channel(t) not in counts]
+        if new:
+            counts.update(self.broker.liveness.subscriptions(self.keys, new))
         lapsed, self._lapsed = self._lapsed, None
-        by_connection = self._gone(now_ms, others, lapsed)  # updates the marks in others
+        by_connection = self._gone(now_ms, others, counts, lapsed)  # updates the marks in others
         by_beat = [w for w in by_beat if w not in by_connection]
         requeued = self._reap(by_beat, by_connection) if by_beat or by_connection else 0
         self._forget(others, now_ms)
@@ -363,13 +377,17 @@ class Reaper:
         return requeued
 
     def _gone(
-        self, now_ms: int, others: dict[str, tuple[str, int | None]], lapsed: tuple[str, int] | None = None
+        self,
+        now_ms: int,
+        others: dict[str, tuple[str, int | None]],
+        counts: dict[str, int],
+        lapsed: tuple[str, int] | None = None,
     ) -> list[str]:
         """The workers all of whose listed consumers (``others``: token -> worker id, and
         since when it is marked without a subscription) have had no wake-channel
-        subscription for :data:`CONNECTION_GRACE`; marks and unmarks them on the way (the
-        consumer whose lease ``lapsed`` is marked from its last renewal)."""
-        counts = self.broker.liveness.subscriptions(self.keys, [self.keys.wake_channel(token) for token in others])
+        subscription (``counts``: channel -> subscribers) for :data:`CONNECTION_GRACE`;
+        marks and unmarks them on the way (the consumer whose lease ``lapsed`` is marked
+        from its last renewal)."""
         marks: dict[str, str] = {}
         for token, (worker, since) in list(others.items()):
             subscribed = counts.get(self.keys.wake_channel(token), 0) > 0

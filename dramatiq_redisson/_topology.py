@@ -109,7 +109,12 @@ class Topology:
         """Channel -> subscribers, as the server of ``key`` counts them."""
         if not channels:
             return {}
-        return _pairs(self.node(key).execute_command(*self.numsub_command, *channels))
+        return numsub_counts(self.node(key).execute_command(*self.numsub_command, *channels))
+
+    def numsub_in(self, pipe: Any, channels: Sequence[str]) -> None:
+        """Queue the count of ``channels``' subscribers in ``pipe`` (a pipeline of
+        :meth:`node`'s client; read its reply with :func:`numsub_counts`)."""
+        pipe.execute_command(*self.numsub_command, *channels)
 
     def each(self, calls: Sequence[Call]) -> list[Any]:
         """Run ``calls`` (reads of one queue each) and return their replies in order:
@@ -203,7 +208,7 @@ def topology_for(client: Any) -> Topology:
     return Cluster(client) if isinstance(client, RedisCluster) else OneServer(client)
 
 
-def _pairs(reply: Any) -> dict[str, int]:
+def numsub_counts(reply: Any) -> dict[str, int]:
     """A NUMSUB/SHARDNUMSUB reply (flat, or pairs under RESP3) as a dict."""
     flat = not reply or not isinstance(reply[0], (list, tuple))
     pairs = list(zip(reply[::2], reply[1::2], strict=True)) if flat else reply
