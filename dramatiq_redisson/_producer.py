@@ -643,7 +643,7 @@ class Producer:
             for message in prepared:
                 self._emit_before_enqueue(message, delay, estimate)
         router = broker.shard_router
-        targets = [router.target(m.queue_name, m.options) for m in prepared]
+        targets = router.targets([(m.queue_name, m.options) for m in prepared], BULK_CHUNK_SIZE)
         packed = pack(prepared, sort_keys, dedupes, delay_ms, broker.keys, lanes=lanes, targets=targets)
         if packed.scheduled:
             outcomes = broker.redisson_scripts.offer_calls(packed.scheduled)

@@ -331,12 +331,30 @@ class ShardRouter:
             if holder is not None and base_queue(holder) == queue_name:
                 return str(holder)
         active = self.layout(queue_name).sending
-        key = options.get("dedupe_key") or options.get("group_key")
-        if isinstance(key, str) and key:
+        key = _key_of(options)
+        if key:
             suffix = key_suffix(active, key)
         else:
             suffix = active[next(self._turn) % len(active)]
         return shard_name(queue_name, suffix)
+
+    def targets(self, sends: Sequence[tuple[str, dict[str, Any]]], run: int) -> list[str]:
+        """The internal queue names of a batch of sends (``(queue name, options)`` each),
+        routed as :meth:`target` routes them, but for the messages any shard may take:
+        those go in runs of ``run`` to one shard each, the shards in turn, so that a
+        batch of ``run`` is one call to one shard rather than a call to every shard, and
+        the shards still get as many messages each over the batches."""
+        out: list[str] = []
+        runs: dict[str, tuple[int, int]] = {}  # queue -> (first turn, messages so far)
+        for queue_name, options in sends:
+            if not self.sharded(queue_name) or _key_of(options):
+                out.append(self.target(queue_name, options))
+                continue
+            active = self.layout(queue_name).sending
+            first, count = runs.get(queue_name) or (next(self._turn), 0)
+            out.append(shard_name(queue_name, active[(first + count // run) % len(active)]))
+            runs[queue_name] = (first, count + 1)
+        return out
 
     def key_shard(self, queue_name: str, key: str) -> str:
         """The internal queue name a dedupe or group ``key``'s messages of ``queue_name``
@@ -360,6 +378,12 @@ class ShardRouter:
         if not cache:
             return lambda slot: "server"
         return lambda slot: str(cache[slot][0].name) if cache.get(slot) else ""
+
+
+def _key_of(options: dict[str, Any]) -> str:
+    """A send's dedupe or group key (its shard's key), or ""."""
+    key = options.get("dedupe_key") or options.get("group_key")
+    return key if isinstance(key, str) else ""
 
 
 def shard_pairs(shards: Any) -> tuple[tuple[str, int], ...]:

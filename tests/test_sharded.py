@@ -67,6 +67,30 @@ def test_sends_spread_over_the_shards_and_keyed_ones_go_to_their_keys_shard(
     assert len({sharded.keys(name).ready for name in names}) == 4
 
 
+def test_enqueue_many_sends_unkeyed_messages_in_runs_of_one_call_to_one_shard_each(
+    sharded: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    """A batch of ``enqueue_many`` goes to the shards in runs of a call's worth (100), so a
+    batch of 100 is one script call, not one per shard; keyed messages still go to their
+    key's shard, and over batches every shard gets its part."""
+    job = _job(redis_client)
+    keyed = [job.message_with_options(args=(i,), group_key="g") for i in range(5)]
+    batch = [job.message(i) for i in range(250)] + keyed
+    sharded.shard_router.layout("default")  # read before the count below
+    redis_client.config_resetstat()
+    sharded.enqueue_many(batch)
+    calls = redis_client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert calls <= 4  # 3 runs of unkeyed messages (+ the group's, when its shard has none)
+    per_shard = _ready_per_shard(sharded, redis_client)
+    group_shard = sharded.shard_router.key_shard("default", "g")
+    unkeyed = per_shard.copy()
+    unkeyed[group_shard] -= 5
+    assert sorted(unkeyed.values()) == [0, 50, 100, 100]
+    for _ in range(3):
+        sharded.enqueue_many([job.message(i) for i in range(250)])
+    assert sorted(_ready_per_shard(sharded, redis_client).values()) == [250, 250, 250, 255]
+
+
 def test_one_worker_runs_every_message_once_from_every_shard_delays_and_retries_included(
     sharded: RedissonBroker, redis_client: redis.Redis
 ) -> None:
