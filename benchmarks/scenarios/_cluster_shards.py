@@ -62,7 +62,7 @@ def shard_params(ctx: Ctx) -> dict[str, Any]:
 def _sharded_queue(ctx: Ctx, topo: Any, count: int) -> tuple[dict[str, Any], Any, Any, Counter[str]]:
     """The broker options of one queue over ``count`` shards (1: not sharded), a broker with
     them, the queue's recording actor and how many shards each master holds."""
-    options: dict[str, Any] = {"cluster": True}
+    options: dict[str, Any] = dict(topo.options)
     if count > 1:
         options["shards"] = {SHARDED_QUEUE: count}
     broker = make_broker("redisson", topo.url, **options)
@@ -71,19 +71,29 @@ def _sharded_queue(ctx: Ctx, topo: Any, count: int) -> tuple[dict[str, Any], Any
     return options, broker, actor, placed
 
 
-def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, Any]:
+def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int, control: Any = None) -> dict[str, Any]:
     """(d) One queue over ``count`` shards (issue 36; 1: not sharded), at the offered load
     of part (b): each master's share of the masters' server CPU, lateness, and the
-    commands and script µs per message, summed over the masters."""
+    commands and script µs per message, summed over the masters.
+
+    ``control``: instead of the cluster (None), a server of its own (a benchmark
+    ``Server``; ``topo`` its topology): the same queue, workers and load on one server,
+    where the shards' own cost shows without the spread over masters (each server waking
+    for fewer commands at a time, three servers sharing this machine's cores). Part (e)
+    is not run there."""
     p = ctx.p["cluster"]
     topo.flush()
     ctx.r.delete(REC_KEY)
     options, broker, actor, placed = _sharded_queue(ctx, topo, count)
-    masters = {m.name: ServerGroup([cluster.admin(m)]) for m in cluster.masters}
+    if control is not None:
+        masters = {"one server": ServerGroup([control.r])}
+    else:
+        masters = {m.name: ServerGroup([cluster.admin(m)]) for m in cluster.masters}
     rng = random.Random(13)
     n, rate = p["paced_n"], p["rate"]
     worker_options = {"broker": options, "queues": [SHARDED_QUEUE], "record_url": ctx.server.url}
-    ctx.log(f"cluster/shards/{count}: {n} delayed messages at {rate}/s on one queue over {count} shards {dict(placed)}")
+    part = "cluster/shards" if control is None else "cluster/shards-control"
+    ctx.log(f"{part}/{count}: {n} delayed messages at {rate}/s on one queue over {count} shards {dict(placed)}")
     with Workers("redisson", topo.url, ctx.p["procs"], ctx.p["threads"], options=worker_options) as w:
         time.sleep(p["settle"])
         for group in masters.values():
@@ -101,16 +111,17 @@ def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, A
         commands = {name: _commands(group) for name, group in masters.items()}
         res = analyze(dues, read_records(ctx.r))
         res["complete"] = complete
-        ctx.check_delivery(f"cluster/shards/{count}", "redisson", res)
-        sat = shard_params(ctx)["shard_saturation"]
+        ctx.check_delivery(f"{part}/{count}", "redisson", res)
+        sat = shard_params(ctx)["shard_saturation"] if control is None else None
         saturation = _saturation(ctx, cluster, broker, actor, sat, w, count) if sat else None
-    ctx.check_crash("cluster/shards", str(count), w)
+    ctx.check_crash(part, str(count), w)
     broker.close()
     total_cpu = sum(cpu.values()) or None
     calls = sum(c for c, _ in commands.values())
     usec = sum(u for _, u in commands.values())
     return {
         "shards": count,
+        "where": topo.label,
         "placed": dict(placed),
         "cpu_share": {name: round(c / total_cpu, 3) if total_cpu else None for name, c in sorted(cpu.items())},
         "server_cpu_us_per_msg": round(sum(cpu.values()) * 1e6 / n, 1),
@@ -207,6 +218,7 @@ def shard_memory(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, Any
     raw = {name: after[name][1] - base[name][1] for name in clients}
     return {
         "shards": count,
+        "where": topo.label,
         "placed": dict(placed),
         "scheduled": n,
         "bytes_per_msg": round(sum(data.values()) / n, 1),
@@ -273,8 +285,24 @@ def memory_rows(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def shard_targets(shards: list[dict[str, Any]], memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 36's goals for (e) and (f): informative, but memory ≤ unsharded + 5 %."""
+    """Issue 36's goals for (d), (e) and (f): commands and server CPU per message with N
+    shards ≤ 1.1× one shard's (on the cluster, and on one server: the control), memory
+    ≤ unsharded + 5 %; saturation informative."""
     targets = []
+    for where in dict.fromkeys(run.get("where", "") for run in shards):
+        runs = {run["shards"]: run for run in shards if run.get("where", "") == where}
+        if 1 not in runs or len(runs) < 2:
+            continue
+        n = max(runs)
+        for what, field in (("commands", "commands_per_msg"), ("server CPU µs", "server_cpu_us_per_msg")):
+            ratio = _ratio(runs[n][field], runs[1][field])
+            targets.append(
+                {
+                    "target": f"{what} per message, {n} shards <= 1.1x 1 shard ({where}; issue 36)",
+                    "value": f"{runs[n][field]} vs {runs[1][field]} = {ratio}x",
+                    "met": ratio <= 1.1 if ratio is not None else None,
+                }
+            )
     sats = {run["shards"]: run["saturation"] for run in shards if run["saturation"]}
     if 1 in sats and len(sats) > 1:
         n = max(sats)

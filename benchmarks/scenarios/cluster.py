@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._actor import declare
-from .._common import HOUR_MS, NAMESPACE, ServerGroup, Workers, make_broker
+from .._common import HOUR_MS, NAMESPACE, Server, ServerGroup, Workers, make_broker
 from .._measure import REC_KEY, analyze, median_merge, pct, read_records, wait_records
 from ._cluster_shards import cluster_shards, memory_rows, saturation_rows, shard_memory, shard_params, shard_targets
 from ._shared import Ctx, _ratio
@@ -558,6 +558,20 @@ def cluster(ctx: Ctx) -> dict[str, Any]:
             else []
         )
         failover = _cluster_failover(ctx, c)
+    # (d)'s control: the same queue and load on a server of its own, the cluster stopped.
+    control_server = Server(None)
+    try:
+        control_topo = _Topology(
+            label="one server (control)",
+            url=control_server.url,
+            options={},
+            masters=lambda: [control_server.r],
+            flush=control_server.flush,
+            master_of=lambda queue: "one server",
+        )
+        shards += [cluster_shards(ctx, None, control_topo, count, control=control_server) for count in counts]
+    finally:
+        control_server.stop()
     data.update(
         {
             "costs": costs,
@@ -578,6 +592,7 @@ def cluster(ctx: Ctx) -> dict[str, Any]:
 
     tables["(d) one queue over 1 and over N shards: each master's share of server CPU"] = [
         {
+            "where": run["where"],
             "shards": run["shards"],
             "on the masters": run["placed"],
             "CPU share per master": run["cpu_share"],
