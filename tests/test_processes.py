@@ -9,9 +9,10 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import dramatiq
 import pytest
@@ -52,20 +53,12 @@ def worker_processes(
     client.delete("test:stop", "test:workers-ready")
     procs = []
     for n in range(count):
-        if logs is None:
-            procs.append(subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT))
-            continue
-        with open(logs / f"worker-{n}.log", "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tests.proc_worker"],
-                    env=env,
-                    cwd=ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+        with ExitStack() as stack:
+            streams: dict[str, Any] = {}
+            if logs is not None:
+                out = stack.enter_context(open(logs / f"worker-{n}.log", "wb"))
+                streams = {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
+            procs.append(subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT, **streams))
     try:
         assert wait_for(lambda: int(client.get("test:workers-ready") or 0) == count, timeout=30)
         yield
