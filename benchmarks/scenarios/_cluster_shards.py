@@ -71,28 +71,27 @@ def _sharded_queue(ctx: Ctx, topo: Any, count: int) -> tuple[dict[str, Any], Any
     return options, broker, actor, placed
 
 
-def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int, control: Any = None) -> dict[str, Any]:
+def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int) -> dict[str, Any]:
     """(d) One queue over ``count`` shards (issue 36; 1: not sharded), at the offered load
     of part (b): each master's share of the masters' server CPU, lateness, and the
     commands and script µs per message, summed over the masters.
 
-    ``control``: instead of the cluster (None), a server of its own (a benchmark
-    ``Server``; ``topo`` its topology): the same queue, workers and load on one server,
-    where the shards' own cost shows without the spread over masters (each server waking
-    for fewer commands at a time, three servers sharing this machine's cores). Part (e)
-    is not run there."""
+    ``cluster`` None: the control, ``topo`` a server of its own: the same queue, workers
+    and load on one server, where the shards' own cost shows without the spread over
+    masters (each server waking for fewer commands at a time, three servers sharing this
+    machine's cores). Part (e) is not run there."""
     p = ctx.p["cluster"]
     topo.flush()
     ctx.r.delete(REC_KEY)
     options, broker, actor, placed = _sharded_queue(ctx, topo, count)
-    if control is not None:
-        masters = {"one server": ServerGroup([control.r])}
+    if cluster is None:
+        masters = {"one server": ServerGroup(topo.masters())}
     else:
         masters = {m.name: ServerGroup([cluster.admin(m)]) for m in cluster.masters}
     rng = random.Random(13)
     n, rate = p["paced_n"], p["rate"]
     worker_options = {"broker": options, "queues": [SHARDED_QUEUE], "record_url": ctx.server.url}
-    part = "cluster/shards" if control is None else "cluster/shards-control"
+    part = "cluster/shards" if cluster is not None else "cluster/shards-control"
     ctx.log(f"{part}/{count}: {n} delayed messages at {rate}/s on one queue over {count} shards {dict(placed)}")
     with Workers("redisson", topo.url, ctx.p["procs"], ctx.p["threads"], options=worker_options) as w:
         time.sleep(p["settle"])
@@ -112,7 +111,7 @@ def cluster_shards(ctx: Ctx, cluster: Any, topo: Any, count: int, control: Any =
         res = analyze(dues, read_records(ctx.r))
         res["complete"] = complete
         ctx.check_delivery(f"{part}/{count}", "redisson", res)
-        sat = shard_params(ctx)["shard_saturation"] if control is None else None
+        sat = shard_params(ctx)["shard_saturation"] if cluster is not None else None
         saturation = _saturation(ctx, cluster, broker, actor, sat, w, count) if sat else None
     ctx.check_crash(part, str(count), w)
     broker.close()

@@ -569,7 +569,7 @@ def cluster(ctx: Ctx) -> dict[str, Any]:
             flush=control_server.flush,
             master_of=lambda queue: "one server",
         )
-        shards += [cluster_shards(ctx, None, control_topo, count, control=control_server) for count in counts]
+        shards += [cluster_shards(ctx, None, control_topo, count) for count in counts]
     finally:
         control_server.stop()
     data.update(
