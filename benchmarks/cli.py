@@ -126,32 +126,32 @@ def main(argv: list[str] | None = None) -> int:
         if b not in BROKER_KINDS:
             parser.error(f"unknown broker {b!r}")
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    if args.jobs > 1 and args.url is not None:
+        parser.error("--jobs above 1 runs each scenario on its own embedded server: leave --url out")
     quiet_logging()
-    server = Server(args.url)
-    _log(f"server {server.url} ({'embedded' if server.embedded else 'given'}), size {args.size}, brokers {brokers}")
-    _log(f"dramatiq_redisson from {product_origin()}")
-    results: dict[str, Any] = {
-        "meta": {
-            **machine_info(server, args.product.resolve() if args.product else None),
-            "product": product_origin(),
-            "size": args.size,
-            "brokers": brokers,
-            "repeat": args.repeat,
-            "command": " ".join(sys.argv),
-            "overrides": args.overrides,
-        },
-        "scenarios": {},
-    }
     failures: list[str] = []
     started = time.monotonic()
-    try:
-        for name in names:
-            merged = _run_scenario(SCENARIOS[name], name, args, server, brokers, Ctx)
+    if args.jobs > 1 and len(names) > 1:
+        results = _run_apart(names, args)
+        for name, merged in results["scenarios"].items():
             failures += merged["failures"]
-            results["scenarios"][name] = merged
             _print_scenario(name, merged, args)
-    finally:
-        server.stop()
+    else:
+        server = Server(args.url)
+        _log(f"server {server.url} ({'embedded' if server.embedded else 'given'}), size {args.size}, brokers {brokers}")
+        _log(f"dramatiq_redisson from {product_origin()}")
+        machine = machine_info(server, args.product.resolve() if args.product else None)
+        results = {"meta": _meta(machine, args), "scenarios": {}}
+        try:
+            for name in names:
+                merged = _run_scenario(SCENARIOS[name], name, args, server, brokers, Ctx)
+                failures += merged["failures"]
+                results["scenarios"][name] = merged
+                _print_scenario(name, merged, args)
+        finally:
+            server.stop()
     results["meta"]["seconds"] = round(time.monotonic() - started, 1)
     results["failures"] = failures
     targets = [t for s in results["scenarios"].values() for t in s["targets"]]
@@ -184,6 +184,78 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _meta(machine: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        **machine,
+        "product": product_origin(),
+        "size": args.size,
+        "brokers": [b.strip() for b in args.brokers.split(",") if b.strip()],
+        "repeat": args.repeat,
+        "command": " ".join(sys.argv),
+        "overrides": args.overrides,
+        "jobs": args.jobs,
+    }
+
+
+#: Started first by ``--jobs`` (the longest at every size), so that the short ones fill
+#: the gaps instead of one long scenario running alone at the end.
+LONGEST_FIRST = ("cluster", "fleet", "burst", "head-of-line", "backlog", "periodic", "saturation")
+
+
+def _run_apart(names: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """``--jobs N``: every scenario in a ``python -m benchmarks SCENARIO`` process of its
+    own (its own embedded server and workers), N at a time. Each writes its results as
+    JSON; they come back merged in the scenarios' order, with a child that failed to
+    report counted as a failure. What a child printed is shown when it failed."""
+    import concurrent.futures
+    import json
+    import subprocess
+    import tempfile
+
+    common = ["--brokers", args.brokers, "--size", args.size, "--repeat", str(args.repeat)]
+    if args.product is not None:
+        common += ["--product", str(args.product)]
+    for override in args.overrides:
+        common += ["--set", override]
+    if args.stages:
+        common.append("--stages")
+    order = sorted(names, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else len(LONGEST_FIRST))
+    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
+        work = Path(tmp)
+
+        def run(name: str) -> tuple[int, float]:
+            t0 = time.monotonic()
+            with open(work / f"{name}.log", "wb") as log:
+                command = [sys.executable, "-m", "benchmarks", name, *common, "--json", str(work / f"{name}.json")]
+                code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+            return code, time.monotonic() - t0
+
+        _log(f"{len(names)} scenarios, {args.jobs} at a time, each on its own embedded server, size {args.size}")
+        outcomes: dict[str, tuple[int, float]] = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = {pool.submit(run, name): name for name in order}
+            for future in concurrent.futures.as_completed(futures):
+                name = futures[future]
+                outcomes[name] = future.result()
+                _log(f"{name}: exit {outcomes[name][0]} in {outcomes[name][1]:.0f} s")
+        results: dict[str, Any] = {"meta": {}, "scenarios": {}}
+        for name in names:
+            code, _ = outcomes[name]
+            path = work / f"{name}.json"
+            child = json.loads(path.read_text()) if path.exists() else None
+            if code != 0 or child is None:
+                sys.stderr.write((work / f"{name}.log").read_text(errors="replace")[-20_000:])
+            if child is None:
+                merged = {"data": {}, "rows": [], "targets": [], "seconds": outcomes[name][1], "failures": []}
+            else:
+                merged = child["scenarios"][name]
+                results["meta"] = results["meta"] or {**child["meta"], "command": " ".join(sys.argv), "jobs": args.jobs}
+            if code != 0 and not merged["failures"]:
+                merged["failures"] = [f"{name}: its process exited with {code} (log above)"]
+            results["scenarios"][name] = merged
+    return results
+
+
 def _parser(scenarios: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("scenario", choices=[*scenarios, "all"])
@@ -211,6 +283,13 @@ def _parser(scenarios: list[str]) -> argparse.ArgumentParser:
         metavar="PARAM=VALUE",
         help="override one of the size's parameters, e.g. --set lateness.rate=500 --set lateness.n=5000 "
         "(see SIZES in benchmarks/_common.py); repeatable",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="all: run N scenarios at once, each in a process of its own with its own embedded server "
+        "(the timings then share the machine: for checking that every scenario runs, as CI does, not for figures)",
     )
     parser.add_argument(
         "--stages",

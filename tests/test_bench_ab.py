@@ -44,3 +44,25 @@ def test_a_ref_is_exported_as_a_package_tree(tmp_path: Path) -> None:
     assert commit
     assert (tmp_path / "dramatiq_redisson" / "__init__.py").is_file()
     assert (tmp_path / "dramatiq_redisson" / "lua" / "transfer.lua").is_file()
+
+
+def test_jobs_run_scenarios_apart_and_report_what_failed() -> None:
+    """``all --jobs N``: each scenario in a process of its own, on its own embedded server,
+    the results merged back in order; a scenario that crashed is a failure of the run."""
+    from benchmarks.cli import _parser, _run_apart
+    from benchmarks.scenarios import SCENARIOS
+
+    parser = _parser(list(SCENARIOS))
+    args = parser.parse_args(["all", "--size", "tiny", "--brokers", "redisson", "--jobs", "2"])
+    results = _run_apart(["offer", "operations"], args)
+    assert list(results["scenarios"]) == ["offer", "operations"]
+    assert all(s["rows"] and not s["failures"] for s in results["scenarios"].values()), results["scenarios"]
+    assert results["meta"]["size"] == "tiny" and results["meta"]["jobs"] == 2
+
+    # A scenario whose process ends without results (here: a name it refuses) fails the
+    # run, and the other one still reports.
+    results = _run_apart(["offer", "no-such-scenario"], args)
+    assert results["scenarios"]["no-such-scenario"]["failures"] == [
+        "no-such-scenario: its process exited with 2 (log above)"
+    ]
+    assert results["scenarios"]["offer"]["rows"] and not results["scenarios"]["offer"]["failures"]

@@ -13,8 +13,9 @@ from collections import Counter
 from typing import Any
 
 from .._actor import declare
-from .._common import HOUR_MS, Server, ServerGroup, Workers, bulk_offer, make_broker
+from .._common import HOUR_MS, Workers, bulk_offer, make_broker
 from .._measure import REC_KEY, analyze, read_records, wait_records
+from .._server import Server, ServerGroup
 from ._shared import Ctx, _ratio
 from .saturation import offer_stage
 

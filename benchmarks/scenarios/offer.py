@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any
 
 from .._common import (
@@ -33,7 +34,7 @@ def offer_throughput(ctx: Ctx) -> dict[str, Any]:
             proc = spawn.Process(target=offer_main, args=(kind, ctx.server.url, mode, n, out), daemon=True)
             proc.start()
             try:
-                res = out.get(timeout=600)
+                res = _result_of(proc, out, 600)
             finally:
                 proc.join(30)
                 if proc.is_alive():
@@ -86,3 +87,19 @@ def offer_throughput(ctx: Ctx) -> dict[str, Any]:
             }
         )
     return {"data": data, "rows": rows, "targets": targets}
+
+
+def _result_of(proc: Any, out: Any, timeout: float) -> dict[str, Any]:
+    """The producer's report, or an error as soon as it exits without one (a crash ends the
+    wait at once instead of after ``timeout``)."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return dict(out.get(timeout=0.5))
+        except queue.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"the producer process exited with code {proc.exitcode} without a report") from None
+            if time.monotonic() > deadline:
+                raise

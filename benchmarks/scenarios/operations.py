@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._common import HOUR_MS, QUEUE, SLOWLOG_THRESHOLD_US, member_message_id, script_names
+from .._common import HOUR_MS, QUEUE, member_message_id, script_names
 from .._measure import CommandCounter, classify_slowlog, counter_slots, longest_call, pct
+from .._server import SLOWLOG_THRESHOLD_US
 from ._shared import Ctx, _r, _top_level_usec
 
 #: Per size: messages scheduled (and dead letters), single-message calls per operation,
