@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"server {server.url} ({'embedded' if server.embedded else 'given'}), size {args.size}, brokers {brokers}")
         _log(f"dramatiq_redisson from {product_origin()}")
         machine = machine_info(server, args.product.resolve() if args.product else None)
-        results = {"meta": _meta(machine, args), "scenarios": {}}
+        results = {"meta": _meta(machine, args, brokers), "scenarios": {}}
         try:
             for name in names:
                 merged = _run_scenario(SCENARIOS[name], name, args, server, brokers, Ctx)
@@ -184,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _meta(machine: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def _meta(machine: dict[str, Any], args: argparse.Namespace, brokers: list[str]) -> dict[str, Any]:
     return {
         **machine,
         "product": product_origin(),
         "size": args.size,
-        "brokers": [b.strip() for b in args.brokers.split(",") if b.strip()],
+        "brokers": brokers,
         "repeat": args.repeat,
         "command": " ".join(sys.argv),
         "overrides": args.overrides,

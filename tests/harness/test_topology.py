@@ -10,7 +10,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -228,12 +228,16 @@ def test_a_taken_port_is_retried_on_a_fresh_one(monkeypatch: pytest.MonkeyPatch)
     assert_gone(single.pids)
 
 
-@pytest.fixture
-def sentinel() -> Iterator[Sentinel]:
-    with Sentinel() as s:
+def _running_sentinel(**options: Any) -> Iterator[Sentinel]:
+    with Sentinel(**options) as s:
         print(f"\nsentinel setup up in {s.startup_seconds:.2f}s")
         yield s
     assert_gone(s.pids)
+
+
+@pytest.fixture
+def sentinel() -> Iterator[Sentinel]:
+    yield from _running_sentinel()
 
 
 def test_sentinel_failover(sentinel: Sentinel) -> None:
@@ -267,9 +271,7 @@ DEMOTION_DOWN_AFTER_MS = 3000
 
 @pytest.fixture
 def calm_sentinel() -> Iterator[Sentinel]:
-    with Sentinel(down_after_ms=DEMOTION_DOWN_AFTER_MS) as s:
-        yield s
-    assert_gone(s.pids)
+    yield from _running_sentinel(down_after_ms=DEMOTION_DOWN_AFTER_MS)
 
 
 @pytest.mark.slow
