@@ -105,6 +105,7 @@ ready queue.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 #: The lane of messages with neither a priority nor a group: the queue's ready list.
@@ -495,3 +496,47 @@ class QueueKeys:
             self.keyed,
             self.lane_of,
         )
+
+
+# The keys of the scripts a consumer runs for each message, in the order they take them
+# (transfer.lua, ack.lua), built once per queue and worker: a QueueKeys builds every name
+# anew on each access.
+
+
+@functools.lru_cache(maxsize=1024)
+def transfer_keys(keys: QueueKeys, worker_id: str) -> tuple[str, ...]:
+    return (
+        keys.timeout_zset,
+        keys.backup_list,
+        keys.payloads,
+        keys.compact_list,
+        keys.compact_cursor,
+        keys.ready,
+        keys.ready_msgs,
+        keys.xq,
+        keys.xq_msgs,
+        keys.lease,
+        keys.consumers,
+        keys.idle,
+        keys.channel,
+        keys.acks(worker_id),
+        keys.sent,
+        *keys.dedupe_keys,
+        keys.chains,
+        keys.schedule_state,
+        keys.paused,
+        keys.fetched,
+        *keys.flow_keys,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def ack_keys(keys: QueueKeys, worker_id: str, held: bool) -> tuple[str, ...]:
+    return (
+        keys.acks(worker_id),
+        keys.ready_msgs,
+        keys.heartbeats,
+        keys.fetched,
+        *keys.history_keys,
+        *((keys.flow, keys.levels, keys.idle) if held else ()),
+    )

@@ -9,6 +9,7 @@ NOSCRIPT as EVAL with the source, which cannot miss (see
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from typing import Any, Protocol, cast
 
 import redis
 
-from ._keys import PLAIN_LANE, QueueKeys
+from ._keys import PLAIN_LANE, QueueKeys, ack_keys, transfer_keys
 from ._limits import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ._message import queue_json
 from ._script_runner import ScriptRunner, load_source
@@ -106,6 +107,11 @@ _NO_KEY = ("", "", 0)
 
 def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
     return (keys.ready, keys.ready_msgs, keys.channel, keys.sent, keys.idle, *keys.flow_keys)
+
+
+@functools.lru_cache(maxsize=1024)
+def _transfer_queue_json(keys: QueueKeys) -> str:
+    return queue_json(base_queue(keys.queue_name))  # a shard's messages are its queue's
 
 
 def _enqueue_args(
@@ -361,29 +367,7 @@ class Scripts(ScriptRunner):
 
         A call that may hand messages off is not retried after a lost reply (they would
         sit in the ack set, unheld): the caller reconciles instead."""
-        transfer_keys = (
-            keys.timeout_zset,
-            keys.backup_list,
-            keys.payloads,
-            keys.compact_list,
-            keys.compact_cursor,
-            keys.ready,
-            keys.ready_msgs,
-            keys.xq,
-            keys.xq_msgs,
-            keys.lease,
-            keys.consumers,
-            keys.idle,
-            keys.channel,
-            keys.acks(worker_id),
-            keys.sent,
-            *keys.dedupe_keys,
-            keys.chains,
-            keys.schedule_state,
-            keys.paused,
-            keys.fetched,
-            *keys.flow_keys,
-        )
+        call_keys = transfer_keys(keys, worker_id)
         args = (
             limit,
             trim_budget,
@@ -394,7 +378,7 @@ class Scripts(ScriptRunner):
             own_slots,
             "1" if listening else "",
             window_ms,
-            queue_json(base_queue(keys.queue_name)),  # a shard's messages are its queue's
+            _transfer_queue_json(keys),
             upkeep_ms,
             PERIODIC_GRACE_MS,
             PERIODIC_LOW_WATER,
@@ -404,14 +388,14 @@ class Scripts(ScriptRunner):
         replicas: int | None = None
         if self.wait_for_replicas:
             try:
-                reply, replicas = self._run_waiting("transfer", transfer_keys, args)
+                reply, replicas = self._run_waiting("transfer", call_keys, args)
             except redis.ConnectionError:
                 if own_slots:
                     raise
-                reply, replicas = self._run_waiting("transfer", transfer_keys, args)
+                reply, replicas = self._run_waiting("transfer", call_keys, args)
         else:
             run = self._run if own_slots else self._run_idempotent
-            reply = run("transfer", transfer_keys, args)
+            reply = run("transfer", call_keys, args)
         moved, next_due, now_us, dead, lease_until, handed, registered, lateness, holder, attend = reply
         self._clocks[keys.queue_name] = (int(now_us), time.monotonic())
         result = TransferResult(
@@ -535,14 +519,7 @@ class Scripts(ScriptRunner):
         return int(
             self._run_idempotent(
                 "ack",
-                (
-                    keys.acks(worker_id),
-                    keys.ready_msgs,
-                    keys.heartbeats,
-                    keys.fetched,
-                    *keys.history_keys,
-                    *((keys.flow, keys.levels, keys.idle) if held else ()),
-                ),
+                ack_keys(keys, worker_id, held),
                 (
                     redis_message_id,
                     worker_id,
