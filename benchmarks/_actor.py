@@ -1,8 +1,11 @@
-"""The benchmark actor: records (seq, server TIME, pid) in Redis when it starts."""
+"""The benchmark actor: records (seq, server TIME, pid) in Redis when it starts, then
+optionally takes time (sleeps, or burns CPU) like a real actor."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
@@ -21,15 +24,50 @@ return 1
 """
 
 
-def declare(broker: Any, queue: str = QUEUE, record: Any = None) -> Any:
+def work_body(work: dict[str, Any] | None) -> Callable[[], None] | None:
+    """What the actor does after recording its start, from ``work`` = ``{"kind": …, "ms": …}``
+    (``None``: nothing, the default):
+
+    - ``"sleep"``: ``time.sleep(ms)``, like an actor waiting on I/O: the GIL is released,
+      so a process's threads all wait at once.
+    - ``"cpu"``: a pure-Python busy loop until ``time.thread_time()`` (this thread's own
+      CPU time) has advanced by ``ms``. The loop holds the GIL (released only at the
+      interpreter's switch interval), so the threads of one process take turns: a
+      process completes at most one such job per ``ms`` of CPU, however many threads it
+      has. ``thread_time`` rather than ``perf_counter``: with wall time, a job sharing the
+      GIL with others would end after ``ms`` having burnt only part of it, and a process
+      would seem to run several CPU-bound jobs at once."""
+    if not work:
+        return None
+    kind, seconds = work["kind"], float(work["ms"]) / 1000
+    if kind == "sleep":
+        return lambda: time.sleep(seconds)
+    if kind == "cpu":
+
+        def burn() -> None:
+            end = time.thread_time() + seconds
+            spins = 0
+            while time.thread_time() < end:
+                spins += 1
+
+        return burn
+    raise ValueError(f"unknown work kind {kind!r} (choose from sleep, cpu)")
+
+
+def declare(broker: Any, queue: str = QUEUE, record: Any = None, work: dict[str, Any] | None = None) -> Any:
     """Declare the recording actor of ``queue`` on ``broker`` and return it: ``bench_record``
     on the bench queue, ``bench_record_<queue>`` on any other. Records go to ``record`` (a
     ``redis.Redis``), by default the broker's own client; the cluster scenario keeps them
-    on the harness's single server, which its faults never touch."""
+    on the harness's single server, which its faults never touch. ``work``: what the actor
+    does after recording its start (see :func:`work_body`; default nothing). A producer
+    declares the same actor name without it: only the workers run the body."""
     client = broker.client if record is None else record
+    body = work_body(work)
 
     def bench_record(seq: int) -> None:
         client.eval(RECORD_LUA, 1, REC_KEY, seq, os.getpid())
+        if body is not None:
+            body()
 
     name = "bench_record" if queue == QUEUE else f"bench_record_{queue}"
     decorate: Any = dramatiq.actor

@@ -30,7 +30,9 @@ def worker_main(
     (``(name, every seconds)`` pairs: a periodic actor on the bench queue with these
     schedules, see ``_actor.declare_periodic``) and ``rate_limited`` (``(limit, window
     s)``: the bench actor inside Dramatiq's ``WindowRateLimiter``, see
-    ``_actor.declare_rate_limited``). Reports (pid,
+    ``_actor.declare_rate_limited``) and ``work`` (``{"kind": "sleep" | "cpu", "ms": …}``:
+    what the recording actor does after recording its start, see ``_actor.work_body``;
+    default nothing). Reports (pid,
     the file ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
     import redis
     from dramatiq import Worker
@@ -49,7 +51,7 @@ def worker_main(
         declare_rate_limited(broker, *opts["rate_limited"], record)
     else:
         for queue in opts.get("queues") or [QUEUE]:
-            declare(broker, queue, record)
+            declare(broker, queue, record, work=opts.get("work"))
     if opts.get("periodic"):
         from ._actor import declare_periodic
 

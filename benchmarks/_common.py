@@ -26,6 +26,36 @@ PRODUCT_KINDS = ("redisson", "redisson-lrem")  # brokers whose lost/duplicated m
 HOUR_MS = 3_600_000
 
 
+def _work(
+    kind: str,
+    work_ms: int,
+    rate: int,
+    n: int,
+    *,
+    immediate: bool = False,
+    delays: tuple[int, int] = (1000, 3000),
+    timeout: int = 60,
+    procs: int = 2,
+    threads: int = 4,
+) -> dict[str, Any]:
+    """The parameters of one ``work-*`` scenario (``scenarios/work.py``): ``n`` messages
+    offered at ``rate``/s, delayed uniformly in ``delays`` ms (or sent without a delay), to
+    ``procs`` × ``threads`` workers whose actor sleeps (``kind`` "sleep") or burns CPU
+    ("cpu") for ``work_ms`` after recording its start."""
+    return {
+        "kind": kind,
+        "work_ms": work_ms,
+        "rate": rate,
+        "n": n,
+        "procs": procs,
+        "threads": threads,
+        "immediate": immediate,
+        "delay_lo": 0 if immediate else delays[0],
+        "delay_hi": 0 if immediate else delays[1],
+        "timeout": timeout,
+    }
+
+
 #: Per-size parameters of every scenario. "full" is the size the issue asks for.
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {
@@ -61,6 +91,11 @@ SIZES: dict[str, dict[str, Any]] = {
             "fetches": 1_000,
         },
         "rate_limit": {"n": 60, "rate": 20, "per_ms": 1000, "timeout": 8},
+        "work_io": _work("sleep", 50, 80, 100, delays=(500, 1500), timeout=30),
+        "work_cpu": _work("cpu", 10, 60, 80, delays=(500, 1500), timeout=30),
+        "work_io_immediate": _work("sleep", 50, 80, 100, immediate=True, timeout=30),
+        "work_io_90": _work("sleep", 50, 140, 120, delays=(500, 1500), timeout=30),
+        "work_cpu_90": _work("cpu", 10, 110, 110, delays=(500, 1500), timeout=30),
         "backlog": {"levels": [2_000], "due": 200, "delay": 1000, "window": 5, "timeout": 30, "ref_budget": 2},
         "memory": {"levels": [0, 2_000], "settle": 0.5},
         "offer": {"one": 300, "bulk": 2_000, "repeat": 1},
@@ -132,6 +167,11 @@ SIZES: dict[str, dict[str, Any]] = {
             "fetches": 3_000,
         },
         "rate_limit": {"n": 300, "rate": 50, "per_ms": 1000, "timeout": 40},
+        "work_io": _work("sleep", 50, 80, 400),
+        "work_cpu": _work("cpu", 10, 60, 300),
+        "work_io_immediate": _work("sleep", 50, 80, 400, immediate=True),
+        "work_io_90": _work("sleep", 50, 140, 700),
+        "work_cpu_90": _work("cpu", 10, 110, 540),
         "backlog": {
             "levels": [0, 10_000, 100_000],
             "due": 2_000,
@@ -217,6 +257,11 @@ SIZES: dict[str, dict[str, Any]] = {
             "fetches": 5_000,
         },
         "rate_limit": {"n": 1000, "rate": 100, "per_ms": 1000, "timeout": 60},
+        "work_io": _work("sleep", 50, 80, 1_200),
+        "work_cpu": _work("cpu", 10, 60, 900),
+        "work_io_immediate": _work("sleep", 50, 80, 1_200, immediate=True),
+        "work_io_90": _work("sleep", 50, 140, 2_100),
+        "work_cpu_90": _work("cpu", 10, 110, 1_600),
         "backlog": {
             "levels": [0, 100_000, 1_000_000],
             "due": 10_000,

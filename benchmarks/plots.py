@@ -16,6 +16,7 @@ COLORS = {
     "builtin": "tab:orange",
     "redisson-lrem": "tab:green",
     "redisson-original (reference)": "tab:green",
+    "limit (perfect placement)": "grey",
 }
 LABELS = {
     "redisson": "RedissonBroker",
@@ -353,6 +354,31 @@ def _plot(plt: Any, name: str, meta: dict[str, Any], data: dict[str, Any], path:
         burst(plt, meta, data, path)
     elif name == "fleet":
         fleet(plt, meta, data, path)
+    elif name.startswith("work-"):
+        p = data["params"]
+        shown = {k: v for k, v in data.items() if k != "limit"}
+        limit = data.get("limit")
+        if limit:  # the simulated queue's waits, drawn like a broker's lateness
+            n = limit["wait_ms"]["n"]
+            shown["limit (perfect placement)"] = {
+                "_lateness_samples": limit["_lateness_samples"],
+                "ran": n,
+                "expected": n,
+                "lateness_ms": limit["wait_ms"],
+            }
+        how = (
+            "sent without a delay" if p["immediate"] else f"delays {p['delay_lo'] / 1000:g}–{p['delay_hi'] / 1000:g} s"
+        )
+        lateness_like(
+            plt,
+            meta,
+            shown,
+            f"{name}: {p['n']:,} messages at {p['rate']}/s, {how}, actor {p['kind']} {p['work_ms']} ms, "
+            f"{p['procs']} × {p['threads']} workers",
+            "lateness (ms, log scale)",
+            path,
+            [],
+        )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from ._producer import Producer
 from ._queue_admin import QueueAdmin
 from ._queue_limits import Limits
 from ._running import RunningMessage
-from ._scripts import Scripts
+from ._scripts import IdleScore, Scripts
 from ._server import check_server
 from ._settings import (
     DEFAULT_DEDUPE_WINDOW,
@@ -48,6 +48,7 @@ from ._settings import (
 from ._sharded_views import ShardedDeadLetters, ShardedDelayedQueue
 from ._shards import ShardRouter, shard_pairs
 from ._stats import OVERDUE_GRACE, Stats, WaitingLane
+from ._worker_threads import WorkerRegistry
 from ._topology import topology_for
 from .metrics import adopt_middleware
 
@@ -216,6 +217,8 @@ class RedissonBroker(RedisBroker):
         self.server_versions: dict[str, tuple[str, tuple[int, int, int]]] | None = None
         #: Fetched ids this process's consumers still hold (see :mod:`._held`).
         self.held = HeldMessages()
+        #: This process's Workers: how many threads each has free (see :mod:`._worker_threads`).
+        self.workers = WorkerRegistry()
         #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
         self._permissions_checked: set[str] = set()
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
@@ -300,6 +303,16 @@ class RedissonBroker(RedisBroker):
         the transfer metrics."""
         super().add_middleware(adopt_middleware(middleware), before=before, after=after)
 
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        if signal == "worker_boot" and args:
+            self.workers.booted(args[0])  # before its consumers are built
+        super().emit_before(signal, *args, **kwargs)
+
+    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        super().emit_after(signal, *args, **kwargs)
+        if signal == "worker_shutdown" and args:
+            self.workers.stopped(args[0])
+
     def notify_transfer(self, queue_name: str, lateness_ms: list[int]) -> None:
         """Tell :attr:`transfer_listeners` about a transfer (a failing listener is logged,
         never raised into the consumer)."""
@@ -325,25 +338,28 @@ class RedissonBroker(RedisBroker):
         from ._sharded_consumer import ShardedConsumer
 
         def make(broker: RedissonBroker, queue_name: str, prefetch: int, timeout: int) -> Consumer:
+            # Built in the Worker's consumer thread: its Worker's threads, if it has one.
+            threads = broker.workers.of_current_thread()
             if broker.shard_router.sharded(queue_name):
-                return ShardedConsumer(broker, queue_name, prefetch, timeout)
-            return RedissonConsumer(broker, queue_name, prefetch, timeout)
+                return ShardedConsumer(broker, queue_name, prefetch, timeout, threads=threads)
+            return RedissonConsumer(broker, queue_name, prefetch, timeout, threads=threads)
 
         return make
 
-    def do_ack(self, queue_name: str, redis_message_id: str) -> int:
+    def do_ack(self, queue_name: str, redis_message_id: str, idle: IdleScore | None = None) -> int:
         """Ack a message this worker fetched from ``queue_name`` (the consumer's ack goes
         through here, as the built-in consumer's does). Returns 1 if it was held.
 
         A message whose retry could not be re-enqueued (see ``_redeliver``) is not acked:
-        it stays in the ack set, unheld, and the consumer's next reconciliation requeues it."""
+        it stays in the ack set, unheld, and the consumer's next reconciliation requeues it.
+        ``idle``: the consumer's new score in the idle registry (a thread is free again)."""
         retried = self.held.was_retried(redis_message_id)
         if self.held.was_released(queue_name, redis_message_id):
             return 0
         held = self.held.holds_slots(queue_name, redis_message_id)
         try:
             acked = self.redisson_scripts.ack(
-                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried, held=held
+                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried, held=held, idle=idle
             )
         except BaseException:
             if retried:

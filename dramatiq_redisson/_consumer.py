@@ -31,10 +31,12 @@ from dramatiq.message import Message
 from ._client import Probe
 from ._errors import NotReplicated
 from ._keys import acks_pattern
+from ._legacy_dq import migrate_batch
 from ._liveness import Reaper
-from ._message import encode_scheduled, prepare_scheduled
 from ._permissions import DOCS, is_permission_error
+from ._scripts import IdleScore
 from ._transfer_duty import CONNECTION_ERRORS, ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
+from ._worker_threads import relist
 
 if TYPE_CHECKING:
     from ._held import HeldMessages
@@ -45,9 +47,7 @@ if TYPE_CHECKING:
     from ._scripts import Scripts
     from ._settings import BrokerSettings
     from ._topology import Topology
-
-#: Legacy ``.DQ`` entries migrated per batch.
-MIGRATION_BATCH_SIZE = 100
+    from ._worker_threads import WorkerThreads
 
 #: An ack or nack that fails is tried again every FINISH_RETRY_PAUSE s, for up to
 #: FINISH_RETRY_FOR s, before it is left to Dramatiq's own retry (every 5 s): see _finish.
@@ -74,6 +74,11 @@ UPKEEP_GAP = 3
 
 #: ... but never longer than this (ms) in a row: at high rates gaps are rare.
 MAX_UPKEEP_DEFER = 250
+
+#: While every thread is busy and it is not listed as idle, the lease holder waits for a
+#: thread in slices this long (ms), handling what its subscription received in between
+#: (an earlier due time announced meanwhile moves at most this late).
+BUSY_LISTEN = 5
 
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
@@ -108,7 +113,7 @@ class ConsumerHost(Protocol):
 
     def keys(self, queue_name: str) -> QueueKeys: ...
 
-    def do_ack(self, queue_name: str, redis_message_id: str) -> int: ...
+    def do_ack(self, queue_name: str, redis_message_id: str, idle: IdleScore | None = None) -> int: ...
 
     def do_nack(self, queue_name: str, redis_message_id: str, final: bytes | None = None) -> int: ...
 
@@ -140,7 +145,15 @@ class RedissonConsumer(Consumer):
     #: The class of :attr:`transfers` (a benchmark swaps in Redisson's original transfer).
     transfer_duty_class: type[TransferDuty] = TransferDuty
 
-    def __init__(self, broker: ConsumerHost, queue_name: str, prefetch: int, timeout: int) -> None:
+    def __init__(
+        self,
+        broker: ConsumerHost,
+        queue_name: str,
+        prefetch: int,
+        timeout: int,
+        *,
+        threads: WorkerThreads | None = None,
+    ) -> None:
         self.logger = get_logger(__name__, type(self))
         self.broker = broker
         self.scripts = broker.redisson_scripts
@@ -163,6 +176,11 @@ class RedissonConsumer(Consumer):
         self.capacity_freed = threading.Event()
         #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
         self.registered = False
+        #: The score it is listed with in the idle registry (what it could start then).
+        self.idle_score = 0
+        #: The threads of the Worker this consumer feeds, when it has one: it takes only
+        #: what they can start now (see :mod:`._worker_threads`); None: up to its prefetch.
+        self.threads = threads
         self.idle_poll_at = 0.0
         #: When a rate limit allows the next start (monotonic s), if this consumer is the
         #: one told to fetch again then (see _fetch).
@@ -191,6 +209,8 @@ class RedissonConsumer(Consumer):
         #: The queue's transfers, the lease and the subscriptions (see :mod:`._transfer_duty`).
         self.transfers = self.transfer_duty_class(self)
         self.timer = self.transfers.timer
+        if threads is not None:
+            threads.attach(self)
 
     @property
     def outstanding_message_count(self) -> int:
@@ -200,6 +220,28 @@ class RedissonConsumer(Consumer):
     def free_slots(self) -> int:
         """How many more messages this consumer may hold (its prefetch left)."""
         return max(0, self.prefetch - self.outstanding_message_count)
+
+    @property
+    def holding(self) -> int:
+        """Messages this consumer holds: handed to Dramatiq and not finished, or fetched and
+        not handed over yet (each takes one of the Worker's threads)."""
+        return len(self.in_flight) + len(self.message_cache)
+
+    def can_start(self, finishing: int = 0) -> int:
+        """How many more messages this consumer should take now: what its Worker's idle
+        threads can start, within its free prefetch (without a Worker: the free prefetch).
+        ``finishing``: as if that many of its messages had finished."""
+        free = max(0, self.free_slots + finishing)
+        return free if self.threads is None else self.threads.can_start(free, finishing)
+
+    @property
+    def threads_busy(self) -> bool:
+        """Whether some of its Worker's threads are busy (unknown without a Worker: no)."""
+        return self.threads is not None and self.threads.busy() > 0
+
+    def thread_freed(self) -> None:
+        """A thread of its Worker finished a message: it may take another."""
+        self.capacity_freed.set()
 
     def lost_reply(self) -> None:
         """A call that may have taken messages into this worker's ack set lost its reply:
@@ -232,16 +274,20 @@ class RedissonConsumer(Consumer):
                 self.tick()
                 if self.message_cache:
                     continue  # the transfer handed messages off to us
-                if self.outstanding_message_count < self.prefetch:
-                    if self.registered and time.monotonic() < self.idle_poll_at:
-                        # Registered as idle: a wake-up ends the wait; no polling.
-                        self._recovered()
-                        wait = min(self.timeout / 1000, self.idle_poll_at - time.monotonic())
-                        self.transfers.wait(min(wait, self.timer.seconds_until_due()))
-                        if self.registered:
-                            return None
-                        continue
-                    if self._fetch(self.prefetch - self.outstanding_message_count):
+                can = self.can_start()
+                now = time.monotonic()
+                if self.registered and (can == 0 or (self.idle_score > 0 and now < self.idle_poll_at)):
+                    # Listed as idle: a wake-up ends the wait; no polling. Listed at 0
+                    # (every thread busy), it waits the same way: the ack that frees a
+                    # thread lists it again, or wakes it when messages wait (ack.lua).
+                    self._recovered()
+                    wait = self.timeout / 1000 if can == 0 else min(self.timeout / 1000, self.idle_poll_at - now)
+                    self.transfers.wait(min(wait, self.timer.seconds_until_due()))
+                    if self.registered:
+                        return None
+                    continue
+                if can > 0:
+                    if self._fetch(can):
                         self._recovered()
                         continue
                     self._recovered()
@@ -254,10 +300,17 @@ class RedissonConsumer(Consumer):
                     wait = min(backoff_ms / 1000, max(0.0, self.next_start_at - time.monotonic()) or math.inf)
                     self.transfers.wait(min(wait, self.timer.seconds_until_due()))
                 else:
-                    # Full: wait for an ack to free a slot, or for the timer.
+                    # Every thread busy (or the prefetch full), and not listed: wait for a
+                    # thread to free up, or for the timer. (The lease holder also hears its
+                    # announcements every BUSY_LISTEN ms meanwhile.)
                     self._recovered()
                     self.capacity_freed.clear()
-                    self.capacity_freed.wait(min(self.timeout / 1000, self.timer.seconds_until_due()))
+                    if self.can_start() == 0:
+                        wait = min(self.timeout / 1000, self.timer.seconds_until_due())
+                        if self.timer.owner and self.transfers.pubsub is not None:
+                            wait = min(wait, BUSY_LISTEN / 1000)
+                        self.capacity_freed.wait(wait)
+                        self.transfers.drain()
             except (*CONNECTION_ERRORS, redis.ResponseError, NotReplicated) as e:
                 # Dramatiq would restart the whole consumer after 3 s; instead keep
                 # this one, back off briefly and go on with what still works. (A Sentinel
@@ -267,7 +320,25 @@ class RedissonConsumer(Consumer):
             return None
 
     def ack(self, message: MessageProxy) -> None:
-        self._finish(message, self.broker.do_ack)
+        idle = self._idle_score_after_ack()
+
+        def do_ack(queue_name: str, redis_message_id: str) -> int:
+            acked = self.broker.do_ack(queue_name, redis_message_id, idle)
+            if idle is not None and self.registered:
+                self.idle_score = max(self.idle_score, idle.score)
+            return acked
+
+        self._finish(message, do_ack if idle is not None else self.broker.do_ack)
+
+    def _idle_score_after_ack(self) -> IdleScore | None:
+        """The score an ack should list this consumer with, its thread free again; None
+        when its listing is good enough (see :func:`._worker_threads.relist`)."""
+        if not self.registered or self.threads is None:
+            return None
+        after = self.can_start(finishing=1)
+        if not relist(self.idle_score, after, holder=self.timer.owner):
+            return None
+        return IdleScore(self.token, after, self.wake_channel, self.idle_score == 0)
 
     def nack(self, message: MessageProxy) -> None:
         # The dead letter keeps the message as it failed: Dramatiq's Retries has recorded
@@ -318,6 +389,8 @@ class RedissonConsumer(Consumer):
             self.broker.held.discard(self.queue_name, cached)
             self.logger.warning("Could not requeue %d prefetched messages on queue %r.", len(cached), self.queue_name)
         finally:
+            if self.threads is not None:
+                self.threads.detach(self)
             self.transfers.close()
             self.broker.liveness.unsubscribed(self.keys, self.token)
             if self.joined:
@@ -434,7 +507,8 @@ class RedissonConsumer(Consumer):
                 return False
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
         self._note_paused(False)
-        self.note_idle(bool(token) and len(fetched) < count)
+        # Listed with what it can start still (0 when it took all it asked for).
+        self.note_idle(bool(token), count - len(fetched))
         if fetched.wait_ms is not None:
             # A rate limit holds messages back, and this consumer is the one that sleeps
             # until the next start is allowed (fetch.lua): fetch again then.
@@ -456,9 +530,11 @@ class RedissonConsumer(Consumer):
             else:
                 self.logger.info("Queue %r is resumed.", self.queue_name)
 
-    def note_idle(self, registered: bool) -> None:
-        """A script registered this consumer as idle (or took it out of the registry)."""
+    def note_idle(self, registered: bool, score: int = 0) -> None:
+        """A script listed this consumer in the idle registry with ``score`` (what it can
+        start still), or took it out."""
         self.registered = registered
+        self.idle_score = score if registered else 0
         if registered:
             self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.settings.safety_interval) / 1000
 
@@ -594,46 +670,19 @@ class RedissonConsumer(Consumer):
                     time.sleep(FINISH_RETRY_PAUSE)
         finally:
             self.in_flight.discard(redis_message_id)
+            if self.threads is not None:
+                self.threads.freed()  # a thread is free: every queue's consumer may start more
             self.capacity_freed.set()
 
     # -- legacy .DQ migration and maintenance ---------------------------------------
 
     def _migrate_legacy_batch(self) -> bool:
         """Move one batch of the built-in broker's ``.DQ`` messages into the delayed queue
-        at their original eta. Returns whether more may remain."""
-        client = self.broker.client
-        ids = [i.decode() for i in cast("list[bytes]", client.lrange(self.keys.legacy_dq, 0, MIGRATION_BATCH_SIZE - 1))]
-        if not ids:
-            return False
-        datas = cast("list[bytes | None]", client.hmget(self.keys.legacy_dq_msgs, ids))
-        entries: list[tuple[int, str, str, bytes, str]] = []
-        undecodable: list[str] = []
-        for legacy_id, data in zip(ids, datas, strict=True):
-            if data is None:
-                undecodable.append(legacy_id)  # an id without a message: bury drops it
-                continue
-            try:
-                legacy = Message.decode(data)
-            except Exception:
-                self.logger.exception(
-                    "Could not decode legacy delayed message %r; moving it to the dead letters.", legacy_id
-                )
-                undecodable.append(legacy_id)
-                continue
-            eta = legacy.options.get("eta")
-            due_ms = int(eta) if isinstance(eta, (int, float)) else 0
-            message, sort_key = prepare_scheduled(legacy)
-            entries.append((due_ms, sort_key, message.message_id, encode_scheduled(message, sort_key), legacy_id))
-        if undecodable:
-            self.scripts.bury_legacy(self.keys, undecodable)
-        if entries:
-            dues = self.scripts.offer(self.keys, entries, absolute=True)
-            migrated = sum(1 for due in dues if due >= 0)
-            self.logger.info(
-                "Migrated %d delayed messages from %r to the delayed queue.", migrated, self.keys.legacy_dq
-            )
+        (see :func:`._legacy_dq.migrate_batch`). Returns whether more may remain."""
+        more, migrated = migrate_batch(self.broker.client, self.scripts, self.keys, self.logger)
+        if migrated:
             self.timer.force()
-        return len(ids) == MIGRATION_BATCH_SIZE
+        return more
 
     def _maintain(self) -> None:
         """Requeue the unacked messages of dead workers; expire old dead letters."""

@@ -13,7 +13,7 @@ import functools
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import redis
 
@@ -73,6 +73,16 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
         keys.sent,
         *keys.dedupe_keys,
     )
+
+
+class IdleScore(NamedTuple):
+    """A consumer's new score in its queue's idle registry, given with an ack (ack.lua):
+    what it can start now, and whether it was listed at 0."""
+
+    token: str
+    score: int
+    channel: str
+    from_zero: bool
 
 
 class Fetched(list[tuple[str, "bytes | None"]]):
@@ -354,6 +364,7 @@ class Scripts(ScriptRunner):
         own_slots: int = 0,
         worker_id: str = "",
         listening: bool = False,
+        compare: bool = False,
         window_ms: float = 0,
         upkeep_ms: int = 0,
     ) -> TransferResult:
@@ -362,6 +373,8 @@ class Scripts(ScriptRunner):
         transfer.lua). ``own_slots``: how many moved messages the caller (of worker
         ``worker_id``) takes itself, handed off in the reply when the ready queue was
         empty (the rest wake idle consumers); ``listening``: it may be registered as idle;
+        ``compare``: some of its threads are busy, so it takes a message only while no idle
+        consumer can start more (see transfer.lua's Placement);
         ``window_ms``: how long moved members stay remembered (not offered again);
         ``upkeep_ms``: how often the backup list and those members are tidied (0: every call).
 
@@ -376,7 +389,7 @@ class Scripts(ScriptRunner):
             token,
             lease_ms,
             own_slots,
-            "1" if listening else "",
+            ("2" if compare else "1") if listening else "",
             window_ms,
             _transfer_queue_json(keys),
             upkeep_ms,
@@ -511,25 +524,32 @@ class Scripts(ScriptRunner):
         return Fetched.from_reply(flat)
 
     def ack(
-        self, keys: QueueKeys, worker_id: str, redis_message_id: str, *, retried: bool = False, held: bool = False
+        self,
+        keys: QueueKeys,
+        worker_id: str,
+        redis_message_id: str,
+        *,
+        retried: bool = False,
+        held: bool = False,
+        idle: IdleScore | None = None,
     ) -> int:
         """Forget a processed message; the history counts it as processed, or as retried
         (``retried``: it failed and Retries scheduled a retry). ``held``: it was fetched
-        through lanes (:attr:`Fetched.held`), and its slots are given back."""
-        return int(
-            self._run_idempotent(
-                "ack",
-                ack_keys(keys, worker_id, held),
-                (
-                    redis_message_id,
-                    worker_id,
-                    self._beat(keys.heartbeats),
-                    "3" if retried else "1",
-                    self.server_now_ms(keys.queue_name),
-                    *((*keys.flow_affixes, keys.wake_prefix) if held else ()),
-                ),
-            )
+        through lanes (:attr:`Fetched.held`), and its slots are given back. ``idle``: the
+        acking consumer's new score in the idle registry (see ack.lua)."""
+        call_keys = ack_keys(keys, worker_id, held)
+        args: tuple[Any, ...] = (
+            redis_message_id,
+            worker_id,
+            self._beat(keys.heartbeats),
+            "3" if retried else "1",
+            self.server_now_ms(keys.queue_name),
+            *((*keys.flow_affixes, keys.wake_prefix) if held else ()),
         )
+        if idle is not None:
+            call_keys = (*call_keys, keys.idle, keys.ready)
+            args = (*args, "idle", idle.token, idle.score, idle.channel, "1" if idle.from_zero else "0")
+        return int(self._run_idempotent("ack", call_keys, args))
 
     def nack(
         self,

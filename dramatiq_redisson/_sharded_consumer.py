@@ -34,6 +34,7 @@ from ._consumer import ConsumerHost, RedissonConsumer
 from ._limits import UPKEEP_INTERVAL_MS
 from ._shards import shard_name
 from ._transfer_duty import CONNECTION_ERRORS
+from ._worker_threads import WorkerThreads
 
 #: After an unexpected error in a shard's thread, it waits this long (s) before going on.
 ERROR_PAUSE = 1.0
@@ -94,9 +95,17 @@ class ShardConsumer(RedissonConsumer):
     prefetch, and wakes with any shard's ack."""
 
     def __init__(
-        self, broker: ConsumerHost, queue_name: str, prefetch: int, timeout: int, budget: _Budget, turns: int = 1
+        self,
+        broker: ConsumerHost,
+        queue_name: str,
+        prefetch: int,
+        timeout: int,
+        budget: _Budget,
+        turns: int = 1,
+        *,
+        threads: WorkerThreads | None = None,
     ) -> None:
-        super().__init__(broker, queue_name, prefetch, timeout)
+        super().__init__(broker, queue_name, prefetch, timeout, threads=threads)
         self.budget = budget
         self.capacity_freed = budget.freed  # type: ignore[assignment]
         #: Idle, this shard polls once every ``turns`` timeouts (see the module).
@@ -114,8 +123,8 @@ class ShardConsumer(RedissonConsumer):
         self.turns = 1 if index == 0 else count - 1
         self.transfers.upkeep_ms = UPKEEP_INTERVAL_MS * count
 
-    def note_idle(self, registered: bool) -> None:
-        super().note_idle(registered)
+    def note_idle(self, registered: bool, score: int = 0) -> None:
+        super().note_idle(registered, score)
         if registered and self.turns > 1:
             # The poll of shard i of n falls in its turn: (i - 1) timeouts apart from the
             # others', one every timeout in all.
@@ -149,9 +158,13 @@ class ShardedConsumer(Consumer):
     and the process holding its transfer lease then takes it out of the layout (see
     :meth:`_drop_drained`)."""
 
-    def __init__(self, broker: Any, queue_name: str, prefetch: int, timeout: int) -> None:
+    def __init__(
+        self, broker: Any, queue_name: str, prefetch: int, timeout: int, *, threads: WorkerThreads | None = None
+    ) -> None:
         self.logger = get_logger(__name__, type(self))
         self.broker = broker
+        #: The Worker's threads, which every shard's consumer fills (see :mod:`._worker_threads`).
+        self.worker_threads = threads
         self.queue_name = queue_name
         self.prefetch = prefetch
         self.timeout = timeout
@@ -176,7 +189,9 @@ class ShardedConsumer(Consumer):
         following = bool(self.shards)
         for index, name in enumerate(names):
             if name not in self.shards:
-                shard = ShardConsumer(self.broker, name, self.prefetch, self.timeout, self.budget)
+                shard = ShardConsumer(
+                    self.broker, name, self.prefetch, self.timeout, self.budget, threads=self.worker_threads
+                )
                 self.shards[name] = shard
                 stop = threading.Event()
                 thread = threading.Thread(target=self._pump, args=(shard, stop), name=f"shard:{name}", daemon=True)

@@ -91,7 +91,7 @@ _T = TypeVar("_T")
 
 class DutyOwner(Protocol):
     """What a transfer duty reads of the consumer it works for: its names and keys, how
-    it takes fetched messages and counts free slots, its idle registration and back-off,
+    it takes fetched messages and counts what it can start, its idle registration and back-off,
     its failure log and its queue's reaper (and, through ``broker``, the
     :class:`._consumer.ConsumerHost`). Nothing else (``tests/test_shape.py`` checks it)."""
 
@@ -106,11 +106,13 @@ class DutyOwner(Protocol):
     worker_id: str
 
     @property
-    def free_slots(self) -> int: ...
+    def threads_busy(self) -> bool: ...
+
+    def can_start(self, finishing: int = 0) -> int: ...
 
     def take(self, fetched: list[tuple[str, bytes | None]]) -> None: ...
 
-    def note_idle(self, registered: bool) -> None: ...
+    def note_idle(self, registered: bool, score: int = 0) -> None: ...
 
     def woken(self) -> None: ...
 
@@ -423,7 +425,9 @@ class TransferDuty:
         caller transfers, and waits, again soon."""
         unreplicated: TransferResult | None = None
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
-            own_slots = self.consumer.free_slots
+            # What its Worker's idle threads can start now, within its free prefetch.
+            own_slots = self.consumer.can_start()
+            compare = own_slots > 0 and self.consumer.threads_busy
             with self.broker.held.lock(self.queue_name):
                 started = self.timer.clock()
                 try:
@@ -438,6 +442,7 @@ class TransferDuty:
                         own_slots=own_slots,
                         worker_id=self.consumer.worker_id,
                         listening=self.wake_ready,
+                        compare=compare,
                         window_ms=self.broker.settings.dedupe_window,
                         upkeep_ms=self.upkeep_ms,
                     )
@@ -454,9 +459,9 @@ class TransferDuty:
             if result.fetched:
                 self.consumer.take(result.fetched)
             if result.moved and own_slots:
-                # Out of the idle registry (we take or fetch what moved), or back in it
-                # with the slots left when we took everything there was.
-                self.consumer.note_idle(result.registered)
+                # Out of the idle registry (we fetch what moved), or listed in it with
+                # what we can start still.
+                self.consumer.note_idle(result.registered, own_slots - len(result.fetched))
             if result.moved:
                 self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
                 self.broker.notify_transfer(self.queue_name, result.lateness_ms)

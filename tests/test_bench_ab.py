@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ab import export_ref, verdict
+from benchmarks.ab import READERS, export_ref, verdict
 from benchmarks.cli import sized
 
 
@@ -26,6 +26,39 @@ def test_a_verdict_needs_both_a_margin_and_the_rounds() -> None:
     assert verdict("p99", [None, None], [1.0, 2.0]) == "-"
 
 
+def test_a_work_run_gives_lateness_the_busiest_share_and_the_throughput() -> None:
+    """What ab reads from a ``work-*`` scenario's JSON (RedissonBroker's figures), and
+    which way each new figure is better."""
+    data = {
+        "params": {"kind": "sleep", "work_ms": 50},
+        "redisson": {
+            "lateness_ms": {"p50": 4.2, "p90": 9.0, "p99": 21.5, "max": 30.1},
+            "busiest_share_pct": 57.3,
+            "throughput": 74.1,
+            "server_cpu_us_per_msg": 610.0,
+            "commands_per_msg": 24.3,
+        },
+        "builtin": {"lateness_ms": {"p50": 100.0, "p99": 700.0, "max": 900.0}, "busiest_share_pct": 50.0},
+        "limit": {"wait_ms": {"p50": 0, "p99": 10, "max": 27}},
+    }
+    for scenario in ("work-io", "work-cpu", "work-io-immediate", "work-io-90", "work-cpu-90"):
+        assert READERS[scenario](data) == {
+            "p50": 4.2,
+            "p99": 21.5,
+            "max": 30.1,
+            "busiest share %": 57.3,
+            "throughput/s": 74.1,
+            "cpu us/msg": 610.0,
+            "commands/msg": 24.3,
+        }
+    # Lower is better for the share, higher for the throughput.
+    assert verdict("busiest share %", [55.0] * 3, [92.0] * 3) == "better"
+    assert verdict("throughput/s", [60.0] * 3, [74.0] * 3) == "worse"
+    assert verdict("throughput/s", [74.5] * 3, [74.0] * 3) == "same"
+    # The existing scenarios read as before.
+    assert READERS["lateness"]({"redisson": {"lateness_ms": {"p50": 1.0}, "offer_rate": 500}})["offer/s"] == 500
+
+
 def test_set_overrides_one_parameter_of_a_size_and_nothing_else() -> None:
     params = sized("small", ["lateness.rate=500", "lateness.n=5000", "backlog.levels=[0,100000]"])
     assert params["lateness"]["rate"] == 500
@@ -37,6 +70,10 @@ def test_set_overrides_one_parameter_of_a_size_and_nothing_else() -> None:
         sized("small", ["lateness.rate"])
     with pytest.raises(SystemExit):
         sized("small", ["nosuch.param=1"])
+    # A work-* scenario's parameters are keyed with "_" (work-io -> work_io).
+    params = sized("full", ["work_io.procs=4", "work_io.threads=2"])
+    assert (params["work_io"]["procs"], params["work_io"]["threads"]) == (4, 2)
+    assert sized("full", [])["work_io"]["procs"] == 2
 
 
 def test_a_ref_is_exported_as_a_package_tree(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from .offer import offer_throughput
 from .operations import operations
 from .periodic import periodic
 from .saturation import saturation
+from .work import work_cpu, work_cpu_90, work_io, work_io_90, work_io_immediate
 
 #: Every scenario, by the name ``python -m benchmarks`` takes, in the order ``all`` runs them.
 SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
@@ -44,6 +45,11 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "cluster": cluster,
     "periodic": periodic,
     "script-profile": script_profile,
+    "work-io": work_io,
+    "work-cpu": work_cpu,
+    "work-io-immediate": work_io_immediate,
+    "work-io-90": work_io_90,
+    "work-cpu-90": work_cpu_90,
 }
 
 __all__ = ["Ctx", "SCENARIOS", "pct"]

@@ -1,16 +1,23 @@
 -- _wake.lua: a function included by the scripts that push to a ready queue (enqueue,
 -- transfer, requeue, reap, dead, schedule; see _script_runner.py), not a script of its own.
 --
--- wake(idle, wake_prefix, slots): wake idle consumers until their free slots add up to
--- `slots`, the consumer with the most free slots first (so a burst wakes few consumers).
--- Each one leaves the idle ZSET (consumer token -> free slots) and gets "0" on its own
--- wake channel, wake_prefix .. token .. "}". A consumer that PUBLISH reached nobody for
--- (it died, or its connection is down) counts for nothing and the next one is tried, so
--- a stale entry never swallows a wake-up; it is dropped on the way.
+-- wake(idle, wake_prefix, slots[, except]): wake idle consumers until what they can start
+-- adds up to `slots`, the consumer that can start the most first: so a message goes to
+-- the process with the most idle worker threads, and a burst wakes few consumers. The idle
+-- ZSET maps a consumer token to how many messages it can start now (its idle threads,
+-- within its free prefetch); 0: it listens, but every thread is busy (its ack raises the
+-- score again, see ack.lua). Each one woken leaves the ZSET and gets "0" on its own wake
+-- channel, wake_prefix .. token .. "}". A consumer that PUBLISH reached nobody for (it
+-- died, or its connection is down) counts for nothing and the next one is tried, so a
+-- stale entry never swallows a wake-up; it is dropped on the way. A top score of 0 ends
+-- the round (put back: nobody can start anything now; the first ack with messages
+-- waiting wakes its own consumer). `except`, a token: popped, but neither woken nor put
+-- back (it is listed as it was when the round ends).
 --
--- One ZPOPMAX per consumer tried (without idle consumers, one in all). ZPOPMAX is newer in
--- the ACL rule than the other commands: a user still on the rule before it gets the
--- ZRANGE and ZREM of the previous release (same outcome).
+-- One ZPOPMAX per consumer tried (without idle consumers, one in all; with only busy
+-- ones, a ZADD more). ZPOPMAX is newer in the ACL rule than the other commands: a user
+-- still on the rule before it gets the ZRANGE and ZREM of the previous release (same
+-- outcome).
 --
 -- Returns: how many consumers were woken.
 local function wake_pop(idle)
@@ -26,17 +33,26 @@ local function wake_pop(idle)
     return top
 end
 
-local function wake(idle, wake_prefix, slots)
-    local woken = 0
+local function wake(idle, wake_prefix, slots, except)
+    local woken, skipped = 0, nil
     while slots > 0 do
         local top = wake_pop(idle)
         if not top[1] then
             break
         end
-        if redis.call("PUBLISH", wake_prefix .. top[1] .. "}", "0") > 0 then
+        local score = tonumber(top[2])
+        if top[1] == except then
+            skipped = top[2]
+        elseif score <= 0 then
+            redis.call("ZADD", idle, score, top[1]) -- busy: listed again, not woken
+            break
+        elseif redis.call("PUBLISH", wake_prefix .. top[1] .. "}", "0") > 0 then
             woken = woken + 1
-            slots = slots - math.max(1, tonumber(top[2]))
+            slots = slots - score
         end
+    end
+    if skipped then
+        redis.call("ZADD", idle, skipped, except) -- as it was: the caller rewrites it if it will
     end
     return woken
 end

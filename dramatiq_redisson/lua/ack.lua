@@ -26,6 +26,16 @@
 -- limit returns to its ring, and an idle consumer is woken per slot freed (_wake.lua).
 -- A repeated ack finds no record and gives nothing back.
 --
+-- A thread is free again (issue 46): a consumer listed in the idle registry with a score
+-- below what it can start now adds, after the above (ARGV[6] or, with lanes, ARGV[9] is
+-- "idle"), KEYS[k] the idle ZSET and KEYS[k + 1] the ready queue (k = 7, or 10 with
+-- lanes), and ARGV "idle", its token, its new score, its wake channel, and "1" if it was
+-- listed at 0. Its entry takes the new score (ZADD XX: a consumer woken meanwhile stays
+-- out), so that enqueues and transfers can wake it. One listed at 0 was passed over by
+-- every wake-up while its threads were busy: if messages wait in the ready queue (with
+-- lanes: always, as the lanes are not counted here), its own wake channel gets "0"
+-- instead, and it fetches them.
+--
 -- Memory: the first write is the SREM (never grows memory), so acks run on a server
 -- at its maxmemory limit, where they are what frees memory.
 --
@@ -36,6 +46,7 @@
 -- include: _wake.lua
 -- include: _flow.lua
 
+local held = ARGV[6] ~= nil and ARGV[6] ~= "idle"
 local removed = redis.call("SREM", KEYS[1], ARGV[1])
 local now_ms = tonumber(ARGV[5] or "")
 if not now_ms and (removed == 1 or ARGV[3] ~= "0") then
@@ -44,7 +55,7 @@ if not now_ms and (removed == 1 or ARGV[3] ~= "0") then
 end
 if removed == 1 then
     redis.call("HDEL", KEYS[2], ARGV[1])
-    if KEYS[7] then
+    if held then
         local flow = flow_context(nil, KEYS[7], KEYS[8], nil, ARGV[6], ARGV[7])
         if flow_lib().release(flow, { redis.call("HGET", KEYS[4], ARGV[1]) }) > 0 then
             wake(KEYS[9], ARGV[8], 1)
@@ -55,5 +66,13 @@ if removed == 1 then
 end
 if ARGV[3] ~= "0" then
     redis.call("ZADD", KEYS[3], now_ms, ARGV[2])
+end
+local k, a = held and 10 or 7, held and 9 or 6
+if ARGV[a] == "idle" then
+    if ARGV[a + 4] == "1" and (held or redis.call("LLEN", KEYS[k + 1]) > 0) then
+        redis.call("PUBLISH", ARGV[a + 3], "0") -- messages wait: its consumer fetches them
+    else
+        redis.call("ZADD", KEYS[k], "XX", ARGV[a + 2], ARGV[a + 1])
+    end
 end
 return removed

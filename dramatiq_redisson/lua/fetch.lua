@@ -14,12 +14,14 @@
 -- KEYS[9]  ZSET  redisson_delay_queue_levels:{N}       priorities with lanes in their ring
 -- KEYS[10] HASH  redisson_delay_queue_lane_of:{N}      message id -> lane (scheduled ones)
 --
--- ARGV[1]  most messages to take
+-- ARGV[1]  most messages to take: what the consumer can start now (its idle worker
+--          threads, within its free prefetch)
 -- ARGV[2]  worker id
 -- ARGV[3]  the consumer's token, or "": a consumer that listens on its wake channel
---          gives its token, and if fewer than ARGV[1] messages came it is registered as
---          idle with the slots left (enqueue and transfer wake it, see _wake.lua); a
---          fetch that fills every slot takes it out of the registry.
+--          gives its token, and is listed in the idle registry with what it can start
+--          still, ARGV[1] minus what came (enqueue and transfer wake the consumer that can
+--          start the most, see _wake.lua); 0 when every slot was filled: it is woken by
+--          nobody until an ack raises its score (ack.lua).
 -- ARGV[4]  "0": leave the heartbeat alone (this process beat less than a heartbeat
 --          interval ago); else write it (ZREM + ZADD, server clock)
 -- ARGV[5]  "<worker id>|<consumer token>": who fetches, recorded with the fetch time
@@ -116,11 +118,8 @@ else
     ids = redis.call("LPOP", ready, count)
 end
 if token ~= "" then
-    if not ids or #ids < count then
-        redis.call("ZADD", idle, count - (ids and #ids or 0), token) -- idle with the slots left
-    else
-        redis.call("ZREM", idle, token)
-    end
+    -- Listed with what it can start still (0: listening, every thread busy; see _wake.lua).
+    redis.call("ZADD", idle, count - (ids and #ids or 0), token)
 end
 local status = wait_ms and ("wait:" .. wait_ms) or nil
 if not ids then

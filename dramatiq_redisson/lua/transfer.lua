@@ -38,8 +38,12 @@
 -- ARGV[5]  the calling consumer's token, or "": transfer without looking at or taking
 --          the lease (an operator's one-off transfer)
 -- ARGV[6]  lease time in ms
--- ARGV[7]  slots the caller fills itself: its free prefetch slots
--- ARGV[8]  "1" if the caller listens on its wake channel (it may be registered as idle)
+-- ARGV[7]  how many moved messages the caller can start now: its idle worker threads,
+--          within its free prefetch (see Placement)
+-- ARGV[8]  "1" if the caller listens on its wake channel (it may be registered as idle),
+--          "2" if it does and some of its threads are busy: it takes a moved message only
+--          while it has at least as many idle threads as the idle consumer that has the
+--          most (see Placement)
 -- ARGV[9]  dedupe window in ms (0 or absent: moved members are not remembered)
 -- ARGV[10] the queue's name as a JSON string (written back into compact payloads: see
 --          _body.lua)
@@ -75,13 +79,22 @@
 -- and takes (or renews) the lease. Moving stays correct whoever calls: the script is
 -- atomic, so two callers that both think they hold the lease cannot move an entry twice.
 --
--- Hand-off: when the ready queue was empty, the first moved messages, up to the caller's
--- free slots, go straight into the caller's ack set and come back with the reply (a
+-- Hand-off: when the ready queue was empty, the first moved messages the caller places on
+-- itself go straight into the caller's ack set and come back with the reply (a
 -- fetch in the same call: one call per delayed message instead of two). When the ready
 -- queue already had messages, everything moved queues behind them (FIFO) and the caller
 -- fetches as usual. Nothing is handed off while the queue is paused (KEYS[22]): the
--- messages move to the ready queue and wait there. A caller with slots left over is registered as idle (as fetch.lua
--- does) when it listens on its wake channel.
+-- messages move to the ready queue and wait there. A caller that listens on its wake
+-- channel is then listed in the idle registry with what it can start still (as fetch.lua
+-- does; 0 when it took all it can start).
+--
+-- Placement (issue 46): a moved message goes where a worker thread is free now. The
+-- caller takes one only while it can start more than 0 and at least as many as the idle
+-- consumer that can start the most (read only when ARGV[8] is "2": a caller whose threads
+-- are all idle takes what it can start, as no consumer can start more at once), one
+-- message at a time, ties to the caller (a hand-off saves a wake-up and a fetch). The
+-- rest wait in the ready queue and wake as many idle consumers (_wake.lua, the caller
+-- excepted), the one that can start the most first.
 --
 -- Periodic ticks (schedule.lua): a due member that is its schedule's chained tick (its
 -- message id "periodic:<name>:<tick ms>", and KEYS[20] names it) schedules the next tick of
@@ -144,7 +157,7 @@ local trim_budget = tonumber(ARGV[2])
 local compact_step = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
 local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local acks, listening = KEYS[14], ARGV[8] == "1"
+local acks, listening, compare = KEYS[14], ARGV[8] == "1" or ARGV[8] == "2", ARGV[8] == "2"
 local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
 local queue_json = ARGV[10]
 local upkeep_ms = tonumber(ARGV[11] or "0")
@@ -190,6 +203,7 @@ local chain = {
 
 local moved, dead = 0, 0
 local handed = {}
+local handing, take = false, 0 -- the moved messages could be handed off; how many were
 local wrote = false
 local lateness = {}
 local due, due_at = {}, {}
@@ -255,7 +269,6 @@ if #due > 0 then
     if moved > 0 then
         variadic("HDEL", payloads, delivered)
         variadic("HSET", ready_msgs, ready_pairs)
-        local take = 0
         if laned then
             local lanes, recorded = {}, {}
             for i = 1, #delivered, 1000 do
@@ -272,16 +285,41 @@ if #due > 0 then
             end
             flow_lib().push(flow, members, lanes, false) -- no hand-off: consumers fetch through the lanes
         elseif own_slots > 0 and token ~= "" and not state[3] and redis.call("LLEN", ready) == 0 then
+            handing = true
             take = math.min(own_slots, moved)
-            local record, records = now_ms .. "|" .. (ARGV[14] or ""), {}
-            for i = 1, take do
-                handed[#handed + 1] = members[i]
-                handed[#handed + 1] = ready_pairs[2 * i]
-                records[2 * i - 1] = members[i]
-                records[2 * i] = record
+            if compare then
+                -- One message at a time to whoever can start more: the caller, or the idle
+                -- consumer that can start the most (ties to the caller).
+                local best, other = redis.call("ZRANGE", idle, -2, -1, "WITHSCORES"), 0
+                for i = #best - 1, 1, -2 do
+                    if best[i] ~= token then
+                        other = tonumber(best[i + 1])
+                        break
+                    end
+                end
+                local left = own_slots
+                take = 0
+                for _ = 1, moved do
+                    if left > 0 and left >= other then
+                        take, left = take + 1, left - 1
+                    elseif other > 0 then
+                        other = other - 1
+                    else
+                        break
+                    end
+                end
             end
-            redis.call("SADD", acks, unpack(members, 1, take))
-            redis.call("HSET", KEYS[23], unpack(records))
+            if take > 0 then
+                local record, records = now_ms .. "|" .. (ARGV[14] or ""), {}
+                for i = 1, take do
+                    handed[#handed + 1] = members[i]
+                    handed[#handed + 1] = ready_pairs[2 * i]
+                    records[2 * i - 1] = members[i]
+                    records[2 * i] = record
+                end
+                redis.call("SADD", acks, unpack(members, 1, take))
+                redis.call("HSET", KEYS[23], unpack(records))
+            end
         end
         if not laned and take < moved then
             variadic("RPUSH", ready, { unpack(members, take + 1) })
@@ -344,18 +382,20 @@ if tick and sent and window > 0 then
     redis.call("PEXPIRE", sent, window + upkeep_ms)
 end
 
+-- The rest wake idle consumers (the caller excepted: it takes what is handed off, or
+-- fetches up to what it can start when nothing could be handed off).
+local placed = handing and take or own_slots
+if moved > placed then
+    wake(idle, channel .. ":wake:{", moved - placed, token)
+end
 local registered = 0
 if moved > 0 and own_slots > 0 then
-    local left = own_slots - #handed / 2
-    if #handed > 0 and left > 0 and listening then
-        redis.call("ZADD", idle, left, token) -- took all there was: idle with what is left
+    if handing and listening then
+        redis.call("ZADD", idle, own_slots - take, token) -- what it can start still
         registered = 1
     else
-        redis.call("ZREM", idle, token) -- the caller takes or fetches these: not idle
+        redis.call("ZREM", idle, token) -- the caller fetches these: not idle
     end
-end
-if moved > own_slots then
-    wake(idle, channel .. ":wake:{", moved - own_slots)
 end
 if token ~= "" then
     lease_renew(lease, consumers, token, lease_end, lease_ms, now_ms)

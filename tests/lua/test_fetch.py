@@ -50,15 +50,17 @@ def test_fetch_takes_the_oldest_messages_into_the_ack_set_with_their_records(
     assert redis_client.hlen(keys.ready_msgs) == 3
 
 
-def test_fetch_that_fills_every_slot_takes_the_consumer_out_of_the_idle_registry(
+def test_fetch_that_fills_every_slot_lists_the_consumer_as_busy(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
+    # Listed at 0: wake-ups pass it over, and the ack that frees a thread raises it again
+    # (ack.lua) without another fetch.
     queue(redis_client, keys, "m1", "m2")
     redis_client.zadd(keys.idle, {"tok": 2, "other": 3})
 
     lua("fetch")(keys=fetch_keys(keys), args=[2, "w1", "tok", "1", "w1|tok", CLOCK])
 
-    assert redis_client.zrange(keys.idle, 0, -1, withscores=True) == [(b"other", 3.0)]
+    assert redis_client.zrange(keys.idle, 0, -1, withscores=True) == [(b"tok", 0.0), (b"other", 3.0)]
 
 
 def test_short_fetch_registers_the_consumer_as_idle_with_the_slots_left(

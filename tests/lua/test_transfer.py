@@ -228,7 +228,9 @@ def test_transfer_hands_off_up_to_the_callers_free_slots_when_the_ready_queue_wa
     record = f"{now_us // 1000}|{WORKER}|t1".encode()
     assert redis_client.hgetall(keys.fetched) == {members[0]: record, members[1]: record}
     assert redis_client.lrange(keys.ready, 0, -1) == [members[2]]
-    assert registered == 0  # no slot left: not idle
+    # Listed at 0: nothing left to start, but an ack raises it again (ack.lua).
+    assert registered == 1
+    assert redis_client.zscore(keys.idle, "t1") == 0
 
 
 def test_transfer_queues_behind_a_non_empty_ready_queue_without_hand_off(
