@@ -80,6 +80,12 @@ MAX_UPKEEP_DEFER = 250
 #: (an earlier due time announced meanwhile moves at most this late).
 BUSY_LISTEN = 5
 
+#: While every thread of the fleet is busy, a consumer queues up to this many messages per
+#: thread of its Worker behind them (the rest wait in the ready queue, for whichever
+#: thread frees up first): a thread that frees up starts the next one without a round
+#: trip, and the order across processes stays close to first come, first served.
+BACKLOG_DEPTH = 1
+
 #: Least time (ms) between two log lines about the same kind of failure.
 ERROR_LOG_INTERVAL = 30_000
 
@@ -170,6 +176,8 @@ class RedissonConsumer(Consumer):
 
         self.message_cache: deque[tuple[str, bytes]] = deque()
         self.in_flight: set[str] = set()
+        #: When each message in flight was handed to Dramatiq (monotonic s).
+        self.handed_at: dict[str, float] = {}
         #: Set by close(): a failing ack or nack is no longer retried here (see _finish).
         self.closing = False
         self.misses = 0
@@ -178,6 +186,11 @@ class RedissonConsumer(Consumer):
         self.registered = False
         #: The score it is listed with in the idle registry (what it could start then).
         self.idle_score = 0
+        #: The last fetch took all it asked for and more were ready: every thread of the
+        #: fleet is busy, so it fills its prefetch as Dramatiq's consumers do (a thread that
+        #: frees up starts the next message without a round trip) until a fetch comes up
+        #: short.
+        self.backlog = False
         #: The threads of the Worker this consumer feeds, when it has one: it takes only
         #: what they can start now (see :mod:`._worker_threads`); None: up to its prefetch.
         self.threads = threads
@@ -234,10 +247,20 @@ class RedissonConsumer(Consumer):
         free = max(0, self.free_slots + finishing)
         return free if self.threads is None else self.threads.can_start(free, finishing)
 
+    def backlog_room(self) -> int:
+        """While every thread is busy and messages wait (:attr:`backlog`): how many more to
+        queue behind its Worker's threads, up to :data:`BACKLOG_DEPTH` each (within the free
+        prefetch; without a Worker, the free prefetch)."""
+        if self.threads is None:
+            return self.free_slots
+        room = math.ceil(self.threads.threads * (1 + BACKLOG_DEPTH)) - self.threads.busy()
+        return max(0, min(self.free_slots, room))
+
     @property
     def threads_busy(self) -> bool:
-        """Whether some of its Worker's threads are busy (unknown without a Worker: no)."""
-        return self.threads is not None and self.threads.busy() > 0
+        """Whether what it moves is placed by idle threads across the fleet (see
+        :attr:`._worker_threads.WorkerThreads.spreads`; without a Worker: no)."""
+        return self.threads is not None and self.threads.spreads
 
     def thread_freed(self) -> None:
         """A thread of its Worker finished a message: it may take another."""
@@ -269,6 +292,7 @@ class RedissonConsumer(Consumer):
                     if message is None:
                         continue
                     self.in_flight.add(redis_message_id)
+                    self.handed_at[redis_message_id] = time.monotonic()
                     return MessageProxy(message)
 
                 self.tick()
@@ -276,6 +300,11 @@ class RedissonConsumer(Consumer):
                     continue  # the transfer handed messages off to us
                 can = self.can_start()
                 now = time.monotonic()
+                depth = self.backlog_room() if can == 0 and self.backlog else 0
+                if depth > 0:
+                    if not self._fetch(depth, listed=False):
+                        self._recovered()
+                    continue
                 if self.registered and (can == 0 or (self.idle_score > 0 and now < self.idle_poll_at)):
                     # Listed as idle: a wake-up ends the wait; no polling. Listed at 0
                     # (every thread busy), it waits the same way: the ack that frees a
@@ -484,8 +513,11 @@ class RedissonConsumer(Consumer):
             )
         return requeued
 
-    def _fetch(self, count: int) -> bool:
+    def _fetch(self, count: int, *, listed: bool = True) -> bool:
         """Fetch up to ``count`` ready messages into the cache; returns whether any came.
+        ``listed``: the fetch lists this consumer in the idle registry with what it can
+        start still; else (filling its prefetch while every thread of the fleet is busy,
+        see :attr:`backlog`) it leaves the listing alone.
 
         While its wake channel is subscribed, a short fetch registers this consumer as
         idle (``registered``): it then waits for a wake-up instead of polling with
@@ -493,7 +525,7 @@ class RedissonConsumer(Consumer):
         as an idle built-in consumer does: a wake-up may be lost, and messages pushed by
         something that wakes nobody (the built-in broker's producers during a migration,
         a script of an older version) must not wait longer than they used to."""
-        token = self.token if self.transfers.wake_ready else ""
+        token = self.token if self.transfers.wake_ready and listed else ""
         with self.broker.held.lock(self.queue_name):
             try:
                 fetched = self.scripts.fetch(self.keys, self.worker_id, count, token, self.token)
@@ -507,8 +539,10 @@ class RedissonConsumer(Consumer):
                 return False
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
         self._note_paused(False)
-        # Listed with what it can start still (0 when it took all it asked for).
-        self.note_idle(bool(token), count - len(fetched))
+        self.backlog = fetched.more
+        if listed:
+            # Listed with what it can start still (0 when it took all it asked for).
+            self.note_idle(bool(token), count - len(fetched))
         if fetched.wait_ms is not None:
             # A rate limit holds messages back, and this consumer is the one that sleeps
             # until the next start is allowed (fetch.lua): fetch again then.
@@ -670,8 +704,10 @@ class RedissonConsumer(Consumer):
                     time.sleep(FINISH_RETRY_PAUSE)
         finally:
             self.in_flight.discard(redis_message_id)
+            handed_at = self.handed_at.pop(redis_message_id, None)
             if self.threads is not None:
-                self.threads.freed()  # a thread is free: every queue's consumer may start more
+                # A thread is free: every queue's consumer may start more.
+                self.threads.freed(None if handed_at is None else time.monotonic() - handed_at)
             self.capacity_freed.set()
 
     # -- legacy .DQ migration and maintenance ---------------------------------------

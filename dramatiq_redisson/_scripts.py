@@ -89,18 +89,22 @@ class Fetched(list[tuple[str, "bytes | None"]]):
     """What a fetch took: (redis message id, its data or None) pairs; ``held``: they were
     taken through lanes and hold slots, which their ack or nack gives back; ``wait_ms``:
     a rate limit holds messages back, and this consumer is the one to fetch again in that
-    many ms (None: nothing to wait for, or another consumer waits)."""
+    many ms (None: nothing to wait for, or another consumer waits); ``more``: it took all
+    it asked for, and more messages are ready."""
 
     held: bool = False
     wait_ms: int | None = None
+    more: bool = False
 
     @classmethod
     def from_reply(cls, flat: list[Any]) -> Fetched:
         fetched = cls((flat[i].decode(), flat[i + 1]) for i in range(0, len(flat) - 1, 2))
-        if len(flat) % 2:  # a trailing status (fetch.lua): "held", "wait:<ms>" or both
+        if len(flat) % 2:  # a trailing status (fetch.lua): "held", "wait:<ms>" or both; "more"
             for word in flat[-1].decode().split():
                 if word == "held":
                     fetched.held = True
+                elif word == "more":
+                    fetched.more = True
                 elif word.startswith("wait:"):
                     fetched.wait_ms = int(word[5:])
         return fetched

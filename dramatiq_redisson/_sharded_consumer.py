@@ -309,6 +309,7 @@ class ShardedConsumer(Consumer):
                 shard.requeue(mine)
                 for message in mine:
                     shard.in_flight.discard(message.options["redis_message_id"])
+                    shard.handed_at.pop(message.options["redis_message_id"], None)
 
     def close(self) -> None:
         self.stopping.set()

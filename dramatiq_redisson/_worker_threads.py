@@ -29,6 +29,15 @@ from typing import Any, Protocol
 #: lags: it was taken before threads freed up). A score of 0 is raised by the first ack.
 IDLE_SCORE_STEP = 2
 
+#: Jobs that hold a thread this long (s) on average are spread over the fleet even when all
+#: of a process's threads are idle (see :attr:`WorkerThreads.spreads`): placing a message
+#: on another process costs a wake-up and a fetch, about a round trip or two, which short
+#: jobs would feel and longer ones do not.
+SPREAD_JOBS_FROM = 0.002
+
+#: Weight of the newest job in the running mean of how long jobs hold a thread.
+JOB_TIME_WEIGHT = 0.1
+
 
 def relist(score: int, after: int, *, holder: bool) -> bool:
     """Whether a consumer listed with ``score`` that can start ``after`` once its ack is done
@@ -61,6 +70,9 @@ class WorkerThreads:
         self.threads = max(1, int(threads))
         self._holders: tuple[Holder, ...] = ()
         self._lock = threading.Lock()
+        #: How long a message holds a thread (s), handed to Dramatiq to finished: a mean
+        #: over the latest jobs (see :data:`JOB_TIME_WEIGHT`).
+        self.job_seconds = 0.0
 
     def attach(self, holder: Holder) -> None:
         with self._lock:
@@ -83,10 +95,20 @@ class WorkerThreads:
         that many of the messages held had finished)."""
         return min(free, max(0, self.threads - self.busy() + finishing))
 
-    def freed(self) -> None:
-        """A message finished: every consumer may start another."""
+    def freed(self, held_for: float | None = None) -> None:
+        """A message finished (after holding a thread ``held_for`` s): every consumer may
+        start another."""
+        if held_for is not None:
+            self.job_seconds += JOB_TIME_WEIGHT * (held_for - self.job_seconds)
         for holder in self._holders:
             holder.thread_freed()
+
+    @property
+    def spreads(self) -> bool:
+        """Whether a transfer should place the messages it moves by idle threads, across
+        the fleet: when some threads are busy, or when jobs take long enough that a
+        round trip more does not count (:data:`SPREAD_JOBS_FROM`)."""
+        return self.job_seconds >= SPREAD_JOBS_FROM or self.busy() > 0
 
 
 class WorkerRegistry:

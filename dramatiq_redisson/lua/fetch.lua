@@ -58,7 +58,8 @@
 --          queue is paused. Through lanes, one more element may end the list: its
 --          words "held" (the messages hold slots: their acks and nacks give them back,
 --          see ack.lua) and "wait:<ms>" (a rate limit holds messages back: this consumer
---          fetches again in that many ms, a wake-up aside).
+--          fetches again in that many ms, a wake-up aside). Without lanes, "more": it
+--          took ARGV[1] messages and more are ready.
 
 -- include: _wake.lua
 -- include: _flow.lua
@@ -122,6 +123,11 @@ if token ~= "" then
     redis.call("ZADD", idle, count - (ids and #ids or 0), token)
 end
 local status = wait_ms and ("wait:" .. wait_ms) or nil
+if not flow and ids and #ids == count and redis.call("LLEN", ready) > 0 then
+    -- Took all it asked for and more wait (every thread of the fleet is busy): the caller
+    -- may fill its prefetch (issue 46).
+    status = "more"
+end
 if not ids then
     return status and { status } or {}
 end

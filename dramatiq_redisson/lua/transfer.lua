@@ -89,10 +89,11 @@
 -- does; 0 when it took all it can start).
 --
 -- Placement (issue 46): a moved message goes where a worker thread is free now. The
--- caller takes one only while it can start more than 0 and at least as many as the idle
--- consumer that can start the most (read only when ARGV[8] is "2": a caller whose threads
--- are all idle takes what it can start, as no consumer can start more at once), one
--- message at a time, ties to the caller (a hand-off saves a wake-up and a fetch). The
+-- caller takes one only while it can start more than the idle consumer that can start
+-- the most (read only when ARGV[8] is "2": a caller whose threads are all idle takes what
+-- it can start, as no consumer can start more at once: no read, and the hand-off saves a
+-- wake-up and a fetch), one message at a time; a tie goes to the other consumer, whose
+-- threads may all be idle while one of the caller's burns its process's CPU. The
 -- rest wait in the ready queue and wake as many idle consumers (_wake.lua, the caller
 -- excepted), the one that can start the most first.
 --
@@ -289,7 +290,8 @@ if #due > 0 then
             take = math.min(own_slots, moved)
             if compare then
                 -- One message at a time to whoever can start more: the caller, or the idle
-                -- consumer that can start the most (ties to the caller).
+                -- consumer that can start the most (ties to the other: a busy thread of
+                -- the caller's may be burning the CPU its process has).
                 local best, other = redis.call("ZRANGE", idle, -2, -1, "WITHSCORES"), 0
                 for i = #best - 1, 1, -2 do
                     if best[i] ~= token then
@@ -300,7 +302,7 @@ if #due > 0 then
                 local left = own_slots
                 take = 0
                 for _ = 1, moved do
-                    if left > 0 and left >= other then
+                    if left > other then
                         take, left = take + 1, left - 1
                     elseif other > 0 then
                         other = other - 1
