@@ -365,7 +365,7 @@ class RedissonConsumer(Consumer):
         if not self.registered or self.threads is None:
             return None
         after = self.can_start(finishing=1)
-        if not relist(self.idle_score, after, holder=self.timer.owner):
+        if not relist(self.idle_score, after, holder=self.timer.owner, spreads=self.threads.long_jobs):
             return None
         return IdleScore(self.token, after, self.wake_channel, self.idle_score == 0)
 

@@ -26,7 +26,9 @@ from typing import Any, Protocol
 
 #: A consumer listed in the idle registry with a score of at least 1 lists its new score
 #: with an ack once it can start this many more than its score (a listed score only ever
-#: lags: it was taken before threads freed up). A score of 0 is raised by the first ack.
+#: lags: it was taken before threads freed up), while jobs are short (see
+#: :attr:`WorkerThreads.spreads`); with longer jobs, at every thread freed. A score of 0
+#: is raised by the first ack.
 IDLE_SCORE_STEP = 2
 
 #: Jobs that hold a thread this long (s) on average are spread over the fleet even when all
@@ -39,14 +41,19 @@ SPREAD_JOBS_FROM = 0.002
 JOB_TIME_WEIGHT = 0.1
 
 
-def relist(score: int, after: int, *, holder: bool) -> bool:
+def relist(score: int, after: int, *, holder: bool, spreads: bool) -> bool:
     """Whether a consumer listed with ``score`` that can start ``after`` once its ack is done
-    lists its new score with that ack (see ack.lua). The transfer lease's holder raises only
-    a 0: it places what it moves by its own count, not by its listing (transfer.lua's
-    Placement), and a no-op workload would pay a write per message."""
+    lists its new score with that ack (see ack.lua). ``spreads``: jobs take long enough
+    that a write more per job does not count (:attr:`WorkerThreads.spreads`): every change
+    is listed. Else the transfer lease's holder raises only a 0 (it places what it moves
+    by its own count, not by its listing: transfer.lua's Placement), and the others lag
+    by less than :data:`IDLE_SCORE_STEP`, so that a no-op workload pays no write per
+    message."""
     if after <= score:
         return False
-    return score == 0 or (not holder and after - score >= IDLE_SCORE_STEP)
+    if score == 0 or spreads:
+        return True
+    return not holder and after - score >= IDLE_SCORE_STEP
 
 
 class Holder(Protocol):
@@ -104,11 +111,16 @@ class WorkerThreads:
             holder.thread_freed()
 
     @property
+    def long_jobs(self) -> bool:
+        """Whether jobs take long enough that a round trip or a write more per job does not
+        count (:data:`SPREAD_JOBS_FROM`)."""
+        return self.job_seconds >= SPREAD_JOBS_FROM
+
+    @property
     def spreads(self) -> bool:
         """Whether a transfer should place the messages it moves by idle threads, across
-        the fleet: when some threads are busy, or when jobs take long enough that a
-        round trip more does not count (:data:`SPREAD_JOBS_FROM`)."""
-        return self.job_seconds >= SPREAD_JOBS_FROM or self.busy() > 0
+        the fleet: when jobs are long (:attr:`long_jobs`), or some threads are busy."""
+        return self.long_jobs or self.busy() > 0
 
 
 class WorkerRegistry:

@@ -86,9 +86,10 @@ def fetch_flow(lua: Lua, keys: QueueKeys, count: int, clock_ms: int, token: str 
 
 
 def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[bytes]:
-    """The ids :func:`fetch_flow` takes (a status, if any, says they hold slots)."""
+    """The ids :func:`fetch_flow` takes (a status, if any, says they hold slots, or, off
+    the lanes, that more are ready)."""
     ids, status = fetch_flow(lua, keys, count, clock_ms)
-    assert status in ("", "held")
+    assert status in ("", "held", "more")
     return ids
 
 

@@ -12,6 +12,7 @@ import redis
 from dramatiq_redisson._history import RING_HOURS, RING_MINUTES
 from dramatiq_redisson._keys import QueueKeys
 
+from .pubsub import listening
 from .state import Lua
 
 CLOCK = 1_700_000_000_000  # epoch ms, mid-minute
@@ -181,3 +182,56 @@ def test_an_ack_gives_back_the_slots_of_its_queue_and_group_and_wakes_an_idle_co
     # and a repeated ack (a lost reply) gives nothing back twice
     assert _held_ack(lua, keys, "m1") == 0
     assert redis_client.hget(keys.flow, "inuse") == b"0"
+
+
+# -- a thread free again: the idle registry (issue 46) ------------------------------------
+
+
+def _idle_args(keys: QueueKeys, token: str, score: int, from_zero: bool) -> list[object]:
+    return ["idle", token, score, keys.wake_channel(token), "1" if from_zero else "0"]
+
+
+def test_ack_raises_the_consumers_listing_to_what_it_can_start(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    fetched(redis_client, keys, "m1")
+    redis_client.zadd(keys.idle, {"tok": 1})
+    args = ["m1", "w1", "0", "1", CLOCK, *_idle_args(keys, "tok", 3, False)]
+    assert lua("ack")(keys=[*ack_keys(keys), keys.idle, keys.ready], args=args) == 1
+    assert redis_client.zscore(keys.idle, "tok") == 3
+
+
+def test_ack_leaves_a_consumer_woken_meanwhile_out_of_the_registry(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    fetched(redis_client, keys, "m1")
+    args = ["m1", "w1", "0", "1", CLOCK, *_idle_args(keys, "tok", 3, True)]
+    lua("ack")(keys=[*ack_keys(keys), keys.idle, keys.ready], args=args)
+    assert redis_client.zcard(keys.idle) == 0
+
+
+def test_ack_of_a_busy_listed_consumer_wakes_it_when_messages_wait(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    # Listed at 0, every wake-up passed it over: messages that came meanwhile wait in the
+    # ready queue. Its first free thread fetches them.
+    fetched(redis_client, keys, "m1")
+    redis_client.zadd(keys.idle, {"tok": 0})
+    redis_client.rpush(keys.ready, "waiting")
+    with listening(redis_client, keys.wake_channel("tok")) as got:
+        args = ["m1", "w1", "0", "1", CLOCK, *_idle_args(keys, "tok", 1, True)]
+        lua("ack")(keys=[*ack_keys(keys), keys.idle, keys.ready], args=args)
+        assert got() == [(keys.wake_channel("tok"), b"0")]
+    assert redis_client.zscore(keys.idle, "tok") == 0  # its fetch lists it again
+
+
+def test_ack_of_a_busy_listed_consumer_with_nothing_waiting_only_lists_it(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    fetched(redis_client, keys, "m1")
+    redis_client.zadd(keys.idle, {"tok": 0})
+    with listening(redis_client, keys.wake_channel("tok")) as got:
+        args = ["m1", "w1", "0", "1", CLOCK, *_idle_args(keys, "tok", 1, True)]
+        lua("ack")(keys=[*ack_keys(keys), keys.idle, keys.ready], args=args)
+        assert got() == []
+    assert redis_client.zscore(keys.idle, "tok") == 1

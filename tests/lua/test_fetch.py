@@ -40,7 +40,7 @@ def test_fetch_takes_the_oldest_messages_into_the_ack_set_with_their_records(
 
     reply = lua("fetch")(keys=fetch_keys(keys), args=[2, "w1", "tok", "1", "w1|tok", CLOCK])
 
-    assert reply == [b"m1", b"data-m1", b"m2", b"data-m2"]
+    assert reply == [b"m1", b"data-m1", b"m2", b"data-m2", b"more"]  # m3 waits
     assert redis_client.lrange(keys.ready, 0, -1) == [b"m3"]
     assert redis_client.smembers(keys.acks("w1")) == {b"m1", b"m2"}
     record = f"{CLOCK}|w1|tok".encode()
@@ -158,3 +158,13 @@ def test_fetch_from_a_paused_queue_takes_nothing_and_leaves_the_idle_registry(
     assert not redis_client.exists(keys.acks("w1"), keys.fetched)
     assert redis_client.zrange(keys.idle, 0, -1) == [b"other"]
     assert redis_client.zscore(keys.heartbeats, "w1") == CLOCK  # the beat still counts
+
+
+def test_fetch_that_took_all_it_asked_for_says_when_more_wait(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    queue(redis_client, keys, "m1", "m2", "m3")
+    reply = lua("fetch")(keys=fetch_keys(keys), args=[2, "w1", "", "1", "w1|tok", CLOCK])
+    assert reply[-1] == b"more" and len(reply) == 5
+    reply = lua("fetch")(keys=fetch_keys(keys), args=[1, "w1", "", "1", "w1|tok", CLOCK])
+    assert len(reply) == 2  # the last one: nothing more

@@ -18,6 +18,7 @@ import redis
 from dramatiq_redisson._ids import next_sort_key, next_sort_keys, sort_key_at
 from dramatiq_redisson._keys import QueueKeys, lane_id
 
+from .pubsub import listening
 from .state import Lua, schedule_entry, turn_flow_on
 
 RS = b"\x1e"
@@ -65,6 +66,7 @@ def _transfer(
     lease_ms: int = 0,
     own_slots: int = 0,
     listening: bool = False,
+    compare: bool = False,
     window: int = 0,
     upkeep: int = 0,
     grace: int = 1_000,
@@ -79,7 +81,7 @@ def _transfer(
         token,
         lease_ms,
         own_slots,
-        "1" if listening else "",
+        ("2" if compare else "1") if listening else "",
         window,
         json.dumps(keys.queue_name),
         upkeep,
@@ -588,3 +590,67 @@ def test_with_flow_on_due_messages_go_to_their_lanes_and_nothing_is_handed_off(
     assert redis_client.exists(keys.ring(0)) == 0  # the plain lane joins ring 0 in the fetch
     assert redis_client.exists(keys.lane_of) == 0  # the lane moved with the message
     assert redis_client.scard(keys.acks(WORKER)) == 0
+
+
+# -- placement (issue 46) ----------------------------------------------------------------
+
+
+def test_a_caller_with_busy_threads_hands_itself_only_what_it_can_start_before_the_idlest_other(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    # The caller can start 3; "b" is listed with 2, "c" with 1. One message at a time to
+    # whoever can start more, ties to the other: t1 (3 > 2), b (2 vs 2), t1 (2 > 1), b, then
+    # both at 1: b's turn again, then t1 (1 > 0). So t1 takes 3 and the other 3 wake b and c.
+    now = server_ms()
+    members = [schedule_entry(redis_client, keys, f"m{i}", now - 10 + i).member for i in range(6)]
+    redis_client.zadd(keys.idle, {"b": 2, "c": 1})
+    with listening(redis_client, keys.wake_channel("b"), keys.wake_channel("c"), keys.wake_channel("t1")) as got:
+        reply = _transfer(lua, keys, token="t1", lease_ms=10_000, own_slots=3, listening=True, compare=True)
+        woken = got()
+    moved, _, _, _, _, handed, registered, *_ = reply
+    assert moved == 6
+    assert handed[0::2] == members[:3]
+    assert redis_client.lrange(keys.ready, 0, -1) == members[3:]
+    assert sorted(channel for channel, _ in woken) == sorted([keys.wake_channel("b"), keys.wake_channel("c")])
+    assert registered == 1
+    assert redis_client.zrange(keys.idle, 0, -1, withscores=True) == [(b"t1", 0.0)]
+
+
+def test_a_caller_with_busy_threads_leaves_a_message_to_an_idler_consumer(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    member = schedule_entry(redis_client, keys, "m1", server_ms() - 1).member
+    redis_client.zadd(keys.idle, {"b": 2, "t1": 1})  # the caller's own old entry is not "the other"
+    with listening(redis_client, keys.wake_channel("b"), keys.wake_channel("t1")) as got:
+        reply = _transfer(lua, keys, token="t1", lease_ms=10_000, own_slots=2, listening=True, compare=True)
+        woken = got()
+    assert (reply[0], reply[5]) == (1, [])
+    assert redis_client.lrange(keys.ready, 0, -1) == [member]
+    assert woken == [(keys.wake_channel("b"), b"0")]
+    # Still listed, with all it can start: the caller's threads are idle enough for the next.
+    assert redis_client.zrange(keys.idle, 0, -1, withscores=True) == [(b"t1", 2.0)]
+
+
+def test_a_caller_whose_threads_are_all_idle_takes_what_it_can_start_without_reading_the_registry(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    members = [schedule_entry(redis_client, keys, f"m{i}", server_ms() - 5 + i).member for i in range(2)]
+    redis_client.zadd(keys.idle, {"b": 4})
+    reply = _transfer(lua, keys, token="t1", lease_ms=10_000, own_slots=2, listening=True)
+    assert reply[5][0::2] == members
+    assert redis_client.zscore(keys.idle, "b") == 4  # not woken
+
+
+def test_wake_ups_pass_over_busy_consumers_and_keep_them_listed(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    # Every thread of the fleet is busy (listed at 0): nobody is woken, nobody is dropped;
+    # the message waits in the ready queue for the first ack (ack.lua).
+    member = schedule_entry(redis_client, keys, "m1", server_ms() - 1).member
+    redis_client.zadd(keys.idle, {"b": 0, "c": 0})
+    with listening(redis_client, keys.wake_channel("b"), keys.wake_channel("c")) as got:
+        reply = _transfer(lua, keys, token="t1", lease_ms=10_000, own_slots=0, listening=True)
+        woken = got()
+    assert reply[0] == 1 and woken == []
+    assert redis_client.lrange(keys.ready, 0, -1) == [member]
+    assert redis_client.zrange(keys.idle, 0, -1, withscores=True) == [(b"b", 0.0), (b"c", 0.0)]
