@@ -48,8 +48,8 @@ from ._settings import (
 from ._sharded_views import ShardedDeadLetters, ShardedDelayedQueue
 from ._shards import ShardRouter, shard_pairs
 from ._stats import OVERDUE_GRACE, Stats, WaitingLane
-from ._worker_threads import WorkerRegistry
 from ._topology import topology_for
+from ._worker_threads import WorkerRegistry
 from .metrics import adopt_middleware
 
 

@@ -30,8 +30,7 @@ from dramatiq.message import Message
 
 from ._client import Probe
 from ._errors import NotReplicated
-from ._keys import acks_pattern
-from ._legacy_dq import migrate_batch
+from ._leftovers import maintain, migrate_batch
 from ._liveness import Reaper
 from ._permissions import DOCS, is_permission_error
 from ._scripts import IdleScore
@@ -53,9 +52,6 @@ if TYPE_CHECKING:
 #: FINISH_RETRY_FOR s, before it is left to Dramatiq's own retry (every 5 s): see _finish.
 FINISH_RETRY_PAUSE = 0.1
 FINISH_RETRY_FOR = 30.0
-
-#: Most dead letters expired per maintenance run.
-EXPIRE_LIMIT = 1000
 
 #: After a lost connection or a timeout, the consumer reconciles its ack set (and beats
 #: its heartbeat) again this soon (ms) instead of a ``safety_interval`` later.
@@ -251,10 +247,7 @@ class RedissonConsumer(Consumer):
         """While every thread is busy and messages wait (:attr:`backlog`): how many more to
         queue behind its Worker's threads, up to :data:`BACKLOG_DEPTH` each (within the free
         prefetch; without a Worker, the free prefetch)."""
-        if self.threads is None:
-            return self.free_slots
-        room = math.ceil(self.threads.threads * (1 + BACKLOG_DEPTH)) - self.threads.busy()
-        return max(0, min(self.free_slots, room))
+        return self.free_slots if self.threads is None else self.threads.queue_room(self.free_slots, BACKLOG_DEPTH)
 
     @property
     def threads_busy(self) -> bool:
@@ -714,39 +707,20 @@ class RedissonConsumer(Consumer):
 
     def _migrate_legacy_batch(self) -> bool:
         """Move one batch of the built-in broker's ``.DQ`` messages into the delayed queue
-        (see :func:`._legacy_dq.migrate_batch`). Returns whether more may remain."""
+        (see :func:`._leftovers.migrate_batch`). Returns whether more may remain."""
         more, migrated = migrate_batch(self.broker.client, self.scripts, self.keys, self.logger)
         if migrated:
             self.timer.force()
         return more
 
     def _maintain(self) -> None:
-        """Requeue the unacked messages of dead workers; expire old dead letters."""
-        client = self.broker.client
-        cutoff = self.timer.server_now_ms() - self.broker.settings.heartbeat_timeout
-        oldest = cast("list[bytes]", client.zrangebyscore(self.keys.heartbeats, "-inf", cutoff, start=0, num=100))
-        dead = [w.decode() for w in oldest]
-        dead = [w for w in dead if w != self.worker_id]
-        requeued, expired = self.scripts.maintenance(
-            self.keys, dead, dead_message_ttl_ms=self.broker.settings.dead_message_ttl, expire_limit=EXPIRE_LIMIT
-        )
-        if requeued:
-            self.logger.warning("Requeued %d unacked messages of dead workers on queue %r.", requeued, self.queue_name)
+        """Requeue the unacked messages of dead workers; expire old dead letters (see
+        :func:`._leftovers.maintain`)."""
+        cutoff = int(self.timer.server_now_ms() - self.broker.settings.heartbeat_timeout)
+        if maintain(
+            self.broker, self.scripts, self.keys, self.worker_id, cutoff, self.checked_dead_workers, self.logger
+        ):
             self.migrate_legacy = True
-        if expired:
-            self.logger.debug("Expired %d dead letters of queue %r.", expired, self.queue_name)
-        if dead and not self.keys.reaches_namespace:
-            # Heartbeats are per queue there, and this queue's acks of those workers
-            # were just recovered.
-            client.zrem(self.keys.heartbeats, *dead)
-            return
-        for worker_id in dead:
-            if worker_id in self.checked_dead_workers:
-                continue
-            self.checked_dead_workers.add(worker_id)
-            pattern = acks_pattern(self.broker.namespace, worker_id)
-            if next(iter(client.scan_iter(match=pattern, count=1000)), None) is None:
-                client.zrem(self.keys.heartbeats, worker_id)
 
 
 def consumer_token(broker_id: str) -> str:

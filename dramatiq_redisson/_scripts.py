@@ -369,6 +369,7 @@ class Scripts(ScriptRunner):
         worker_id: str = "",
         listening: bool = False,
         compare: bool = False,
+        keep_ties: bool = False,
         window_ms: float = 0,
         upkeep_ms: int = 0,
     ) -> TransferResult:
@@ -378,7 +379,8 @@ class Scripts(ScriptRunner):
         ``worker_id``) takes itself, handed off in the reply when the ready queue was
         empty (the rest wake idle consumers); ``listening``: it may be registered as idle;
         ``compare``: some of its threads are busy, so it takes a message only while no idle
-        consumer can start more (see transfer.lua's Placement);
+        consumer can start more (see transfer.lua's Placement), and ``keep_ties``: it
+        takes a message on a tie with that consumer;
         ``window_ms``: how long moved members stay remembered (not offered again);
         ``upkeep_ms``: how often the backup list and those members are tidied (0: every call).
 
@@ -393,7 +395,7 @@ class Scripts(ScriptRunner):
             token,
             lease_ms,
             own_slots,
-            ("2" if compare else "1") if listening else "",
+            (("3" if keep_ties else "2") if compare else "1") if listening else "",
             window_ms,
             _transfer_queue_json(keys),
             upkeep_ms,

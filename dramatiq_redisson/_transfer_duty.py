@@ -17,6 +17,7 @@ wait (:meth:`RedissonConsumer.woken`), failures go to its log (:meth:`RedissonCo
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,12 @@ if TYPE_CHECKING:
 
 #: Most transfer calls in one tick before the consumer hands back control.
 MAX_TRANSFER_CALLS_PER_TICK = 20
+
+#: How often the lease holder keeps a message on a tie with the idlest other consumer
+#: (see transfer.lua's Placement). Below one half: a process that runs jobs runs its timer
+#: later (its threads share one interpreter lock with it), so the holder leans on the
+#: others, and yet no process runs most of the work.
+KEEP_TIES = 0.3
 
 #: Longest back-off (ms) between two re-subscription attempts after the pub/sub
 #: connection was lost. The first attempt is immediate.
@@ -428,6 +435,10 @@ class TransferDuty:
             # What its Worker's idle threads can start now, within its free prefetch.
             own_slots = self.consumer.can_start()
             compare = own_slots > 0 and self.consumer.threads_busy
+            # A tie with the idlest other consumer goes either way, at random (KEEP_TIES): a
+            # share for both when both are idle at every due time (say, CPU-bound jobs
+            # shorter than the gap between them).
+            keep_ties = compare and random.random() < KEEP_TIES
             with self.broker.held.lock(self.queue_name):
                 started = self.timer.clock()
                 try:
@@ -443,6 +454,7 @@ class TransferDuty:
                         worker_id=self.consumer.worker_id,
                         listening=self.wake_ready,
                         compare=compare,
+                        keep_ties=keep_ties,
                         window_ms=self.broker.settings.dedupe_window,
                         upkeep_ms=self.upkeep_ms,
                     )

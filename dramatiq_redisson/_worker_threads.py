@@ -20,9 +20,9 @@ its prefetch, as before.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Protocol
-
 
 #: A consumer listed in the idle registry with a score of at least 1 lists its new score
 #: with an ack once it can start this many more than its score (a listed score only ever
@@ -109,6 +109,11 @@ class WorkerThreads:
             self.job_seconds += JOB_TIME_WEIGHT * (held_for - self.job_seconds)
         for holder in self._holders:
             holder.thread_freed()
+
+    def queue_room(self, free: int, depth: float) -> int:
+        """How many more messages to queue behind the threads, up to ``depth`` per thread
+        (within ``free`` prefetch slots)."""
+        return max(0, min(free, math.ceil(self.threads * (1 + depth)) - self.busy()))
 
     @property
     def long_jobs(self) -> bool:

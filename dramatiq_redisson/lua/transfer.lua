@@ -41,9 +41,8 @@
 -- ARGV[7]  how many moved messages the caller can start now: its idle worker threads,
 --          within its free prefetch (see Placement)
 -- ARGV[8]  "1" if the caller listens on its wake channel (it may be registered as idle),
---          "2" if it does and some of its threads are busy: it takes a moved message only
---          while it has at least as many idle threads as the idle consumer that has the
---          most (see Placement)
+--          "2" if it does and it places by idle threads (see Placement), "3" the same, but
+--          it takes the message on a tie
 -- ARGV[9]  dedupe window in ms (0 or absent: moved members are not remembered)
 -- ARGV[10] the queue's name as a JSON string (written back into compact payloads: see
 --          _body.lua)
@@ -90,10 +89,11 @@
 --
 -- Placement (issue 46): a moved message goes where a worker thread is free now. The
 -- caller takes one only while it can start more than the idle consumer that can start
--- the most (read only when ARGV[8] is "2": a caller whose threads are all idle takes what
--- it can start, as no consumer can start more at once: no read, and the hand-off saves a
--- wake-up and a fetch), one message at a time; a tie goes to the other consumer, whose
--- threads may all be idle while one of the caller's burns its process's CPU. The
+-- the most (read only when ARGV[8] is "2" or "3": otherwise, jobs are short and the
+-- caller's threads all idle, and it takes what it can start: no read, and the hand-off
+-- saves a wake-up and a fetch), one message at a time; a tie goes to the other consumer
+-- ("2") or to the caller ("3"): the caller picks either at random, for an even share
+-- between consumers that are both idle at every due time. The
 -- rest wait in the ready queue and wake as many idle consumers (_wake.lua, the caller
 -- excepted), the one that can start the most first.
 --
@@ -158,7 +158,8 @@ local trim_budget = tonumber(ARGV[2])
 local compact_step = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
 local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local acks, listening, compare = KEYS[14], ARGV[8] == "1" or ARGV[8] == "2", ARGV[8] == "2"
+local acks, listening = KEYS[14], ARGV[8] == "1" or ARGV[8] == "2" or ARGV[8] == "3"
+local compare, keep_ties = ARGV[8] == "2" or ARGV[8] == "3", ARGV[8] == "3"
 local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
 local queue_json = ARGV[10]
 local upkeep_ms = tonumber(ARGV[11] or "0")
@@ -290,8 +291,7 @@ if #due > 0 then
             take = math.min(own_slots, moved)
             if compare then
                 -- One message at a time to whoever can start more: the caller, or the idle
-                -- consumer that can start the most (ties to the other: a busy thread of
-                -- the caller's may be burning the CPU its process has).
+                -- consumer that can start the most (a tie as the caller chose).
                 local best, other = redis.call("ZRANGE", idle, -2, -1, "WITHSCORES"), 0
                 for i = #best - 1, 1, -2 do
                     if best[i] ~= token then
@@ -302,7 +302,7 @@ if #due > 0 then
                 local left = own_slots
                 take = 0
                 for _ = 1, moved do
-                    if left > other then
+                    if left > other or (keep_ties and left == other and left > 0) then
                         take, left = take + 1, left - 1
                     elseif other > 0 then
                         other = other - 1
