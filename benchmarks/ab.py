@@ -141,11 +141,11 @@ def _work_figures(data: dict[str, Any]) -> dict[str, float | None]:
     """A ``work-*`` run: RedissonBroker's lateness, the busiest worker process's share of
     the runs (%), messages started per second, server CPU and commands per message."""
     ours = data.get("redisson") or {}
-    lat = ours.get("lateness_ms") or {}
+    figures = _lateness_figures(data)
     return {
-        "p50": lat.get("p50"),
-        "p99": lat.get("p99"),
-        "max": lat.get("max"),
+        "p50": figures["p50"],
+        "p99": figures["p99"],
+        "max": figures["max"],
         "busiest share %": ours.get("busiest_share_pct"),
         "throughput/s": ours.get("throughput"),
         "cpu us/msg": ours.get("server_cpu_us_per_msg"),

@@ -250,10 +250,10 @@ class RedissonConsumer(Consumer):
         return self.free_slots if self.threads is None else self.threads.queue_room(self.free_slots, BACKLOG_DEPTH)
 
     @property
-    def threads_busy(self) -> bool:
+    def long_jobs(self) -> bool:
         """Whether what it moves is placed by idle threads across the fleet (see
-        :attr:`._worker_threads.WorkerThreads.spreads`; without a Worker: no)."""
-        return self.threads is not None and self.threads.spreads
+        :attr:`._worker_threads.WorkerThreads.long_jobs`; without a Worker: no)."""
+        return self.threads is not None and self.threads.long_jobs
 
     def thread_freed(self) -> None:
         """A thread of its Worker finished a message: it may take another."""
@@ -358,7 +358,7 @@ class RedissonConsumer(Consumer):
         if not self.registered or self.threads is None:
             return None
         after = self.can_start(finishing=1)
-        if not relist(self.idle_score, after, holder=self.timer.owner, spreads=self.threads.long_jobs):
+        if not relist(self.idle_score, after, holder=self.timer.owner, long_jobs=self.threads.long_jobs):
             return None
         return IdleScore(self.token, after, self.wake_channel, self.idle_score == 0)
 
@@ -681,7 +681,8 @@ class RedissonConsumer(Consumer):
         (a full server, a missing permission, a failover) is as transient as a lost
         connection, and giving up would strand the message."""
         redis_message_id = message.options["redis_message_id"]
-        deadline = time.monotonic() + FINISH_RETRY_FOR
+        ended = time.monotonic()
+        deadline = ended + FINISH_RETRY_FOR
         refused = False
         try:
             while True:
@@ -700,7 +701,7 @@ class RedissonConsumer(Consumer):
             handed_at = self.handed_at.pop(redis_message_id, None)
             if self.threads is not None:
                 # A thread is free: every queue's consumer may start more.
-                self.threads.freed(None if handed_at is None else time.monotonic() - handed_at)
+                self.threads.freed(None if handed_at is None else ended - handed_at)
             self.capacity_freed.set()
 
     # -- legacy .DQ migration and maintenance ---------------------------------------

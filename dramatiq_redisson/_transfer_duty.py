@@ -113,7 +113,7 @@ class DutyOwner(Protocol):
     worker_id: str
 
     @property
-    def threads_busy(self) -> bool: ...
+    def long_jobs(self) -> bool: ...
 
     def can_start(self, finishing: int = 0) -> int: ...
 
@@ -434,7 +434,7 @@ class TransferDuty:
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
             # What its Worker's idle threads can start now, within its free prefetch.
             own_slots = self.consumer.can_start()
-            compare = own_slots > 0 and self.consumer.threads_busy
+            compare = own_slots > 0 and self.consumer.long_jobs
             # A tie with the idlest other consumer goes either way, at random (KEEP_TIES): a
             # share for both when both are idle at every due time (say, CPU-bound jobs
             # shorter than the gap between them).

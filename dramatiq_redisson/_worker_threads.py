@@ -27,31 +27,32 @@ from typing import Any, Protocol
 #: A consumer listed in the idle registry with a score of at least 1 lists its new score
 #: with an ack once it can start this many more than its score (a listed score only ever
 #: lags: it was taken before threads freed up), while jobs are short (see
-#: :attr:`WorkerThreads.spreads`); with longer jobs, at every thread freed. A score of 0
+#: :attr:`WorkerThreads.long_jobs`); with longer jobs, at every thread freed. A score of 0
 #: is raised by the first ack.
 IDLE_SCORE_STEP = 2
 
-#: Jobs that hold a thread this long (s) on average are spread over the fleet even when all
-#: of a process's threads are idle (see :attr:`WorkerThreads.spreads`): placing a message
-#: on another process costs a wake-up and a fetch, about a round trip or two, which short
-#: jobs would feel and longer ones do not.
-SPREAD_JOBS_FROM = 0.002
+#: Jobs that hold a thread this long (s) on average, from their hand-over to Dramatiq to
+#: their end (the ack not counted), are placed across the fleet by idle threads (see
+#: :attr:`WorkerThreads.long_jobs`): placing a message on another process costs a wake-up
+#: and a fetch, a round trip or two, which short jobs would feel and longer ones do not.
+#: Shorter jobs go to the lease holder while it has an idle thread (they free it soon).
+SPREAD_JOBS_FROM = 0.005
 
 #: Weight of the newest job in the running mean of how long jobs hold a thread.
 JOB_TIME_WEIGHT = 0.1
 
 
-def relist(score: int, after: int, *, holder: bool, spreads: bool) -> bool:
+def relist(score: int, after: int, *, holder: bool, long_jobs: bool) -> bool:
     """Whether a consumer listed with ``score`` that can start ``after`` once its ack is done
-    lists its new score with that ack (see ack.lua). ``spreads``: jobs take long enough
-    that a write more per job does not count (:attr:`WorkerThreads.spreads`): every change
+    lists its new score with that ack (see ack.lua). ``long_jobs``: jobs take long enough
+    that a write more per job does not count (:attr:`WorkerThreads.long_jobs`): every change
     is listed. Else the transfer lease's holder raises only a 0 (it places what it moves
     by its own count, not by its listing: transfer.lua's Placement), and the others lag
     by less than :data:`IDLE_SCORE_STEP`, so that a no-op workload pays no write per
     message."""
     if after <= score:
         return False
-    if score == 0 or spreads:
+    if score == 0 or long_jobs:
         return True
     return not holder and after - score >= IDLE_SCORE_STEP
 
@@ -118,14 +119,9 @@ class WorkerThreads:
     @property
     def long_jobs(self) -> bool:
         """Whether jobs take long enough that a round trip or a write more per job does not
-        count (:data:`SPREAD_JOBS_FROM`)."""
+        count (:data:`SPREAD_JOBS_FROM`): then a transfer places what it moves by idle
+        threads across the fleet, and every freed thread is listed."""
         return self.job_seconds >= SPREAD_JOBS_FROM
-
-    @property
-    def spreads(self) -> bool:
-        """Whether a transfer should place the messages it moves by idle threads, across
-        the fleet: when jobs are long (:attr:`long_jobs`), or some threads are busy."""
-        return self.long_jobs or self.busy() > 0
 
 
 class WorkerRegistry:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._actor import declare
-from .._common import PRODUCT_KINDS, QUEUE, Server, Workers, bulk_offer, make_broker, script_names
+from .._common import PRODUCT_KINDS, QUEUE, Server, Workers, bulk_offer, due_of, make_broker, script_names
 from .._measure import classify_slowlog, longest_call
 
 
@@ -89,6 +89,28 @@ def _add_ratio_rows(rows: list[dict[str, Any]], data: dict[str, Any], key: str =
         mine = data[kind][key]
         row["p99 vs builtin"] = _ratio(mine["p99"], base[key]["p99"])
         row["p50 vs builtin"] = _ratio(mine["p50"], base[key]["p50"])
+
+
+def send_paced(
+    broker: Any, kind: str, actor: Any, p: dict[str, Any], rng: Any, dues: dict[int, float], pace: float | None
+) -> float:
+    """Send ``p["n"]`` messages ``bench_record(seq)``, ``pace`` a second (None: as fast as one
+    producer goes): without a delay when ``p["immediate"]`` ("due" is the send time, taken
+    just before ``send()``: the server runs on this host, so its ``TIME`` reads this
+    clock), else with a delay from ``rng`` between ``p["delay_lo"]`` and ``p["delay_hi"]``
+    ms (due: see ``due_of``). Fills ``dues`` (seq -> due ms) and returns the seconds it took."""
+    immediate = bool(p.get("immediate"))
+    t0 = time.monotonic()
+    for seq in range(p["n"]):
+        if pace:
+            time.sleep(max(0.0, t0 + seq / pace - time.monotonic()))
+        if immediate:
+            dues[seq] = time.time() * 1000
+            actor.send(seq)
+            continue
+        m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
+        dues[seq] = due_of(broker, kind, m)
+    return time.monotonic() - t0
 
 
 def _offer_due(

@@ -11,11 +11,11 @@ import threading
 import time
 from typing import Any
 
-from .._common import due_of, script_names
+from .._common import script_names
 from .._measure import analyze, classify_slowlog, read_records, server_work, wait_records
 from .._stages import analyze_stages
 from .._stages import enabled as stages_enabled
-from ._shared import Ctx, _add_ratio_rows, _lat_row, _ratio
+from ._shared import Ctx, _add_ratio_rows, _lat_row, _ratio, send_paced
 
 
 class _SlowlogPoller:
@@ -79,17 +79,7 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
             poller = _SlowlogPoller(ctx) if profile else None
             with poller or contextlib.nullcontext():
                 cpu0 = ctx.server.cpu_seconds()
-                t0 = time.monotonic()
-                for seq in range(p["n"]):
-                    if pace:
-                        time.sleep(max(0.0, t0 + seq / pace - time.monotonic()))
-                    if immediate:
-                        dues[seq] = time.time() * 1000  # same host: the server's TIME reads this clock
-                        actor.send(seq)
-                        continue
-                    m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
-                    dues[seq] = due_of(broker, kind, m)
-                offer_s = time.monotonic() - t0
+                offer_s = send_paced(broker, kind, actor, p, rng, dues, pace)
                 deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["timeout"]
                 complete = wait_records(ctx.r, dues, deadline, check=w.check)
                 cpu_s = ctx.server.cpu_seconds() - cpu0

@@ -35,9 +35,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._common import Workers, due_of
+from .._common import Workers
 from .._measure import analyze, pct, read_records, server_work, wait_records
-from ._shared import Ctx, _add_ratio_rows, _lat_row
+from ._shared import Ctx, _add_ratio_rows, _lat_row, send_paced
 
 #: The label of the simulated row.
 LIMIT = "limit (perfect placement)"
@@ -153,16 +153,7 @@ def work(ctx: Ctx, name: str) -> dict[str, Any]:
             pids = w.pids
             ctx.server.reset_stats()
             cpu0 = ctx.server.cpu_seconds()
-            t0 = time.monotonic()
-            for seq in range(p["n"]):
-                time.sleep(max(0.0, t0 + seq / p["rate"] - time.monotonic()))
-                if immediate:
-                    dues[seq] = time.time() * 1000  # same host: the server's TIME reads this clock
-                    actor.send(seq)
-                    continue
-                m = actor.send_with_options(args=(seq,), delay=rng.randint(p["delay_lo"], p["delay_hi"]))
-                dues[seq] = due_of(broker, kind, m)
-            offer_s = time.monotonic() - t0
+            offer_s = send_paced(broker, kind, actor, p, rng, dues, p["rate"])
             deadline = time.monotonic() + max(0.0, (max(dues.values()) - ctx.server.now_ms()) / 1000) + p["timeout"]
             complete = wait_records(ctx.r, dues, deadline, check=w.check)
             cpu_s = ctx.server.cpu_seconds() - cpu0

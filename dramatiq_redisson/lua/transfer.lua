@@ -89,9 +89,9 @@
 --
 -- Placement (issue 46): a moved message goes where a worker thread is free now. The
 -- caller takes one only while it can start more than the idle consumer that can start
--- the most (read only when ARGV[8] is "2" or "3": otherwise, jobs are short and the
--- caller's threads all idle, and it takes what it can start: no read, and the hand-off
--- saves a wake-up and a fetch), one message at a time; a tie goes to the other consumer
+-- the most (read only when ARGV[8] is "2" or "3": otherwise jobs are short, and the
+-- caller takes what its idle threads can start: no read, and the hand-off saves a wake-up
+-- and a fetch, which short jobs would feel), one message at a time; a tie goes to the other consumer
 -- ("2") or to the caller ("3"): the caller picks either at random, for an even share
 -- between consumers that are both idle at every due time. The
 -- rest wait in the ready queue and wake as many idle consumers (_wake.lua, the caller
