@@ -73,11 +73,11 @@ class StageTracer:
                     tracer.cached[redis_id] = (src, called, now)
             return original_cache(consumer, fetched)
 
-        def fetch(consumer: Any, count: int) -> Any:
+        def fetch(consumer: Any, count: int, **options: Any) -> Any:
             tracer.source.name = "fetch"
             tracer.source.called = time.time()
             try:
-                return original_fetch(consumer, count)
+                return original_fetch(consumer, count, **options)
             finally:
                 tracer.source.name = "hand"
 
