@@ -187,6 +187,8 @@ class RedissonConsumer(Consumer):
         #: frees up starts the next message without a round trip) until a fetch comes up
         #: short.
         self.backlog = False
+        #: A wake-up came and no fetch answered it yet.
+        self.answer_wake = False
         #: The threads of the Worker this consumer feeds, when it has one: it takes only
         #: what they can start now (see :mod:`._worker_threads`); None: up to its prefetch.
         self.threads = threads
@@ -237,23 +239,20 @@ class RedissonConsumer(Consumer):
         return len(self.in_flight) + len(self.message_cache)
 
     def can_start(self, finishing: int = 0) -> int:
-        """How many more messages this consumer should take now: what its Worker's idle
-        threads can start, within its free prefetch (without a Worker: the free prefetch).
-        ``finishing``: as if that many of its messages had finished."""
+        """How many more messages to take now (``finishing``: as if that many of its
+        messages had finished; see :meth:`._worker_threads.WorkerThreads.can_start`)."""
         free = max(0, self.free_slots + finishing)
         return free if self.threads is None else self.threads.can_start(free, finishing)
 
     def backlog_room(self) -> int:
         """While every thread is busy and messages wait (:attr:`backlog`): how many more to
-        queue behind its Worker's threads, up to :data:`BACKLOG_DEPTH` each (within the free
-        prefetch; without a Worker, the free prefetch)."""
+        queue behind its Worker's threads, up to :data:`BACKLOG_DEPTH` each."""
         return self.free_slots if self.threads is None else self.threads.queue_room(self.free_slots, BACKLOG_DEPTH)
 
     @property
     def long_jobs(self) -> bool:
-        """Whether what it moves is placed by idle threads across the fleet (see
-        :attr:`._worker_threads.WorkerThreads.long_jobs`; without a Worker: no)."""
-        return self.threads is not None and self.threads.long_jobs
+        """Whether its jobs take time (see :meth:`._worker_threads.WorkerThreads.takes_time`)."""
+        return self.threads is not None and self.threads.takes_time(self.handed_at)
 
     def thread_freed(self) -> None:
         """A thread of its Worker finished a message: it may take another."""
@@ -273,6 +272,7 @@ class RedissonConsumer(Consumer):
         as idle again if the fetch comes up short."""
         self.registered = False
         self.misses = 0
+        self.answer_wake = True
 
     # -- the Consumer interface ------------------------------------------------
 
@@ -292,6 +292,11 @@ class RedissonConsumer(Consumer):
                 if self.message_cache:
                     continue  # the transfer handed messages off to us
                 can = self.can_start()
+                if can == 0 and self.answer_wake and self.free_slots > 0:
+                    # Woken for a message while its threads turned busy (a listing that
+                    # lagged: another queue's consumer took them): take one all the same,
+                    # behind them, rather than leave it to a poll.
+                    can = 1
                 now = time.monotonic()
                 depth = self.backlog_room() if can == 0 and self.backlog else 0
                 if depth > 0:
@@ -358,7 +363,7 @@ class RedissonConsumer(Consumer):
         if not self.registered or self.threads is None:
             return None
         after = self.can_start(finishing=1)
-        if not relist(self.idle_score, after, holder=self.timer.owner, long_jobs=self.threads.long_jobs):
+        if not relist(self.idle_score, after, holder=self.timer.owner, long_jobs=self.long_jobs):
             return None
         return IdleScore(self.token, after, self.wake_channel, self.idle_score == 0)
 
@@ -533,6 +538,7 @@ class RedissonConsumer(Consumer):
             self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
         self._note_paused(False)
         self.backlog = fetched.more
+        self.answer_wake = False
         if listed:
             # Listed with what it can start still (0 when it took all it asked for).
             self.note_idle(bool(token), count - len(fetched))

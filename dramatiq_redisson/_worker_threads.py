@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 #: A consumer listed in the idle registry with a score of at least 1 lists its new score
@@ -99,9 +101,24 @@ class WorkerThreads:
         return max(0, self.threads - self.busy())
 
     def can_start(self, free: int, finishing: int = 0) -> int:
-        """What a consumer with ``free`` prefetch slots can start now (``finishing``: as if
-        that many of the messages held had finished)."""
+        """How many messages a consumer with ``free`` prefetch slots should take now: what
+        the idle threads can start, within ``free`` (``finishing``: as if that many of the
+        messages held had finished)."""
         return min(free, max(0, self.threads - self.busy() + finishing))
+
+    def takes_time(self, handed_at: Mapping[str, float]) -> bool:
+        """Whether jobs take time: recent ones held a thread :data:`SPREAD_JOBS_FROM` or
+        longer on average (:attr:`long_jobs`), or the oldest of ``handed_at`` (a consumer's
+        messages in flight: id -> when handed over, monotonic s, oldest first) has been
+        running that long. Then transfers place what they move across the fleet, and
+        acks list every thread freed."""
+        if self.long_jobs:
+            return True
+        try:
+            oldest = next(iter(handed_at.values()), None)
+        except RuntimeError:  # a worker thread finished one meanwhile
+            return False
+        return oldest is not None and time.monotonic() - oldest >= SPREAD_JOBS_FROM
 
     def freed(self, held_for: float | None = None) -> None:
         """A message finished (after holding a thread ``held_for`` s): every consumer may

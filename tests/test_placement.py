@@ -103,7 +103,9 @@ def test_workers_are_found_by_the_consumer_their_threads_feed(processes: Callabl
     consumer = a.consumer
     assert consumer is not None and consumer.threads is not None
     assert consumer.threads.threads == 3
-    assert consumer.can_start() == 3
+    assert consumer.threads.idle() == 3
+    assert consumer.can_start() == 3  # of its prefetch of 6
+    assert not consumer.long_jobs  # no job has taken time yet
 
 
 def test_a_consumer_built_outside_a_worker_takes_up_to_its_prefetch(broker: RedissonBroker) -> None:
