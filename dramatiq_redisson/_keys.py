@@ -59,8 +59,9 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_lease:{N}``         STRING   "<consumer token> <expiry, epoch ms>":
                                                     the consumer that runs transfers (PX)
 ``redisson_delay_queue_consumers:{N}``     ZSET     consumer token -> last seen (epoch ms)
-``redisson_delay_queue_idle:{N}``          ZSET     consumer token -> free slots, for each
-                                                    consumer whose last fetch came up short
+``redisson_delay_queue_idle:{N}``          ZSET     consumer token -> messages it can start
+                                                    now, for each consumer listening on its
+                                                    wake channel (0: all its threads busy)
 ``redisson_delay_queue_alive:{N}``         ZSET     worker id -> its process's last liveness
                                                     beat (epoch ms, server clock), for each
                                                     process consuming the queue (see
@@ -333,7 +334,8 @@ class QueueKeys:
 
     @property
     def idle(self) -> str:
-        """Consumers waiting for ready messages, by token, scored by their free slots."""
+        """Consumers listening for ready messages, by token, scored by how many messages each
+        can start now (its Worker's idle threads, within its free prefetch; 0: all busy)."""
         return f"redisson_delay_queue_idle:{{{self.name}}}"
 
     @property

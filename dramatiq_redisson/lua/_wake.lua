@@ -11,8 +11,8 @@
 -- died, or its connection is down) counts for nothing and the next one is tried, so a
 -- stale entry never swallows a wake-up; it is dropped on the way. A top score of 0 ends
 -- the round (put back: nobody can start anything now; the first ack with messages
--- waiting wakes its own consumer). `except`, a token: popped, but neither woken nor put
--- back (it is listed as it was when the round ends).
+-- waiting wakes its own consumer). `except`, a token: popped but not woken, and listed
+-- again as it was when the round ends (the caller then writes its own entry).
 --
 -- One ZPOPMAX per consumer tried (without idle consumers, one in all; with only busy
 -- ones, a ZADD more). ZPOPMAX is newer in the ACL rule than the other commands: a user

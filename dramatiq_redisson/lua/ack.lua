@@ -20,7 +20,7 @@
 -- caller then adds
 -- KEYS[7]  HASH  redisson_delay_queue_flow:{N}     slots in use, blocked lanes (_flow.lua)
 -- KEYS[8]  ZSET  redisson_delay_queue_levels:{N}
--- KEYS[9]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> free slots
+-- KEYS[9]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
 -- ARGV[6]  the lanes' key prefix, ARGV[7] the rings', ARGV[8] the wake channels' prefix
 -- and the slots the fetch record names are given back: a lane of a group that was at its
 -- limit returns to its ring, and an idle consumer is woken per slot freed (_wake.lua).

@@ -4,7 +4,7 @@
 -- KEYS[2]  HASH  <ns>:<queue>.XQ.msgs   dead letter id -> encoded message
 -- KEYS[3]  LIST  <ns>:<queue>           ready queue (redis message ids)
 -- KEYS[4]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
--- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
+-- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
 -- KEYS[6]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 -- KEYS[7..9]      optional: the flow keys (flow, levels, lane_of; see _flow.lua); with them
 --                 ARGV[3] and ARGV[4] are the lanes' and rings' key prefixes and the ids

@@ -5,7 +5,7 @@
 -- KEYS[2]  HASH     <ns>:<queue>.msgs   redis message id -> encoded message
 -- KEYS[3]  CHANNEL  redisson_delay_queue_channel:{N}
 -- KEYS[4]  ZSET     redisson_delay_queue_sent:{N}   redis message id -> enqueue time (epoch ms)
--- KEYS[5]  ZSET     redisson_delay_queue_idle:{N}   consumer token -> free slots (idle consumers)
+-- KEYS[5]  ZSET     redisson_delay_queue_idle:{N}   consumer token -> messages it can start now
 -- KEYS[6..8]        optional: the flow keys (flow, levels, lane_of; see _flow.lua). With
 --                   them, ARGV[4] and ARGV[5] are the lanes' and the rings' key prefixes
 --                   and the messages come in triples from ARGV[6]: id, encoded message,
@@ -41,7 +41,7 @@
 -- the window (measured with 36-character ids; see the broker's dedupe_window).
 --
 -- Wake-ups: idle consumers (those whose last fetch came up short) are woken on their own
--- wake channels until their free slots cover the ids pushed (see _wake.lua), so one
+-- wake channels until what they can start covers the ids pushed (see _wake.lua), so one
 -- message wakes one consumer, not the whole fleet. Without idle consumers it costs one
 -- ZRANGE.
 --

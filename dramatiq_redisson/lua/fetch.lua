@@ -4,7 +4,7 @@
 -- KEYS[2]  HASH  <ns>:<queue>.msgs                     redis message id -> encoded message
 -- KEYS[3]  SET   <ns>:__acks__.<worker id>.<queue>     fetched, not yet acked
 -- KEYS[4]  ZSET  <ns>:__heartbeats__                   worker id -> last seen (epoch ms)
--- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}         consumer token -> free slots
+-- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}         consumer token -> messages it can start now
 -- KEYS[6]  STRING redisson_delay_queue_paused:{N}      set while the queue is paused
 -- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}      redis message id -> fetch record
 -- KEYS[8]  HASH   redisson_delay_queue_flow:{N}        optional (with KEYS[9..10] and

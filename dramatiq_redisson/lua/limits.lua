@@ -4,7 +4,7 @@
 -- KEYS[1]  HASH  redisson_delay_queue_flow:{N}     the limits, slots in use and blocked lanes
 -- KEYS[2]  LIST  <ns>:<queue>                      ready queue (the plain lane)
 -- KEYS[3]  ZSET  redisson_delay_queue_levels:{N}   priorities with lanes in their ring
--- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> free slots
+-- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
 --
 -- ARGV[1]  "set", "clear", "get" or "weights"
 -- ARGV[2..6] with "set": the queue's concurrency limit, each group's concurrency limit,

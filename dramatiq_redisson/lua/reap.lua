@@ -4,7 +4,7 @@
 --                                                   ms, server clock), one per process
 -- KEYS[2]  LIST  <ns>:<queue>                       ready queue
 -- KEYS[3]  HASH  <ns>:<queue>.msgs
--- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
+-- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
 -- KEYS[7..9]     the flow keys (flow, levels, lane_of; see _flow.lua)

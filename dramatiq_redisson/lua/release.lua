@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  STRING  redisson_delay_queue_lease:{N}      "<token> <expiry ms>" (PX)
 -- KEYS[2]  ZSET    redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
--- KEYS[3]  ZSET    redisson_delay_queue_idle:{N}       consumer token -> free slots
+-- KEYS[3]  ZSET    redisson_delay_queue_idle:{N}       consumer token -> messages it can start now
 -- KEYS[4]  CHANNEL redisson_delay_queue_channel:{N}    wake channels are this .. ":wake:{token}"
 --
 -- ARGV[1]  the leaving consumer's token

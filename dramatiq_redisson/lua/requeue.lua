@@ -3,7 +3,7 @@
 -- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
 -- KEYS[2]  HASH  <ns>:<queue>.msgs
 -- KEYS[3]  LIST  <ns>:<queue>
--- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> free slots
+-- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
 -- KEYS[7..9]      optional: the flow keys (see _flow.lua); with them ARGV[1] and ARGV[2] are

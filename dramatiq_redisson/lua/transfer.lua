@@ -14,7 +14,7 @@
 -- KEYS[9]  HASH  <ns>:<queue>.XQ.msgs   dead letter id -> data
 -- KEYS[10] STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>" (PX): who transfers
 -- KEYS[11] ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
--- KEYS[12] ZSET  redisson_delay_queue_idle:{N}       consumer token -> free slots
+-- KEYS[12] ZSET  redisson_delay_queue_idle:{N}       consumer token -> messages it can start now
 -- KEYS[13] CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
 -- KEYS[14] SET   <ns>:__acks__.<worker id>.<queue>   the caller's ack set (hand-off, below)
 -- KEYS[15] ZSET  redisson_delay_queue_sent:{N}      member -> when it moved (epoch ms), kept
