@@ -347,12 +347,12 @@ class RedissonConsumer(Consumer):
             return None
 
     def ack(self, message: MessageProxy) -> None:
-        idle = self._idle_score_after_ack()
+        listed, idle = self.idle_score, self._idle_score_after_ack()
 
         def do_ack(queue_name: str, redis_message_id: str) -> int:
             acked = self.broker.do_ack(queue_name, redis_message_id, idle)
-            if idle is not None and self.registered:
-                self.idle_score = max(self.idle_score, idle.score)
+            if idle is not None and self.registered and self.idle_score == listed:
+                self.idle_score = idle.score  # (unless a fetch listed it anew meanwhile)
             return acked
 
         self._finish(message, do_ack if idle is not None else self.broker.do_ack)
@@ -365,7 +365,7 @@ class RedissonConsumer(Consumer):
         after = self.can_start(finishing=1)
         if not relist(self.idle_score, after, holder=self.timer.owner, long_jobs=self.long_jobs):
             return None
-        return IdleScore(self.token, after, self.wake_channel, self.idle_score == 0)
+        return IdleScore(self.token, after, self.wake_channel)
 
     def nack(self, message: MessageProxy) -> None:
         # The dead letter keeps the message as it failed: Dramatiq's Retries has recorded

@@ -77,12 +77,11 @@ def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
 
 class IdleScore(NamedTuple):
     """A consumer's new score in its queue's idle registry, given with an ack (ack.lua):
-    what it can start now, and whether it was listed at 0."""
+    what it can start now."""
 
     token: str
     score: int
     channel: str
-    from_zero: bool
 
 
 class Fetched(list[tuple[str, "bytes | None"]]):
@@ -554,7 +553,7 @@ class Scripts(ScriptRunner):
         )
         if idle is not None:
             call_keys = (*call_keys, keys.idle, keys.ready)
-            args = (*args, "idle", idle.token, idle.score, idle.channel, "1" if idle.from_zero else "0")
+            args = (*args, "idle", idle.token, idle.score, idle.channel)
         return int(self._run_idempotent("ack", call_keys, args))
 
     def nack(

@@ -214,4 +214,4 @@ def test_a_cpu_bound_fleet_runs_work_in_every_process(
     runs = [r for r in records(redis_client) if "started" not in r]
     assert sorted(r["i"] for r in runs) == list(range(80))
     shares = Counter(r["pid"] for r in runs)
-    assert len(shares) == 2 and min(shares.values()) >= 20, shares
+    assert len(shares) == 2 and min(shares.values()) >= 16, shares  # one process ran them all before

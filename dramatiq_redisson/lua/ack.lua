@@ -29,12 +29,11 @@
 -- A thread is free again (issue 46): a consumer listed in the idle registry with a score
 -- below what it can start now adds, after the above (ARGV[6] or, with lanes, ARGV[9] is
 -- "idle"), KEYS[k] the idle ZSET and KEYS[k + 1] the ready queue (k = 7, or 10 with
--- lanes), and ARGV "idle", its token, its new score, its wake channel, and "1" if it was
--- listed at 0. Its entry takes the new score (ZADD XX: a consumer woken meanwhile stays
--- out), so that enqueues and transfers can wake it. One listed at 0 was passed over by
--- every wake-up while its threads were busy: if messages wait in the ready queue (with
--- lanes: always, as the lanes are not counted here), its own wake channel gets "0"
--- instead, and it fetches them.
+-- lanes), and ARGV "idle", its token, its new score and its wake channel. Its entry takes
+-- the new score (ZADD XX: a consumer woken meanwhile stays out), so that enqueues and
+-- transfers can wake it. But if messages wait in the ready queue (with lanes: always, as
+-- the lanes are not counted here), wake-ups passed them over (every thread was busy, or
+-- its listing lagged): its own wake channel gets "0" instead, and it fetches them.
 --
 -- Memory: the first write is the SREM (never grows memory), so acks run on a server
 -- at its maxmemory limit, where they are what frees memory.
@@ -69,7 +68,7 @@ if ARGV[3] ~= "0" then
 end
 local k, a = held and 10 or 7, held and 9 or 6
 if ARGV[a] == "idle" then
-    if ARGV[a + 4] == "1" and (held or redis.call("LLEN", KEYS[k + 1]) > 0) then
+    if held or redis.call("LLEN", KEYS[k + 1]) > 0 then
         redis.call("PUBLISH", ARGV[a + 3], "0") -- messages wait: its consumer fetches them
     else
         redis.call("ZADD", KEYS[k], "XX", ARGV[a + 2], ARGV[a + 1])
