@@ -171,9 +171,9 @@ class RedissonConsumer(Consumer):
         self.timeout = timeout
 
         self.message_cache: deque[tuple[str, bytes]] = deque()
-        self.in_flight: set[str] = set()
-        #: When each message in flight was handed to Dramatiq (monotonic s).
-        self.handed_at: dict[str, float] = {}
+        #: Messages handed to Dramatiq and not finished: redis message id -> when it was
+        #: handed over (monotonic s), oldest first.
+        self.in_flight: dict[str, float] = {}
         #: Set by close(): a failing ack or nack is no longer retried here (see _finish).
         self.closing = False
         self.misses = 0
@@ -225,7 +225,7 @@ class RedissonConsumer(Consumer):
 
     @property
     def outstanding_message_count(self) -> int:
-        return len(self.in_flight) + len(self.message_cache)
+        return self.holding
 
     @property
     def free_slots(self) -> int:
@@ -252,7 +252,7 @@ class RedissonConsumer(Consumer):
     @property
     def long_jobs(self) -> bool:
         """Whether its jobs take time (see :meth:`._worker_threads.WorkerThreads.takes_time`)."""
-        return self.threads is not None and self.threads.takes_time(self.handed_at)
+        return self.threads is not None and self.threads.takes_time(self.in_flight)
 
     def thread_freed(self) -> None:
         """A thread of its Worker finished a message: it may take another."""
@@ -284,8 +284,7 @@ class RedissonConsumer(Consumer):
                     message = self._decode(redis_message_id, data)
                     if message is None:
                         continue
-                    self.in_flight.add(redis_message_id)
-                    self.handed_at[redis_message_id] = time.monotonic()
+                    self.in_flight[redis_message_id] = time.monotonic()
                     return MessageProxy(message)
 
                 self.tick()
@@ -703,12 +702,12 @@ class RedissonConsumer(Consumer):
                         raise ConnectionClosed(e) from None
                     time.sleep(FINISH_RETRY_PAUSE)
         finally:
-            self.in_flight.discard(redis_message_id)
-            handed_at = self.handed_at.pop(redis_message_id, None)
+            handed_at = self.in_flight.pop(redis_message_id, None)
             if self.threads is not None:
-                # A thread is free: every queue's consumer may start more.
+                # A thread is free: every queue's consumer (this one too) may start more.
                 self.threads.freed(None if handed_at is None else ended - handed_at)
-            self.capacity_freed.set()
+            else:
+                self.capacity_freed.set()
 
     # -- legacy .DQ migration and maintenance ---------------------------------------
 

@@ -87,7 +87,7 @@ class _Budget:
         self.freed = _Freed()
 
     def outstanding(self) -> int:
-        return sum(len(c.in_flight) + len(c.message_cache) for c in self.members)
+        return sum(c.holding for c in self.members)
 
 
 class ShardConsumer(RedissonConsumer):
@@ -308,8 +308,7 @@ class ShardedConsumer(Consumer):
             if mine:
                 shard.requeue(mine)
                 for message in mine:
-                    shard.in_flight.discard(message.options["redis_message_id"])
-                    shard.handed_at.pop(message.options["redis_message_id"], None)
+                    shard.in_flight.pop(message.options["redis_message_id"], None)
 
     def close(self) -> None:
         self.stopping.set()

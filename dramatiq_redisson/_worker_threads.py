@@ -96,15 +96,15 @@ class WorkerThreads:
         """Threads running (or about to run) a message: what the consumers hold."""
         return sum(h.holding for h in self._holders)
 
-    def idle(self) -> int:
-        """Threads free to start a message now."""
-        return max(0, self.threads - self.busy())
+    def idle(self, finishing: int = 0) -> int:
+        """Threads free to start a message now (``finishing``: as if that many of the
+        messages held had finished)."""
+        return max(0, self.threads - self.busy() + finishing)
 
     def can_start(self, free: int, finishing: int = 0) -> int:
         """How many messages a consumer with ``free`` prefetch slots should take now: what
-        the idle threads can start, within ``free`` (``finishing``: as if that many of the
-        messages held had finished)."""
-        return min(free, max(0, self.threads - self.busy() + finishing))
+        the idle threads can start, within ``free``."""
+        return min(free, self.idle(finishing))
 
     def takes_time(self, handed_at: Mapping[str, float]) -> bool:
         """Whether jobs take time: recent ones held a thread :data:`SPREAD_JOBS_FROM` or
