@@ -25,13 +25,13 @@ import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.common import compute_backoff
 from dramatiq.errors import ConnectionClosed
-from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
 from ._client import Probe
 from ._errors import NotReplicated
 from ._leftovers import maintain, migrate_batch
 from ._liveness import Reaper
+from ._logs import logger_for, outage_of, reason
 from ._permissions import DOCS, is_permission_error
 from ._scripts import IdleScore
 from ._transfer_duty import CONNECTION_ERRORS, ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
@@ -156,7 +156,7 @@ class RedissonConsumer(Consumer):
         *,
         threads: WorkerThreads | None = None,
     ) -> None:
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         self.broker = broker
         self.scripts = broker.redisson_scripts
         self.keys = broker.keys(queue_name)
@@ -208,6 +208,8 @@ class RedissonConsumer(Consumer):
         # Error recovery (see _failed).
         self.error_attempts = 0
         self.probe = Probe(broker.client)
+        #: The process's account of the server being away (one line for every queue).
+        self.outage = outage_of(broker.client)
         self.server_was_down = False  # a probe found the server refusing connections
         self.failing_since: float | None = None
         self.last_error_log: dict[str, float] = {}
@@ -615,7 +617,12 @@ class RedissonConsumer(Consumer):
             self.wakeup.wait(remaining if accepting is None else min(PROBE_INTERVAL / 1000, remaining))
 
     def log_failure(self, error: Exception) -> None:
-        """Log a failed call, once per kind of failure and :data:`ERROR_LOG_INTERVAL`."""
+        """Log a failed call: a lost connection through the process's :class:`Outage`
+        (one line for all queues); any other failure once per kind of failure and
+        :data:`ERROR_LOG_INTERVAL`."""
+        if isinstance(error, CONNECTION_ERRORS):
+            self.outage.failed(error)
+            return
         now = time.monotonic()
         kind = f"{type(error).__name__}: {str(error).split(' ', 1)[0]}"
         if now - self.last_error_log.get(kind, -math.inf) >= ERROR_LOG_INTERVAL / 1000:
@@ -625,15 +632,14 @@ class RedissonConsumer(Consumer):
                     "The Redis user lacks a permission on queue %r (see %s): %s", self.queue_name, DOCS, error
                 )
             elif isinstance(error, redis.ResponseError):
-                self.logger.error("Redis refused a call on queue %r: %s. Retrying.", self.queue_name, error)
-            elif isinstance(error, NotReplicated):
-                self.logger.warning("On queue %r: %s Retrying.", self.queue_name, error)
+                self.logger.error("Redis refused a call on queue %r: %s. Retrying.", self.queue_name, reason(error))
             else:
-                self.logger.warning("Lost the connection to Redis on queue %r: %s. Retrying.", self.queue_name, error)
+                self.logger.warning("On queue %r: %s. Retrying.", self.queue_name, reason(error))
 
     def _recovered(self) -> None:
         if self.failing_since is not None:
-            self.logger.info(
+            self.outage.reached()
+            self.logger.debug(
                 "Calls on queue %r work again after %.1f s.", self.queue_name, time.monotonic() - self.failing_since
             )
             self.failing_since = None

@@ -45,8 +45,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import redis
-from dramatiq.logging import get_logger
 
+from ._logs import logger_for, outage_of, reason
 from ._message import epoch_ms
 from ._topology import numsub_counts
 
@@ -72,6 +72,9 @@ BEAT_RETRY = 0.5
 
 #: Errors of a beat that the thread logs and outlives (the server away, full, refusing).
 _BEAT_ERRORS = (redis.RedisError, OSError)
+
+#: The beat errors that mean the server is away (reported by the process's Outage).
+_AWAY_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError, OSError)
 
 
 def confirm_behind(
@@ -130,7 +133,7 @@ class Liveness:
 
     def __init__(self, broker: LivenessHost, timeout_ms: int) -> None:
         self.broker = broker
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         #: 0: liveness off.
         self.timeout_ms = timeout_ms
         self.interval = timeout_ms / BEATS_PER_TIMEOUT / 1000
@@ -139,6 +142,7 @@ class Liveness:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._away = False  # the failing beats met a server that is away
         self.counts = SubscriptionCounts(broker.topology)
 
     @property
@@ -214,17 +218,26 @@ class Liveness:
                 ok = self._beat(queue_name) and ok
             if ok and self._failing:
                 self._failing = False
-                self.logger.info("Liveness beats work again.")
+                if self._away:  # the server was away: the process says it is back (see _logs)
+                    self._away = False
+                    outage_of(self.broker.client).reached()
+                else:
+                    self.logger.info("Liveness beats work again.")
 
     def _beat(self, queue_name: str) -> bool:
         """Beat for ``queue_name``; whether it worked. Never raises: the thread outlives any
         failure (while beats fail, it tries again every :data:`BEAT_RETRY` s)."""
         try:
             self.broker.redisson_scripts.beat(self.broker.keys(queue_name), self.broker.broker_id)
+        except _AWAY_ERRORS as e:
+            # The server is away: the process says so once, for every part (see _logs).
+            self._failing = self._away = True
+            outage_of(self.broker.client).failed(e)
+            return False
         except _BEAT_ERRORS as e:
             if not self._failing:
                 self._failing = True
-                self.logger.warning("Liveness beat on queue %r failed (%s); retrying.", queue_name, e)
+                self.logger.warning("Liveness beat on queue %r failed (%s); retrying.", queue_name, reason(e))
             return False
         except Exception:
             # Not a server error: the broker closing under the thread, or a bug. Logged with
@@ -290,7 +303,7 @@ class Reaper:
         self.broker = broker
         self.keys = broker.keys(queue_name)
         self.queue_name = queue_name
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         self.next_check_at = 0.0
         #: The consumer whose transfer lease lapsed as this one took it over, and when it
         #: last renewed it (server epoch ms); for the next check only.

@@ -28,10 +28,10 @@ from typing import Any
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
-from dramatiq.logging import get_logger
 
 from ._consumer import ConsumerHost, RedissonConsumer
 from ._limits import UPKEEP_INTERVAL_MS
+from ._logs import logger_for
 from ._shards import shard_name
 from ._transfer_duty import CONNECTION_ERRORS
 from ._worker_threads import WorkerThreads
@@ -161,7 +161,7 @@ class ShardedConsumer(Consumer):
     def __init__(
         self, broker: Any, queue_name: str, prefetch: int, timeout: int, *, threads: WorkerThreads | None = None
     ) -> None:
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         self.broker = broker
         #: The Worker's threads, which every shard's consumer fills (see :mod:`._worker_threads`).
         self.worker_threads = threads

@@ -28,6 +28,7 @@ from dramatiq.common import compute_backoff
 
 from ._errors import MissingPermission, NotReplicated
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
+from ._logs import Outage, reason
 from ._permissions import check_permissions
 from ._timer import TransferTimer
 
@@ -83,6 +84,12 @@ POLL_MARGIN_MS = 1
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
 
 
+class SubscriptionGone(redis.ConnectionError):
+    """The server answers, but no longer holds this consumer's subscription (it was moved
+    by a failover, or the server dropped it): logged per queue, unlike a server that is
+    away (see :mod:`._logs`)."""
+
+
 def lapsed_renewal(lease_until_ms: int, taken_at_ms: int, lease_ms: int) -> int | None:
     """When the holder of a lease that ended at ``lease_until_ms`` last renewed it, if a
     consumer that took it over at ``taken_at_ms`` (server epoch ms) found it lapsed: taken
@@ -99,12 +106,13 @@ _T = TypeVar("_T")
 class DutyOwner(Protocol):
     """What a transfer duty reads of the consumer it works for: its names and keys, how
     it takes fetched messages and counts what it can start, its idle registration and back-off,
-    its failure log and its queue's reaper (and, through ``broker``, the
+    its failure log, the process's account of an outage and its queue's reaper (and, through ``broker``, the
     :class:`._consumer.ConsumerHost`). Nothing else (``tests/test_shape.py`` checks it)."""
 
     broker: ConsumerHost
     keys: QueueKeys
     logger: Any
+    outage: Outage
     queue_name: str
     reaper: Reaper
     scripts: Scripts
@@ -151,6 +159,7 @@ class TransferDuty:
         #: Subscribed to the queue's channel (while holding the transfer lease).
         self.announcements = False
         self.resubscribe_attempts = 0
+        self.lost_with_server = False  # the last lost subscription went with the server
         self.resubscribe_at = 0.0
         self.next_poll_transfer_at = 0.0
         self.next_subscription_check_at = 0.0
@@ -198,7 +207,7 @@ class TransferDuty:
         self.subscription_missing += 1
         if self.subscription_missing >= 2:
             self.subscription_failed(
-                redis.ConnectionError("the server lists no subscription of this consumer (moved by a failover?)")
+                SubscriptionGone("the server lists no subscription of this consumer (moved by a failover?)")
             )
 
     def transfer_if_due(self) -> None:
@@ -256,9 +265,11 @@ class TransferDuty:
         self.announcements = self.timer.owner
         # Listed while subscribed: a process that dies drops the subscription (see _liveness).
         self.broker.liveness.subscribed(self.keys, self.token)
-        if self.resubscribe_attempts:
+        self.consumer.outage.reached()
+        if self.resubscribe_attempts and not self.lost_with_server:
             self.logger.info("Subscribed to %r again.", self.keys.channel)
         self.resubscribe_attempts = 0
+        self.lost_with_server = False
         self.subscription_missing = 0  # a miss counts against this subscription only
         self.timer.force()  # anything announced while we were away is unknown
 
@@ -293,8 +304,14 @@ class TransferDuty:
         self.broker.topology.follow(error)
         if isinstance(error, redis.ResponseError):
             self.consumer.log_failure(error)  # a refused channel: rate-limited, with its reason
+        elif isinstance(error, CONNECTION_ERRORS) and not isinstance(error, SubscriptionGone):
+            # The server is away: the process says so once, for every queue (see _logs).
+            self.lost_with_server = True
+            self.consumer.outage.failed(error)
         elif self.resubscribe_attempts == 0:
-            self.logger.warning("Lost the subscription to %r (%s); subscribing again.", self.keys.channel, error)
+            self.logger.warning(
+                "Lost the subscription to %r (%s); subscribing again.", self.keys.channel, reason(error)
+            )
         attempts, backoff_ms = compute_backoff(
             self.resubscribe_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_RESUBSCRIBE_BACKOFF
         )
@@ -398,7 +415,7 @@ class TransferDuty:
         if kind == "unsubscribe" and (channel == self.wake_channel or self.announcements):
             # Not asked for: the server dropped the subscription (on a cluster, the
             # queue's slot moved to another node). Subscribe again where it is now.
-            self.subscription_failed(redis.ConnectionError(f"the server unsubscribed {channel!r}"))
+            self.subscription_failed(SubscriptionGone(f"the server unsubscribed {channel!r}"))
             return
         if kind == "subscribe":
             if channel == self.wake_channel:

@@ -119,7 +119,7 @@ def test_a_worker_without_a_replica_still_moves_and_runs_delayed_messages(
     finally:
         plain.close()
     worker = Worker(lonely, worker_timeout=100, worker_threads=2)
-    caplog.set_level(logging.WARNING, logger="dramatiq_redisson._consumer.RedissonConsumer")
+    caplog.set_level(logging.WARNING, logger="dramatiq_redisson.RedissonConsumer")
     worker.start()
     try:
         assert wait_for(lambda: sorted(ran) == list(range(5)), timeout=10), ran

@@ -1,0 +1,141 @@
+"""How the package names its loggers, and what a process says while its server is away.
+
+**Names.** Every logger is named after a class under the public package name, as
+Dramatiq's are (``dramatiq.worker.Worker``): ``dramatiq_redisson.RedissonBroker``,
+``dramatiq_redisson.RedissonConsumer``, ``dramatiq_redisson.Liveness``… never after the
+private module a class lives in, which can move. ``logging.getLogger("dramatiq_redisson")``
+is the parent of them all.
+
+**A server that is away.** Every consumer, its subscription and the liveness thread of a
+process meet the same refused connection. Instead of a line from each of them per queue,
+the process says it once, naming the address (:class:`Outage`): *Cannot reach
+redis://127.0.0.1:6379/0* when it never reached that server, *Lost the connection to …*
+when it had; then at most one *Still cannot reach …* per back-off step (after 2, 4, 8, 16
+s away, then every :data:`REMINDER_CAP` s), and one line when it is back. The callers go on
+retrying as before: this only decides what is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import redis
+from dramatiq.logging import get_logger
+from redis.cluster import RedisCluster
+
+#: The prefix of every logger's name: the public package.
+PACKAGE = "dramatiq_redisson"
+
+#: Seconds away before the first "still cannot reach" line; each next one waits twice as
+#: long, up to :data:`REMINDER_CAP`.
+FIRST_REMINDER = 2.0
+
+#: Longest time (s) between two "still cannot reach" lines.
+REMINDER_CAP = 30.0
+
+
+def logger_for(owner: type | str) -> logging.Logger:
+    """The logger of ``owner`` (a class, or a name): ``dramatiq_redisson.<name>``."""
+    return get_logger(PACKAGE, owner) if isinstance(owner, type) else logging.getLogger(f"{PACKAGE}.{owner}")
+
+
+def reason(error: BaseException) -> str:
+    """``error``'s text as a clause: without the closing period redis-py's messages end
+    with (``"… Connection refused."``), so that a sentence can go on after it."""
+    return str(error).strip().rstrip(".") or type(error).__name__
+
+
+def server_address(client: Any) -> str:
+    """Where ``client`` connects, for a log line: ``redis://host:port/db`` (``rediss://``
+    with TLS), ``unix:///path``, ``the Sentinel service 'name'``, or the cluster's startup
+    nodes. Never a password."""
+    if isinstance(client, RedisCluster):
+        nodes = ", ".join(sorted(node.name for node in client.get_nodes())) or "?"
+        return f"the cluster at {nodes}"
+    pool = getattr(client, "connection_pool", None)
+    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
+    connection_class = getattr(pool, "connection_class", None)
+    service = getattr(pool, "service_name", None)
+    if service is not None:
+        return f"the Sentinel service {service!r}"
+    db = kwargs.get("db", 0)
+    if connection_class is redis.UnixDomainSocketConnection:
+        return f"unix://{kwargs.get('path', '?')}?db={db}"
+    scheme = "rediss" if connection_class is redis.SSLConnection else "redis"
+    return f"{scheme}://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
+
+
+class Outage:
+    """One process's account of one server being away (see the module docstring).
+
+    :meth:`failed` is called by every part that met a connection error, :meth:`reached`
+    by a part whose call worked; both are safe from any thread, and :meth:`reached` costs
+    two attribute reads while nothing is wrong."""
+
+    def __init__(self, address: str, logger: logging.Logger) -> None:
+        self.address = address
+        self.logger = logger
+        self.lock = threading.Lock()
+        #: Whether a call to this server ever worked in this process.
+        self.reached_once = False
+        #: When (monotonic s) the server went away; ``None`` while it is there.
+        self.since: float | None = None
+        self.next_line_at = 0.0
+        self.step = FIRST_REMINDER
+
+    @property
+    def away(self) -> bool:
+        return self.since is not None
+
+    def failed(self, error: BaseException) -> bool:
+        """A call could not reach the server: say so if it is news, or if a back-off step
+        passed since the last line; whether a line was written."""
+        now = time.monotonic()
+        with self.lock:
+            if self.since is None:
+                self.since, self.step = now, FIRST_REMINDER
+                self.next_line_at = now + self.step
+                if self.reached_once:
+                    self.logger.warning("Lost the connection to %s: %s. Retrying.", self.address, reason(error))
+                else:
+                    self.logger.warning(
+                        "Cannot reach %s: %s. Retrying until it answers.",
+                        self.address,
+                        reason(error),
+                    )
+                return True
+            if now < self.next_line_at:
+                return False
+            self.step = min(self.step * 2, REMINDER_CAP)
+            self.next_line_at = now + self.step
+            self.logger.warning(
+                "Still cannot reach %s after %d s: %s. Retrying.", self.address, round(now - self.since), reason(error)
+            )
+            return True
+
+    def reached(self) -> None:
+        """A call to the server worked: if it had been away, say it is back."""
+        if self.since is None and self.reached_once:
+            return
+        with self.lock:
+            since, self.since, self.reached_once = self.since, None, True
+            if since is not None:
+                self.logger.info("Reached %s again after %.1f s.", self.address, time.monotonic() - since)
+
+
+_outages: dict[str, Outage] = {}
+_outages_lock = threading.Lock()
+
+
+def outage_of(client: Any, logger: logging.Logger | None = None) -> Outage:
+    """The process's :class:`Outage` of ``client``'s server (one per address, shared by
+    every broker of the process that connects there)."""
+    address = server_address(client)
+    with _outages_lock:
+        outage = _outages.get(address)
+        if outage is None:
+            outage = _outages[address] = Outage(address, logger or logger_for("RedissonBroker"))
+        return outage
