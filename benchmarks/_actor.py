@@ -112,6 +112,8 @@ def declare_periodic(broker: Any, schedules: Any, record: Any = None, queue: str
     ``schedules`` (``@periodic(every=…, name=…)``, RedissonBroker only) and return it. Each run
     records its schedule (the message's ``periodic`` option), its tick time (its
     ``message_timestamp``) and, like ``bench_record``, the server's TIME, in ``TICK_KEY``."""
+    from datetime import timedelta
+
     from dramatiq.middleware import CurrentMessage
 
     from dramatiq_redisson import periodic
@@ -127,5 +129,6 @@ def declare_periodic(broker: Any, schedules: Any, record: Any = None, queue: str
     decorate: Any = dramatiq.actor
     actor = decorate(bench_tick, broker=broker, queue_name=queue, actor_name="bench_tick", max_retries=0)
     for name, every in schedules:
-        periodic(every=every, name=name)(actor)
+        # A timedelta: every= takes one in every version measured (a bare number no longer).
+        periodic(every=timedelta(seconds=every), name=name)(actor)
     return actor

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
+from dramatiq.actor import Actor
 from dramatiq.broker import Consumer
 from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_TIMEOUT, RedisBroker
 from dramatiq.common import q_name
@@ -16,15 +18,16 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 from redis.cluster import RedisCluster
 
-from ._client import make_client
+from ._client import argument_problems, make_client
 from ._dead_letters import DeadLetters
 from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
 from ._history import History
 from ._keys import QueueKeys, check_cluster_name
-from ._lanes import FLOW_OPTIONS
+from ._lanes import FLOW_OPTIONS, flow_option_problems
 from ._limits import HEARTBEAT_INTERVAL_MS
 from ._liveness import Liveness
+from ._logs import logger_for
 from ._message import prepare_scheduled
 from ._periodic import Schedules
 from ._permissions import acl_rule
@@ -44,6 +47,7 @@ from ._settings import (
     DEFAULT_TRANSFER_LEASE,
     DEFAULT_WAIT_TIMEOUT,
     BrokerSettings,
+    checked_settings,
 )
 from ._sharded_views import ShardedDeadLetters, ShardedDelayedQueue
 from ._shards import ShardRouter, shard_pairs
@@ -67,6 +71,31 @@ def _setting(name: str, *, settable: bool = True) -> Any:
     return property(get, set_ if settable else None)
 
 
+def _connect(
+    url: str | None,
+    client: redis.Redis | RedisCluster | None,
+    cluster: bool,
+    namespace: str,
+    parameters: dict[str, Any],
+) -> tuple[redis.Redis | RedisCluster | None, dict[str, Any]]:
+    """The broker's client and the connection parameters left for Dramatiq's RedisBroker
+    (which makes a client from them when there is none): ``client`` as it is, or one made
+    from ``url`` (a cluster's from ``url`` or the ``host``/``port`` parameters).
+
+    Raises:
+      TypeError: ``cluster=True`` with a client for one server.
+      ValueError: On a cluster, a namespace with a hash tag; ``cluster=True`` against a
+        server without cluster mode (see :func:`._client.make_client`).
+    """
+    if client is not None and cluster and not isinstance(client, RedisCluster):
+        raise TypeError(f"cluster=True needs a redis.cluster.RedisCluster client, got {type(client).__name__}")
+    if cluster:
+        check_cluster_name("namespace", namespace)
+    if client is None and (url or cluster):
+        return make_client(url, cluster, parameters), {}
+    return client, parameters
+
+
 class RedissonBroker(RedisBroker):
     """A Redis broker whose delayed messages live in Redisson's delayed-queue structures.
 
@@ -84,19 +113,33 @@ class RedissonBroker(RedisBroker):
       maintenance_chance: Accepted for compatibility; maintenance runs every
         ``maintenance_interval`` ms instead of by chance.
       client: A redis client to use.
-      heartbeat_timeout, dead_message_ttl, transfer_batch_size, safety_interval,
-      maintenance_interval, transfer_lease, dedupe_window, wait_for_replicas,
-      wait_timeout, liveness_timeout: The broker's settings, checked together before
+      heartbeat_timeout, dead_message_ttl, transfer_batch_size, safety_interval: The
+        broker's settings, with those of the next entry, checked together before
         anything is made (one ValueError names every bad value): see
         :class:`dramatiq_redisson._settings.BrokerSettings` for each; read back as
         ``broker.settings``.
+      maintenance_interval, transfer_lease, dedupe_window, wait_for_replicas, wait_timeout, liveness_timeout:
+        The broker's settings too, as above.
       cluster: Connect to a Redis/Valkey Cluster: ``url`` (or the ``host``/``port``
         parameters) names one of its nodes and a :class:`redis.cluster.RedisCluster`
         client is made. A ``RedisCluster`` passed as ``client`` implies it. Keys then
         follow the cluster layout, where every key of a queue hashes to one slot
         (see :mod:`dramatiq_redisson._keys`), and announcements use sharded pub/sub.
+      max_priority: The highest ``broker_priority`` a message may have (None or 0:
+        priorities are ignored; see :mod:`dramatiq_redisson._lanes`).
+      shards: ``{queue name: shard count}``: spread each named queue over that many hash
+        slots of a cluster (see :mod:`dramatiq_redisson._shards`); on one server it works
+        but gains nothing, and the broker logs a warning saying so.
       **parameters: Connection parameters passed to :class:`redis.Redis` (or to
-        :class:`redis.cluster.RedisCluster`).
+        :class:`redis.cluster.RedisCluster`). A name neither the broker nor redis-py
+        takes is refused with the settings, with the closest known name ("unknown
+        argument transfer_batch_szie: did you mean transfer_batch_size?"); so are ``url``
+        with ``client`` and connection parameters with ``client`` (the client passed in
+        would be used as it is, the others ignored).
+
+    ``cluster=True`` against a server without cluster mode raises a ValueError that says
+    so. Actor options this broker adds (``broker_priority``, ``group_key``) are checked
+    when the actor is declared (see :meth:`declare_actor`).
 
     One message id is enqueued at most once per queue: an immediate message is pushed
     under its message id as redis message id and is not pushed again while it is
@@ -144,8 +187,11 @@ class RedissonBroker(RedisBroker):
         shards: Mapping[str, int] | None = None,
         **parameters: Any,
     ) -> None:
-        # Checked before anything is made: a bad value makes no client (see _settings).
-        self._settings = BrokerSettings(
+        # Checked before anything is made: a bad value, an unknown name or url= with
+        # client= makes no client, and one ValueError names them all (see _settings).
+        cluster = cluster or isinstance(client, RedisCluster)
+        self._settings = checked_settings(
+            argument_problems(parameters, _OWN_ARGUMENTS, url=url, client=client, cluster=cluster),
             heartbeat_timeout=heartbeat_timeout,
             dead_message_ttl=dead_message_ttl,
             transfer_batch_size=transfer_batch_size,
@@ -160,15 +206,7 @@ class RedissonBroker(RedisBroker):
             shards=shard_pairs(shards),
         )
         owns_client = client is None
-        if isinstance(client, RedisCluster):
-            cluster = True
-        elif client is not None and cluster:
-            raise TypeError(f"cluster=True needs a redis.cluster.RedisCluster client, got {type(client).__name__}")
-        if cluster:
-            check_cluster_name("namespace", namespace)
-        if client is None and (url or cluster):
-            client = make_client(url, cluster, parameters)
-            parameters = {}
+        client, parameters = _connect(url, client, cluster, namespace, parameters)
         super().__init__(
             middleware=middleware,
             namespace=namespace,
@@ -178,10 +216,13 @@ class RedissonBroker(RedisBroker):
             client=client,
             **parameters,
         )
+        # Named after the public class, as Dramatiq's loggers are (see _logs).
+        self.logger = logger_for(type(self))
         # broker_priority and group_key are actor options too (flow control, see _lanes).
         self.actor_options |= FLOW_OPTIONS
         #: What differs between one server and a cluster (see :mod:`._topology`).
         self.topology = topology_for(self.client)
+        self._warn_of_shards_on_one_server()
         span = self.topology.retry_span_ms()
         if span is None:
             self.logger.warning(
@@ -243,6 +284,18 @@ class RedissonBroker(RedisBroker):
     def cluster(self) -> bool:
         """Whether the client is a Redis Cluster client (the cluster key layout)."""
         return self.topology.cluster
+
+    def _warn_of_shards_on_one_server(self) -> None:
+        """Shards on one server work but gain nothing (docs/sharding-design.md): say so,
+        once, when the broker is built."""
+        if not self.topology.cluster and any(count > 1 for _, count in self._settings.shards):
+            self.logger.warning(
+                "shards=%s on a single server gains nothing: every shard of a queue lives on this "
+                "one server, whose throughput and memory bound the queue as without shards, and "
+                "the shards cost a few more commands per message. Shards spread a queue over a "
+                "Redis Cluster's masters (cluster=True); the queues are sharded as asked.",
+                dict(self._settings.shards),
+            )
 
     def check_server(self) -> dict[str, tuple[str, tuple[int, int, int]]]:
         """Check, once per broker, that the server (every node of a cluster) is one the
@@ -404,6 +457,22 @@ class RedissonBroker(RedisBroker):
         """
         return self.topology.keys(self.namespace, q_name(queue_name))
 
+    def declare_actor(self, actor: Actor[Any, Any]) -> None:
+        """Declare an actor (Dramatiq's ``Actor`` calls this when it is made), after checking
+        the actor options this broker adds (``broker_priority``, ``group_key``: see
+        :mod:`._lanes`) with the check every send runs, so that a bad default is refused
+        where it is written instead of failing every send. A message's own options are
+        checked when it is sent.
+
+        Raises:
+          ValueError: An option the sends would refuse, naming the actor, the option and
+            its value; the actor is not declared.
+        """
+        problems = flow_option_problems(actor.options)
+        if problems:
+            raise ValueError(f"actor {actor.actor_name!r}: {'; '.join(problems)}")
+        super().declare_actor(actor)
+
     def declare_queue(self, queue_name: str) -> None:
         """Declare a queue. Unlike the built-in broker, no ``.DQ`` delay queue is declared:
         the timer in each queue's consumer moves delayed messages."""
@@ -492,8 +561,9 @@ class RedissonBroker(RedisBroker):
 
     def delayed_queue(self, queue_name: str) -> DelayedQueue:
         """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``);
-        of a queue with shards, one over all of them (see :mod:`._sharded_views`)."""
-        name = q_name(queue_name)
+        of a queue with shards, one over all of them (see :mod:`._sharded_views`).
+        ValueError if ``queue_name`` is not a known queue (:meth:`QueueAdmin.known`)."""
+        name = self.admin.known(queue_name)
         shards = self.shards_of(name)
         if len(shards) == 1:
             return DelayedQueue(self, self.keys(name))
@@ -505,8 +575,9 @@ class RedissonBroker(RedisBroker):
 
     def dead_letters(self, queue_name: str) -> DeadLetters:
         """A handle on the dead letters of ``queue_name`` (the built-in ``.XQ`` layout); of
-        a queue with shards, one over all of them (see :mod:`._sharded_views`)."""
-        name = q_name(queue_name)
+        a queue with shards, one over all of them (see :mod:`._sharded_views`).
+        ValueError if ``queue_name`` is not a known queue (:meth:`QueueAdmin.known`)."""
+        name = self.admin.known(queue_name)
         shards = self.shards_of(name)
         if len(shards) == 1:
             return DeadLetters(self, self.keys(name))
@@ -576,6 +647,10 @@ class RedissonBroker(RedisBroker):
                 raise QueueJoinTimeout(queue_name)
             time.sleep(interval / 1000)
 
+
+#: The keyword arguments of ``RedissonBroker`` itself (the others are redis-py's), which an
+#: unknown name is matched against for a suggestion.
+_OWN_ARGUMENTS = frozenset(inspect.signature(RedissonBroker.__init__).parameters) - {"self", "parameters"}
 
 # The delegates carry their QueueAdmin method's documentation (help(broker.stats)).
 for _name in ("known_queues", "stats", "history", "running", "waiting_groups", "pause", "resume", "flush"):

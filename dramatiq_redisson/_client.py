@@ -2,20 +2,100 @@
 tells when a server that went away accepts connections again.
 
 A broker given a ``url`` (or ``cluster=True``) makes its own client, with every connection
-parameter applied. :func:`client_retry_span_ms` bounds how long that client
-(or one passed in) may retry a command, which sizes the broker's ``dedupe_window``;
-:func:`close_client` closes what the broker opened. :class:`Probe` is the consumers'
-cheap check, while the server is away, of whether it is back.
+parameter applied; :func:`argument_problems` refuses, before that, a keyword argument
+neither the broker nor redis-py takes (the names read from redis-py itself, see
+:func:`connection_parameter_names`), and :func:`make_client` turns ``cluster=True``
+against a server without cluster mode into an error that says what to change.
+:func:`client_retry_span_ms` bounds how long that client (or one passed in) may retry a
+command, which sizes the broker's ``dedupe_window``; :func:`close_client` closes what the
+broker opened. :class:`Probe` is the consumers' cheap check, while the server is away, of
+whether it is back.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 import socket
+from collections.abc import Collection, Mapping
 from typing import Any, cast
 
 import redis
+import redis.cluster
 from redis.cluster import RedisCluster
+from redis.connection import ConnectionPool
+from redis.exceptions import RedisClusterException
+
+
+def _keyword_names(*classes: type) -> set[str]:
+    """The named keyword parameters of the ``__init__`` of ``classes`` and of their bases
+    (a connection class passes ``**kwargs`` up to its base)."""
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names: set[str] = set()
+    for cls in classes:
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None or klass is object:
+                continue
+            try:
+                parameters = inspect.signature(init).parameters.values()
+            except (TypeError, ValueError):  # a C-level __init__: nothing to read
+                continue
+            names.update(p.name for p in parameters if p.kind in keyword and p.name != "self")
+    names.discard("url")  # the broker's own
+    return names
+
+
+@functools.cache
+def connection_parameter_names(cluster: bool) -> frozenset[str]:
+    """Every keyword argument redis-py's client for one server (``cluster=False``) or for a
+    cluster takes, read from redis-py itself so that the list follows its version.
+
+    One server: the named parameters of ``Redis``, of ``ConnectionPool`` (``Redis.from_url``
+    passes its keywords to it) and of the connection classes and their bases. A cluster:
+    those too (its nodes' clients get them), ``RedisCluster``'s and the names it passes on
+    to its nodes (``redis.cluster.REDIS_ALLOWED_KEYS``)."""
+    names = _keyword_names(
+        redis.Redis, ConnectionPool, redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection
+    )
+    if cluster:
+        names |= _keyword_names(RedisCluster) | set(getattr(redis.cluster, "REDIS_ALLOWED_KEYS", ()))
+    return frozenset(names)
+
+
+def argument_problems(
+    parameters: Mapping[str, Any], own: Collection[str], *, url: str | None, client: object, cluster: bool
+) -> list[str]:
+    """What is wrong with a broker's connection arguments, one text each (an empty list:
+    nothing): each name of ``parameters`` that neither the broker (``own``) nor the redis-py
+    client it makes takes, with the closest known name when one is close (a cluster
+    client's parameter without ``cluster``: said so); ``url`` with ``client`` (the client
+    would be used, the url ignored); connection parameters with ``client`` (they would be
+    ignored too). Reads nothing from a server."""
+    known = connection_parameter_names(cluster)
+    every = connection_parameter_names(True)
+    problems = []
+    for name in sorted(set(parameters) - known):
+        close = difflib.get_close_matches(name, sorted(every | set(own)), n=1, cutoff=0.8)
+        if name in every:
+            problems.append(f"unknown argument {name}: a parameter of redis-py's cluster client, give cluster=True")
+        elif close:
+            problems.append(f"unknown argument {name}: did you mean {close[0]}?")
+        else:
+            problems.append(f"unknown argument {name}: neither RedissonBroker nor redis-py takes it")
+    if client is not None and url is not None:
+        problems.append(
+            "url= and client= given together: the broker would use client= and ignore url=; pass only one of them"
+        )
+    elif client is not None and set(parameters) & known:
+        names = ", ".join(sorted(set(parameters) & known))
+        problems.append(
+            f"connection parameters given with client= ({names}): the broker would ignore them; "
+            "set them on the client you pass"
+        )
+    return problems
 
 
 def make_client(url: str | None, cluster: bool, parameters: dict[str, Any]) -> redis.Redis | RedisCluster:
@@ -25,8 +105,46 @@ def make_client(url: str | None, cluster: bool, parameters: dict[str, Any]) -> r
     apply too (url query options still win), so ``url="rediss://…", ssl_ca_certs=…``
     verifies against that CA instead of failing."""
     if cluster:
-        return RedisCluster.from_url(url, **parameters) if url else RedisCluster(**parameters)
+        try:
+            return RedisCluster.from_url(url, **parameters) if url else RedisCluster(**parameters)
+        except RedisClusterException as e:
+            node = _cluster_disabled_node(url, parameters)
+            if node is None:
+                raise
+            where = "url" if url else "host/port"
+            raise ValueError(
+                f"{node} is not a cluster node (cluster_enabled:0): drop cluster=True, or point {where} at a "
+                "cluster node"
+            ) from e
     return redis.Redis.from_url(cast(str, url), **parameters)
+
+
+def _cluster_disabled_node(url: str | None, parameters: Mapping[str, Any]) -> str | None:
+    """The address (``host:port``) of the server a cluster client could not start on, when
+    that server says it runs without cluster mode (``INFO cluster``: ``cluster_enabled:0``);
+    ``None`` when it cannot be asked or is a cluster node (the client's own error then
+    stands). One connection, reads only."""
+    if not url and "host" not in parameters:
+        return None  # the cluster client had no node to try
+    accepted = set(inspect.signature(redis.Redis.__init__).parameters) - {"self", "host", "port", "retry"}
+    options = {name: value for name, value in parameters.items() if name in accepted}
+    options["socket_timeout"] = options["socket_connect_timeout"] = 2
+    try:
+        if url:
+            probe = redis.Redis.from_url(url, **options)
+        else:
+            probe = redis.Redis(host=parameters.get("host", "localhost"), port=parameters.get("port", 6379), **options)
+    except Exception:
+        return None
+    try:
+        enabled = probe.info("cluster").get("cluster_enabled")
+        kwargs = probe.connection_pool.connection_kwargs
+        address = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+    except redis.RedisError:
+        return None
+    finally:
+        close_client(probe)
+    return str(address) if enabled in (0, "0") else None
 
 
 def close_client(client: redis.Redis | RedisCluster) -> None:

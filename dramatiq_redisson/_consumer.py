@@ -31,10 +31,9 @@ from ._client import Probe
 from ._errors import NotReplicated
 from ._leftovers import maintain, migrate_batch
 from ._liveness import Reaper
-from ._logs import logger_for, outage_of, reason
-from ._permissions import DOCS, is_permission_error
+from ._logs import CONNECTION_ERRORS, FailureLog, logger_for
 from ._scripts import IdleScore
-from ._transfer_duty import CONNECTION_ERRORS, ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
+from ._transfer_duty import ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
 from ._worker_threads import relist
 
 if TYPE_CHECKING:
@@ -81,9 +80,6 @@ BUSY_LISTEN = 5
 #: thread frees up first): a thread that frees up starts the next one without a round
 #: trip, and the order across processes stays close to first come, first served.
 BACKLOG_DEPTH = 1
-
-#: Least time (ms) between two log lines about the same kind of failure.
-ERROR_LOG_INTERVAL = 30_000
 
 #: Numbers the consumers of a process, so that each has a token of its own.
 _consumer_numbers = itertools.count(1)
@@ -208,11 +204,10 @@ class RedissonConsumer(Consumer):
         # Error recovery (see _failed).
         self.error_attempts = 0
         self.probe = Probe(broker.client)
-        #: The process's account of the server being away (one line for every queue).
-        self.outage = outage_of(broker.client)
+        #: Logs failed calls: a server that is away once per process (see _logs).
+        self.failure_log = FailureLog(broker.client, self.logger, queue_name)
         self.server_was_down = False  # a probe found the server refusing connections
         self.failing_since: float | None = None
-        self.last_error_log: dict[str, float] = {}
         self.reconcile_due = True  # on (re)start: ids a lost reply left in our ack set
         self.wakeup = threading.Event()
         #: Puts back the messages of dead workers while this consumer holds the lease.
@@ -488,7 +483,7 @@ class RedissonConsumer(Consumer):
         try:
             return task(*args)
         except (redis.ResponseError, NotReplicated) as e:
-            self.log_failure(e)
+            self.failure_log.log(e)
             return None
 
     def reconcile(self) -> int:
@@ -584,7 +579,7 @@ class RedissonConsumer(Consumer):
             # reconciliation that follows (a stalled server works off its buffered
             # commands in its own order): reconcile again soon, not a safety interval later.
             self.next_housekeeping_at = min(self.next_housekeeping_at, time.monotonic() + RECONCILE_AFTER_ERROR / 1000)
-        self.log_failure(error)
+        self.failure_log.log(error)
         self.error_attempts, backoff_ms = compute_backoff(
             self.error_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
         )
@@ -616,29 +611,9 @@ class RedissonConsumer(Consumer):
                 return
             self.wakeup.wait(remaining if accepting is None else min(PROBE_INTERVAL / 1000, remaining))
 
-    def log_failure(self, error: Exception) -> None:
-        """Log a failed call: a lost connection through the process's :class:`Outage`
-        (one line for all queues); any other failure once per kind of failure and
-        :data:`ERROR_LOG_INTERVAL`."""
-        if isinstance(error, CONNECTION_ERRORS):
-            self.outage.failed(error)
-            return
-        now = time.monotonic()
-        kind = f"{type(error).__name__}: {str(error).split(' ', 1)[0]}"
-        if now - self.last_error_log.get(kind, -math.inf) >= ERROR_LOG_INTERVAL / 1000:
-            self.last_error_log[kind] = now
-            if is_permission_error(error):
-                self.logger.error(
-                    "The Redis user lacks a permission on queue %r (see %s): %s", self.queue_name, DOCS, error
-                )
-            elif isinstance(error, redis.ResponseError):
-                self.logger.error("Redis refused a call on queue %r: %s. Retrying.", self.queue_name, reason(error))
-            else:
-                self.logger.warning("On queue %r: %s. Retrying.", self.queue_name, reason(error))
-
     def _recovered(self) -> None:
         if self.failing_since is not None:
-            self.outage.reached()
+            self.failure_log.outage.reached()
             self.logger.debug(
                 "Calls on queue %r work again after %.1f s.", self.queue_name, time.monotonic() - self.failing_since
             )

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import redis
 
-from ._logs import logger_for, outage_of, reason
+from ._logs import CONNECTION_ERRORS, logger_for, outage_of, reason
 from ._message import epoch_ms
 from ._topology import numsub_counts
 
@@ -74,7 +74,7 @@ BEAT_RETRY = 0.5
 _BEAT_ERRORS = (redis.RedisError, OSError)
 
 #: The beat errors that mean the server is away (reported by the process's Outage).
-_AWAY_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError, OSError)
+_AWAY_ERRORS = (*CONNECTION_ERRORS, OSError)
 
 
 def confirm_behind(

@@ -6,6 +6,10 @@ Dramatiq's are (``dramatiq.worker.Worker``): ``dramatiq_redisson.RedissonBroker`
 private module a class lives in, which can move. ``logging.getLogger("dramatiq_redisson")``
 is the parent of them all.
 
+**A consumer's failed calls** go to its :class:`FailureLog`: a server that is away to the
+process's :class:`Outage`, anything else (a refused call, a missing permission, too few
+replicas) as a line naming the queue, once per kind and :data:`ERROR_LOG_INTERVAL`.
+
 **A server that is away.** Every consumer, its subscription and the liveness thread of a
 process meet the same refused connection. Instead of a line from each of them per queue,
 the process says it once, naming the address (:class:`Outage`): *Cannot reach
@@ -18,6 +22,7 @@ retrying as before: this only decides what is written.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -25,6 +30,8 @@ from typing import Any
 import redis
 from dramatiq.logging import get_logger
 from redis.cluster import RedisCluster
+
+from ._permissions import DOCS, is_permission_error
 
 #: The prefix of every logger's name: the public package.
 PACKAGE = "dramatiq_redisson"
@@ -35,6 +42,14 @@ FIRST_REMINDER = 2.0
 
 #: Longest time (s) between two "still cannot reach" lines.
 REMINDER_CAP = 30.0
+
+#: Least time (ms) between two log lines of a consumer about the same kind of failure.
+ERROR_LOG_INTERVAL = 30_000
+
+#: The errors that mean the server is away, or moved: a failed connection, or (on a
+#: cluster) redis-py's cluster client giving up on a slot that keeps moving
+#: (``ClusterError: TTL exhausted``). The parts back off and try again.
+CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
 
 
 def logger_for(owner: type | str) -> logging.Logger:
@@ -139,3 +154,31 @@ def outage_of(client: Any, logger: logging.Logger | None = None) -> Outage:
         if outage is None:
             outage = _outages[address] = Outage(address, logger or logger_for("RedissonBroker"))
         return outage
+
+
+class FailureLog:
+    """What one consumer says about its failed calls (see the module docstring)."""
+
+    def __init__(self, client: Any, logger: logging.Logger, queue_name: str) -> None:
+        self.outage = outage_of(client)
+        self.logger = logger
+        self.queue_name = queue_name
+        self.last_line: dict[str, float] = {}
+
+    def log(self, error: Exception) -> None:
+        if isinstance(error, CONNECTION_ERRORS):
+            self.outage.failed(error)
+            return
+        now = time.monotonic()
+        kind = f"{type(error).__name__}: {str(error).split(' ', 1)[0]}"
+        if now - self.last_line.get(kind, -math.inf) < ERROR_LOG_INTERVAL / 1000:
+            return
+        self.last_line[kind] = now
+        if is_permission_error(error):
+            self.logger.error(
+                "The Redis user lacks a permission on queue %r (see %s): %s", self.queue_name, DOCS, error
+            )
+        elif isinstance(error, redis.ResponseError):
+            self.logger.error("Redis refused a call on queue %r: %s. Retrying.", self.queue_name, reason(error))
+        else:
+            self.logger.warning("On queue %r: %s. Retrying.", self.queue_name, reason(error))

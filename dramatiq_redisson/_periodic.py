@@ -98,7 +98,7 @@ def declared_schedules() -> dict[str, Schedule]:
 def periodic(
     *,
     cron: str | None = None,
-    every: float | timedelta | None = None,
+    every: str | timedelta | None = None,
     tz: str | None = None,
     args: Iterable[Any] = (),
     kwargs: dict[str, Any] | None = None,
@@ -106,12 +106,17 @@ def periodic(
     catch_up: str = "one",
 ) -> Callable[[_A], _A]:
     """Run an actor on a schedule: ``cron`` (5 fields, in time zone ``tz``, default UTC) or
-    ``every`` (seconds, or a timedelta), with ``args``/``kwargs``. Put it above
-    ``@dramatiq.actor``::
+    ``every`` (a :class:`~datetime.timedelta`, or a duration with its unit: ``"30s"``,
+    ``"5m"``, ``"1h30m"``, ``"250ms"``; a bare number is refused, its unit would be a
+    guess), with ``args``/``kwargs``. Put it above ``@dramatiq.actor``::
 
         @periodic(cron="*/5 * * * *", tz="Europe/Berlin")
         @dramatiq.actor
         def cleanup(): ...
+
+        @periodic(every="30s")  # or every=timedelta(seconds=30)
+        @dramatiq.actor
+        def poll(): ...
 
     ``name`` (default: the actor's name) identifies the schedule; ``catch_up`` says what
     runs when every worker was down over ticks: ``"one"`` (the latest missed tick, once),
@@ -152,7 +157,7 @@ class ScheduleInfo:
     name: str
     queue_name: str
     actor_name: str
-    spec: str  #: e.g. "cron */5 * * * * (Europe/Berlin)", "every 30s"
+    spec: str  #: e.g. ``cron */5 * * * * (Europe/Berlin)``, ``every 30s``
     cron: str | None
     every_ms: int | None
     tz: str

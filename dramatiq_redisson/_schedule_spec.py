@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from ._format import parse_duration
 from ._settings import is_int
 
 __all__ = [
@@ -284,37 +284,49 @@ def _check_cron(expr: str, zone: dt.tzinfo) -> str:
 def parse_spec(
     *,
     cron: str | None = None,
-    every: float | int | dt.timedelta | None = None,
+    every: str | dt.timedelta | None = None,
     tz: str | None = None,
 ) -> ScheduleSpec:
     """A spec from user input: exactly one of ``cron`` (with an optional ``tz``) and ``every``.
 
-    ``every`` is in seconds (an int or a float) or a :class:`datetime.timedelta`; it is
-    kept in whole milliseconds and must be at least 0.1 s. Raises :class:`InvalidSchedule`.
+    ``every`` is a :class:`datetime.timedelta` or a duration with its unit, as the command
+    line takes them (``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"``: see
+    :func:`._format.parse_duration`); it is kept in whole milliseconds and must be at least
+    0.1 s. A bare number is refused: every other time of the package is in milliseconds,
+    and ``every`` was once in seconds, so a unit is never guessed. Raises
+    :class:`InvalidSchedule`.
     """
     if (cron is None) == (every is None):
         raise InvalidSchedule("schedule: give exactly one of cron and every")
     if every is not None:
         if tz is not None:
             raise InvalidSchedule(f"tz applies to cron schedules only, got tz={tz!r} with every")
-        if isinstance(every, dt.timedelta):
-            positive = every > dt.timedelta(0)
-            every_ms = every // _ONE_MS
-            shown = f"{every.total_seconds()}s"
-        elif isinstance(every, (int, float)) and not isinstance(every, bool):
-            if not math.isfinite(every):
-                raise InvalidSchedule(f"every: must be a finite number of seconds, got {every!r}")
-            positive = every > 0
-            every_ms = round(every * 1000)
-            shown = f"{every}s"
-        else:
-            raise InvalidSchedule(f"every: expected seconds (int or float) or a timedelta, got {every!r}")
-        if not positive:
+        every_ms, shown = _every_ms(every)
+        if every_ms <= 0:
             raise InvalidSchedule(f"every: must be greater than 0, got {shown}")
         if every_ms < MIN_EVERY_MS:
             raise InvalidSchedule(f"every: must be at least 0.1s ({MIN_EVERY_MS} ms), got {shown}")
         return ScheduleSpec(cron=None, every_ms=every_ms, tz="UTC")
     return ScheduleSpec(cron=cron, every_ms=None, tz="UTC" if tz is None else tz)
+
+
+def _every_ms(every: object) -> tuple[int, str]:
+    """``every`` in whole milliseconds (a timedelta floored, a duration text rounded), and
+    how to show it in an error."""
+    if isinstance(every, dt.timedelta):
+        return every // _ONE_MS, f"{every.total_seconds()}s"
+    if isinstance(every, str):
+        try:
+            return parse_duration(every), repr(every)
+        except ValueError as e:
+            raise InvalidSchedule(f"every: {e}") from None
+    if isinstance(every, (int, float)) and not isinstance(every, bool):
+        raise InvalidSchedule(
+            f'every={every!r} has no unit: write every=timedelta(seconds={every!r}) or every="{every!r}s"'
+        )
+    raise InvalidSchedule(
+        f'every: expected a timedelta or a duration with its unit ("30s", "5m", "250ms"), got {every!r}'
+    )
 
 
 def catch_up_ticks(

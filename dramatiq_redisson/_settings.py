@@ -1,8 +1,11 @@
-"""The broker's settings, checked once: :class:`BrokerSettings`, and :func:`is_int`.
+"""The broker's settings, checked once: :class:`BrokerSettings`, :func:`checked_settings`
+and :func:`is_int`.
 
 ``RedissonBroker(...)`` builds its settings before anything else (no client, no pool, no
-script): a bad value raises one :class:`ValueError` that names every bad value, and
-nothing was made. The parts read the checked values and never check them again.
+script): a bad value raises one :class:`ValueError` that names every bad value, together
+with whatever else is wrong with the constructor's arguments (an unknown name, ``url``
+with ``client``: see :func:`checked_settings`), and nothing was made.
+The parts read the checked values and never check them again.
 Assigning a setting on a built broker (``broker.safety_interval = 1000``) goes through
 the same checks (see ``RedissonBroker``'s properties).
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +130,26 @@ class BrokerSettings:
     def replace(self, **changes: Any) -> BrokerSettings:
         """A copy with ``changes``, checked as a new one."""
         return dataclasses.replace(self, **changes)
+
+
+def checked_settings(other_problems: Sequence[str] = (), **values: Any) -> BrokerSettings:
+    """``BrokerSettings(**values)``, refused together with what the broker's constructor
+    found wrong in its other arguments (``other_problems``: an unknown name, ``url`` given
+    with ``client``): one ValueError names every bad value and every problem, the
+    settings' first, so a user fixes them all in one go.
+
+    Raises:
+      ValueError: A bad setting or any problem; ``"; "`` separates them.
+    """
+    problems: list[str] = []
+    try:
+        settings = BrokerSettings(**values)
+    except ValueError as e:
+        problems.append(str(e))
+    problems += other_problems
+    if problems:
+        raise ValueError("; ".join(problems))
+    return settings
 
 
 Check = Callable[[BrokerSettings], "str | None"]

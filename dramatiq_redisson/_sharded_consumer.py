@@ -31,9 +31,8 @@ from dramatiq.broker import Consumer, MessageProxy
 
 from ._consumer import ConsumerHost, RedissonConsumer
 from ._limits import UPKEEP_INTERVAL_MS
-from ._logs import logger_for
+from ._logs import CONNECTION_ERRORS, logger_for
 from ._shards import shard_name
-from ._transfer_duty import CONNECTION_ERRORS
 from ._worker_threads import WorkerThreads
 
 #: After an unexpected error in a shard's thread, it waits this long (s) before going on.
@@ -245,7 +244,7 @@ class ShardedConsumer(Consumer):
                     continue
                 broker.admin.flush(name)
             except (*CONNECTION_ERRORS, redis.ResponseError) as e:
-                shard.log_failure(e)
+                shard.failure_log.log(e)
                 continue
             self.logger.info("Dropped the drained shard %r of queue %r.", name, self.queue_name)
             broker.shard_router.forget(self.queue_name)  # read the layout again at once

@@ -11,7 +11,7 @@ polls.
 
 It works for one :class:`._consumer.RedissonConsumer` (its host): messages a transfer
 hands off go into the host's cache (:meth:`RedissonConsumer.take`), wake-ups end its idle
-wait (:meth:`RedissonConsumer.woken`), failures go to its log (:meth:`RedissonConsumer.log_failure`).
+wait (:meth:`RedissonConsumer.woken`), failures go to its log (:class:`._logs.FailureLog`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dramatiq.common import compute_backoff
 
 from ._errors import MissingPermission, NotReplicated
 from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
-from ._logs import Outage, reason
+from ._logs import CONNECTION_ERRORS, FailureLog, reason
 from ._permissions import check_permissions
 from ._timer import TransferTimer
 
@@ -79,10 +79,6 @@ SHARED_COUNTS_FOR = 0.9 * SUBSCRIPTION_CHECK_INTERVAL
 #: many ms before it, then sleeps the rest (see TransferDuty.wait).
 POLL_MARGIN_MS = 1
 
-#: A failed connection, or (on a cluster) redis-py's cluster client giving up on a slot
-#: that keeps moving (``ClusterError: TTL exhausted``): back off and try again.
-CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)
-
 
 class SubscriptionGone(redis.ConnectionError):
     """The server answers, but no longer holds this consumer's subscription (it was moved
@@ -106,13 +102,13 @@ _T = TypeVar("_T")
 class DutyOwner(Protocol):
     """What a transfer duty reads of the consumer it works for: its names and keys, how
     it takes fetched messages and counts what it can start, its idle registration and back-off,
-    its failure log, the process's account of an outage and its queue's reaper (and, through ``broker``, the
+    its failure log and its queue's reaper (and, through ``broker``, the
     :class:`._consumer.ConsumerHost`). Nothing else (``tests/test_shape.py`` checks it)."""
 
     broker: ConsumerHost
     keys: QueueKeys
+    failure_log: FailureLog
     logger: Any
-    outage: Outage
     queue_name: str
     reaper: Reaper
     scripts: Scripts
@@ -134,8 +130,6 @@ class DutyOwner(Protocol):
     def lost_reply(self) -> None: ...
 
     def reset_backoff(self) -> None: ...
-
-    def log_failure(self, error: Exception) -> None: ...
 
     def guarded(self, task: Callable[..., _T], *args: Any) -> _T | None: ...
 
@@ -220,7 +214,7 @@ class TransferDuty:
         except (redis.ResponseError, NotReplicated) as e:
             # NotReplicated: the transfer went through, but too few replicas have it
             # yet: transfer (and wait) again soon rather than at the next due time.
-            self.consumer.log_failure(e)
+            self.consumer.failure_log.log(e)
             self.failures, backoff_ms = compute_backoff(
                 self.failures, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
             )
@@ -265,7 +259,7 @@ class TransferDuty:
         self.announcements = self.timer.owner
         # Listed while subscribed: a process that dies drops the subscription (see _liveness).
         self.broker.liveness.subscribed(self.keys, self.token)
-        self.consumer.outage.reached()
+        self.consumer.failure_log.outage.reached()
         if self.resubscribe_attempts and not self.lost_with_server:
             self.logger.info("Subscribed to %r again.", self.keys.channel)
         self.resubscribe_attempts = 0
@@ -303,11 +297,11 @@ class TransferDuty:
         # On a cluster the slot may have moved (failover, migration): subscribe where it is now.
         self.broker.topology.follow(error)
         if isinstance(error, redis.ResponseError):
-            self.consumer.log_failure(error)  # a refused channel: rate-limited, with its reason
+            self.consumer.failure_log.log(error)  # a refused channel: rate-limited, with its reason
         elif isinstance(error, CONNECTION_ERRORS) and not isinstance(error, SubscriptionGone):
             # The server is away: the process says so once, for every queue (see _logs).
             self.lost_with_server = True
-            self.consumer.outage.failed(error)
+            self.consumer.failure_log.outage.failed(error)
         elif self.resubscribe_attempts == 0:
             self.logger.warning(
                 "Lost the subscription to %r (%s); subscribing again.", self.keys.channel, reason(error)

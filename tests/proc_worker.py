@@ -75,7 +75,7 @@ if "PERIODIC_EVERY_S" in os.environ:
 
     broker.add_middleware(CurrentMessage())
 
-    @periodic(every=float(os.environ["PERIODIC_EVERY_S"]), name="every-second")
+    @periodic(every=f"{os.environ['PERIODIC_EVERY_S']}s", name="every-second")
     @dramatiq.actor(queue_name=os.environ.get("QUEUE", "default"), max_retries=0)
     def tick() -> None:
         message = CurrentMessage.get_current_message()

@@ -233,7 +233,7 @@ def test_periodic_actors_tick_once_and_are_operated_on_a_cluster(cluster_broker:
     ticks: list[int] = []
     broker.add_middleware(CurrentMessage())
 
-    @periodic(every=0.3, name="cluster-tick")
+    @periodic(every="300ms", name="cluster-tick")
     @dramatiq.actor(broker=broker, queue_name="periodic", max_retries=0)
     def tick() -> None:
         message = CurrentMessage.get_current_message()

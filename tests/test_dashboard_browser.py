@@ -610,7 +610,7 @@ def test_pause_a_schedule_from_the_schedules_page(broker: RedissonBroker, page: 
     from dramatiq_redisson import periodic
 
     # Given a periodic actor's schedule, stored as the workers of its queue store it
-    @periodic(every=60, name="browser-report")
+    @periodic(every="60s", name="browser-report")
     @dramatiq.actor(queue_name="reports")
     def nightly_report() -> None:
         pass

@@ -101,7 +101,7 @@ def test_three_worker_processes_run_each_tick_of_a_one_second_schedule_exactly_o
 def test_after_every_worker_was_down_for_4_s_the_catch_up_policy_decides_what_runs(
     broker: RedissonBroker, redis_client: redis.Redis, policy: str
 ) -> None:
-    tick = periodic(every=1, name="catch", catch_up=policy)(
+    tick = periodic(every="1s", name="catch", catch_up=policy)(
         dramatiq.actor(_recording_actor(broker, redis_client, "catch_actor"), max_retries=0)
     )
     assert tick.actor_name == "catch_actor"
@@ -149,7 +149,7 @@ def test_after_every_worker_was_down_for_4_s_the_catch_up_policy_decides_what_ru
 def test_a_resumed_chain_runs_the_missed_tick_once_and_records_it_as_the_last_run(
     broker: RedissonBroker, redis_client: redis.Redis
 ) -> None:
-    periodic(every=60, name="resumed")(dramatiq.actor(_recording_actor(broker, redis_client, "resumed_actor")))
+    periodic(every="60s", name="resumed")(dramatiq.actor(_recording_actor(broker, redis_client, "resumed_actor")))
     keys = broker.keys(QUEUE)
     broker.schedules.reconcile(QUEUE)
     # Given a chain that stopped 5 ticks ago (as transfer.lua stops a late tick), no worker
@@ -177,7 +177,7 @@ def test_a_resumed_chain_runs_the_missed_tick_once_and_records_it_as_the_last_ru
 
 
 def test_pause_resume_and_run_now(broker: RedissonBroker, redis_client: redis.Redis) -> None:
-    periodic(every=0.5, name="pausable", args=(7,), kwargs={"tag": "x"})(
+    periodic(every="500ms", name="pausable", args=(7,), kwargs={"tag": "x"})(
         dramatiq.actor(_recording_actor(broker, redis_client, "pausable_actor"), max_retries=0)
     )
     worker = _start(broker)
@@ -234,7 +234,7 @@ def test_reconcile_stores_once_and_a_changed_spec_replaces_the_chain(
 ) -> None:
     fn = _recording_actor(broker, redis_client, "changing_actor")
     actor = dramatiq.actor(fn, max_retries=0)
-    periodic(every=60, name="changing")(actor)
+    periodic(every="60s", name="changing")(actor)
     keys = broker.keys(QUEUE)
     # Reconciling stores it once: a second worker's reconcile changes nothing
     assert broker.schedules.reconcile(QUEUE) == ["changing"]
@@ -244,7 +244,7 @@ def test_reconcile_stores_once_and_a_changed_spec_replaces_the_chain(
     assert redis_client.zcard(keys.timeout_zset) == 1
     # When the spec changes (a deploy), the next reconcile replaces the chain: one tick
     # scheduled, on the new spec, from its next tick
-    periodic(every=0.5, name="changing")(actor)
+    periodic(every="500ms", name="changing")(actor)
     now = server_ms(redis_client)
     assert broker.schedules.reconcile(QUEUE) == ["changing"]
     second = broker.schedules.get("changing")
@@ -268,9 +268,9 @@ def test_a_spec_changed_by_two_workers_at_once_leaves_one_chain(
     broker: RedissonBroker, redis_client: redis.Redis, redis_url: str
 ) -> None:
     actor = dramatiq.actor(_recording_actor(broker, redis_client, "raced_actor"), max_retries=0)
-    periodic(every=60, name="raced")(actor)
+    periodic(every="60s", name="raced")(actor)
     broker.schedules.reconcile(QUEUE)
-    periodic(every=30, name="raced")(actor)
+    periodic(every="30s", name="raced")(actor)
     other = RedissonBroker(url=redis_url)
     try:
         other.actors[actor.actor_name] = actor
@@ -289,7 +289,7 @@ def test_a_spec_changed_by_two_workers_at_once_leaves_one_chain(
 def test_a_cancelled_tick_is_repaired_and_a_chain_out_of_times_goes_on(
     broker: RedissonBroker, redis_client: redis.Redis
 ) -> None:
-    periodic(every=0.5, name="repaired")(
+    periodic(every="500ms", name="repaired")(
         dramatiq.actor(_recording_actor(broker, redis_client, "repaired_actor"), max_retries=0)
     )
     keys = broker.keys(QUEUE)
@@ -318,7 +318,7 @@ def test_a_cancelled_tick_is_repaired_and_a_chain_out_of_times_goes_on(
 def test_a_failing_tick_is_retried_while_the_schedule_goes_on(
     broker: RedissonBroker, redis_client: redis.Redis
 ) -> None:
-    periodic(every=0.5, name="flaky")(
+    periodic(every="500ms", name="flaky")(
         dramatiq.actor(
             _recording_actor(broker, redis_client, "flaky_actor", fail_first=True),
             max_retries=1,
@@ -350,13 +350,13 @@ def test_bad_declarations_are_refused_with_a_clear_error(broker: RedissonBroker)
     with pytest.raises(InvalidSchedule, match="exactly one of cron and every"):
         periodic()(plain)
     with pytest.raises(InvalidSchedule, match="catch_up"):
-        periodic(every=1, catch_up="some")(plain)
+        periodic(every="1s", catch_up="some")(plain)
     with pytest.raises(InvalidSchedule, match="name"):
-        periodic(every=1, name="has space")(plain)
+        periodic(every="1s", name="has space")(plain)
     with pytest.raises(InvalidSchedule, match="above @dramatiq.actor"):
-        periodic(every=1)(lambda: None)  # type: ignore[arg-type]
+        periodic(every="1s")(lambda: None)  # type: ignore[arg-type]
     with pytest.raises(InvalidSchedule, match="JSON"):
-        periodic(every=1, args=(object(),))(plain)
+        periodic(every="1s", args=(object(),))(plain)
     with pytest.raises(InvalidSchedule, match="cron"):
         periodic(cron="61 * * * *")(plain)
     # Nothing was stored

@@ -52,6 +52,10 @@ def local(tick_ms: int, tz: dt.tzinfo) -> dt.datetime:
         ({"every": dt.timedelta(milliseconds=99)}, "every"),
         ({"every": float("nan")}, "every"),
         ({"every": "5"}, "every"),
+        ({"every": "0s"}, "every"),
+        ({"every": "-5s"}, "every"),
+        ({"every": "50ms"}, "every"),
+        ({"every": "5 seconds"}, "every"),
         ({"every": True}, "every"),
         ({"every": 5, "tz": "Europe/Berlin"}, "tz"),
         ({"cron": "* * * * *", "tz": "Mars/Olympus_Mons"}, "tz"),
@@ -68,7 +72,7 @@ def test_parse_errors_name_the_field(kwargs: dict[str, object], field: str) -> N
 
 def test_parse_error_messages_say_what_is_wrong() -> None:
     with pytest.raises(InvalidSchedule, match="exactly one of cron and every"):
-        parse_spec(cron="* * * * *", every=1)
+        parse_spec(cron="* * * * *", every="1s")
     with pytest.raises(InvalidSchedule, match="exactly one of cron and every"):
         parse_spec()
     with pytest.raises(InvalidSchedule, match=r"has 6 fields, expected 5"):
@@ -78,13 +82,15 @@ def test_parse_error_messages_say_what_is_wrong() -> None:
     with pytest.raises(InvalidSchedule, match="@-aliases are not supported"):
         parse_spec(cron="@hourly")
     with pytest.raises(InvalidSchedule, match="greater than 0"):
-        parse_spec(every=0)
+        parse_spec(every="0s")
     with pytest.raises(InvalidSchedule, match="greater than 0"):
-        parse_spec(every=-1.5)
+        parse_spec(every=dt.timedelta(seconds=-1.5))
     with pytest.raises(InvalidSchedule, match=r"at least 0\.1s"):
-        parse_spec(every=0.05)
+        parse_spec(every="50ms")
+    with pytest.raises(InvalidSchedule, match=r"at least 0\.1s"):
+        parse_spec(every=dt.timedelta(milliseconds=50))
     with pytest.raises(InvalidSchedule, match="tz applies to cron schedules only"):
-        parse_spec(every=5, tz="UTC")
+        parse_spec(every="5s", tz="UTC")
     with pytest.raises(InvalidSchedule, match="unknown time zone 'Mars/Olympus_Mons'"):
         parse_spec(cron="* * * * *", tz="Mars/Olympus_Mons")
 
@@ -100,14 +106,37 @@ def test_parse_cron_normalises_text_and_defaults_to_utc() -> None:
 
 
 def test_parse_every_units() -> None:
-    assert parse_spec(every=30).every_ms == 30_000
-    assert parse_spec(every=1.5).every_ms == 1500
-    assert parse_spec(every=0.1).every_ms == 100
+    assert parse_spec(every="30s").every_ms == 30_000
+    assert parse_spec(every="1.5s").every_ms == 1500
+    assert parse_spec(every="100ms").every_ms == 100
+    assert parse_spec(every="250ms").every_ms == 250
+    assert parse_spec(every="5m").every_ms == 300_000
+    assert parse_spec(every="1h30m").every_ms == 5_400_000
+    assert parse_spec(every=" 2H ").every_ms == 7_200_000
     assert parse_spec(every=dt.timedelta(hours=2)).every_ms == 7_200_000
     assert parse_spec(every=dt.timedelta(milliseconds=250)).every_ms == 250
-    spec = parse_spec(every=30)
+    spec = parse_spec(every="30s")
     assert spec.cron is None
     assert spec.tz == "UTC"
+
+
+@pytest.mark.parametrize(
+    ("every", "words"),
+    [
+        (2, 'every=2 has no unit: write every=timedelta(seconds=2) or every="2s"'),
+        (0.5, 'every=0.5 has no unit: write every=timedelta(seconds=0.5) or every="0.5s"'),
+        (30_000, 'every=30000 has no unit: write every=timedelta(seconds=30000) or every="30000s"'),
+        ("2", "every: duration '2' needs a unit, e.g. 2s or 2ms"),
+        (True, "every: expected a timedelta or a duration with its unit"),
+        (None.__class__, "every: expected a timedelta or a duration with its unit"),
+    ],
+)
+def test_a_bare_number_is_refused_with_both_forms(every: object, words: str) -> None:
+    """every= has no default unit: the numbers every other time of the package takes are
+    milliseconds, and every= once took seconds."""
+    with pytest.raises(InvalidSchedule) as raised:
+        parse_spec(every=every)  # type: ignore[arg-type]
+    assert str(raised.value) == words or str(raised.value).startswith(words)
 
 
 def test_constructor_rejects_invalid_specs() -> None:
@@ -125,19 +154,22 @@ def test_constructor_rejects_invalid_specs() -> None:
 @pytest.mark.parametrize(
     "every, text",
     [
-        (30, "every 30s"),
-        (1.5, "every 1.5s"),
-        (0.1, "every 0.1s"),
-        (0.25, "every 0.25s"),
-        (90, "every 90s"),
-        (120, "every 2m"),
+        ("30s", "every 30s"),
+        ("1.5s", "every 1.5s"),
+        ("100ms", "every 0.1s"),
+        ("250ms", "every 0.25s"),
+        ("90s", "every 90s"),
+        ("120s", "every 2m"),
         (dt.timedelta(hours=2), "every 2h"),
         (dt.timedelta(minutes=90), "every 90m"),
-        (86_400, "every 24h"),
+        ("1d", "every 24h"),
     ],
 )
-def test_describe_every(every: float, text: str) -> None:
-    assert parse_spec(every=every).describe() == text
+def test_describe_every(every: str | dt.timedelta, text: str) -> None:
+    spec = parse_spec(every=every)
+    assert spec.describe() == text
+    # What describe() shows after "every " reads back as the same schedule.
+    assert parse_spec(every=text.removeprefix("every ")) == spec
 
 
 def test_describe_cron() -> None:
@@ -149,7 +181,7 @@ def test_describe_cron() -> None:
 
 
 def test_every_ticks_align_to_the_anchor() -> None:
-    spec = parse_spec(every=10)  # 10_000 ms
+    spec = parse_spec(every="10s")  # 10_000 ms
     anchor = 1_000_003
     # After the anchor.
     assert spec.next_after(1_000_004, anchor) == 1_010_003
@@ -164,7 +196,7 @@ def test_every_ticks_align_to_the_anchor() -> None:
 
 
 def test_every_has_no_drift_far_from_the_anchor() -> None:
-    spec = parse_spec(every=0.3)
+    spec = parse_spec(every="300ms")
     anchor = 7
     far = 10**15
     tick = spec.next_after(far, anchor)
@@ -175,14 +207,14 @@ def test_every_has_no_drift_far_from_the_anchor() -> None:
 
 def test_every_from_timedelta_matches_seconds() -> None:
     a = parse_spec(every=dt.timedelta(minutes=1))
-    b = parse_spec(every=60)
+    b = parse_spec(every="60s")
     assert a == b
     assert a.next_after(59_999, 0) == 60_000
     assert a.next_after(60_000, 0) == 120_000
 
 
 def test_every_ticks_between() -> None:
-    spec = parse_spec(every=1)
+    spec = parse_spec(every="1s")
     assert spec.ticks_between(1000, 5000, 0, 100) == [2000, 3000, 4000, 5000]
     assert spec.ticks_between(999, 5000, 0, 100) == [1000, 2000, 3000, 4000, 5000]
     assert spec.ticks_between(1000, 5999, 500, 100) == [1500, 2500, 3500, 4500, 5500]
@@ -376,7 +408,7 @@ def test_new_york_dst() -> None:
 @pytest.mark.parametrize(
     "spec",
     [
-        parse_spec(every=1.5),
+        parse_spec(every="1.5s"),
         parse_spec(every=dt.timedelta(hours=2)),
         parse_spec(cron="*/5 * * * *"),
         parse_spec(cron="30 2 * * MON-FRI", tz="Europe/Berlin"),
@@ -392,16 +424,16 @@ def test_json_round_trip(spec: ScheduleSpec) -> None:
 
 
 def test_json_is_canonical() -> None:
-    assert parse_spec(every=30).to_json() == '{"cron":null,"every_ms":30000,"tz":"UTC"}'
+    assert parse_spec(every="30s").to_json() == '{"cron":null,"every_ms":30000,"tz":"UTC"}'
     assert (
         parse_spec(cron="*/5  *  * * *", tz="Europe/Berlin").to_json()
         == '{"cron":"*/5 * * * *","every_ms":null,"tz":"Europe/Berlin"}'
     )
     # Equal specs, equal text, however they were written.
-    assert parse_spec(every=dt.timedelta(seconds=30)).to_json() == parse_spec(every=30.0).to_json()
+    assert parse_spec(every=dt.timedelta(seconds=30)).to_json() == parse_spec(every="0.5m").to_json()
     assert parse_spec(cron="0 9 * * mon").to_json() == parse_spec(cron=" 0 9 * * MON").to_json()
     # Key order in the input does not matter.
-    assert ScheduleSpec.from_json('{"tz":"UTC","every_ms":30000,"cron":null}') == parse_spec(every=30)
+    assert ScheduleSpec.from_json('{"tz":"UTC","every_ms":30000,"cron":null}') == parse_spec(every="30s")
 
 
 @pytest.mark.parametrize(
@@ -437,7 +469,7 @@ def test_from_json_garbage(text: str | bytes) -> None:
 
 
 def test_catch_up_policies() -> None:
-    spec = parse_spec(every=1)
+    spec = parse_spec(every="1s")
     assert CATCH_UP_POLICIES == ("one", "all", "none")
     assert catch_up_ticks(spec, 1000, 4500, 0, "one") == ([4000], 5000)
     assert catch_up_ticks(spec, 1000, 4500, 0, "all") == ([1000, 2000, 3000, 4000], 5000)
@@ -446,13 +478,13 @@ def test_catch_up_policies() -> None:
 
 
 def test_catch_up_now_exactly_on_a_tick() -> None:
-    spec = parse_spec(every=1)
+    spec = parse_spec(every="1s")
     assert catch_up_ticks(spec, 1000, 4000, 0, "all") == ([1000, 2000, 3000, 4000], 5000)
     assert catch_up_ticks(spec, 1000, 1000, 0, "one") == ([1000], 2000)
 
 
 def test_catch_up_nothing_missed_keeps_the_due_tick() -> None:
-    spec = parse_spec(every=1)
+    spec = parse_spec(every="1s")
     for policy in CATCH_UP_POLICIES:
         assert catch_up_ticks(spec, 5000, 4500, 0, policy) == ([], 5000)
         assert catch_up_ticks(spec, 5000, 4999, 0, policy) == ([], 5000)
@@ -469,4 +501,4 @@ def test_catch_up_cron() -> None:
 
 def test_catch_up_invalid_policy() -> None:
     with pytest.raises(InvalidSchedule, match="catch_up: unknown policy 'latest'"):
-        catch_up_ticks(parse_spec(every=1), 1000, 4500, 0, "latest")
+        catch_up_ticks(parse_spec(every="1s"), 1000, 4500, 0, "latest")

@@ -47,7 +47,7 @@ def iso_s(ms: int) -> str:
 def schedules(broker: RedissonBroker) -> Schedules:
     """Two stored schedules, as the workers of their queues store them at start."""
 
-    @periodic(every=30, name=EVERY)
+    @periodic(every="30s", name=EVERY)
     @dramatiq.actor(max_retries=0)
     def ops_tick() -> None:
         pass
@@ -605,7 +605,7 @@ def test_the_metrics_export_each_schedules_gauges(broker: RedissonBroker, schedu
 
 @pytest.fixture
 def fast_worker(broker: RedissonBroker) -> Iterator[Worker]:
-    @periodic(every=0.5, name="ops-fast")
+    @periodic(every="500ms", name="ops-fast")
     @dramatiq.actor(queue_name="fast", max_retries=0)
     def ops_fast() -> None:
         pass

@@ -6,7 +6,7 @@ retried and failed per minute and per hour, as server-drawn SVG charts).
 
 It is a framework-free WSGI application: mount :func:`make_app`'s result in any WSGI
 server or web framework, or run ``dramatiq-redisson dashboard`` (:func:`serve`). Needs
-Jinja2 (``pip install 'dramatiq-redisson[dashboard]'``). Pages work without JavaScript;
+Jinja2 (the ``dashboard`` extra). Pages work without JavaScript;
 nothing is loaded from outside the application.
 """
 

@@ -77,4 +77,4 @@ def tick(name: str) -> None:
 
 
 for _name, _every_ms in SCHEDULES.items():
-    periodic(every=_every_ms / 1000, name=_name, args=(_name,))(tick)
+    periodic(every=f"{_every_ms}ms", name=_name, args=(_name,))(tick)
