@@ -32,19 +32,21 @@ def worker_main(
     s)``: the bench actor inside Dramatiq's ``WindowRateLimiter``, see
     ``_actor.declare_rate_limited``) and ``work`` (``{"kind": "sleep" | "cpu", "ms": …}``:
     what the recording actor does after recording its start, see ``_actor.work_body``;
-    default nothing). Reports (pid,
+    default nothing) and ``otel`` (add the tracing middleware, see ``_common.add_tracing``). Reports (pid,
     the file ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
     import redis
     from dramatiq import Worker
 
     from ._actor import declare
-    from ._common import QUEUE, make_broker, product_origin, quiet_logging, script_names
+    from ._common import QUEUE, add_tracing, make_broker, product_origin, quiet_logging, script_names
     from ._measure import CommandCounter
 
     quiet_logging()
     opts = options or {}
     broker = make_broker(kind, url, **opts.get("broker", {}))
     record = redis.Redis.from_url(opts["record_url"]) if opts.get("record_url") else None
+    if opts.get("otel"):
+        add_tracing(broker)
     if opts.get("rate_limited"):
         from ._actor import declare_rate_limited
 

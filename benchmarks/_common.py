@@ -326,6 +326,26 @@ def quiet_logging() -> None:
 # -- brokers ----------------------------------------------------------------------------
 
 
+def add_tracing(broker: Any) -> bool:
+    """Add ``dramatiq_redisson.tracing.OpenTelemetry`` to ``broker`` with OpenTelemetry's
+    global tracer provider, which nothing here configures: the API's no-op, what an app
+    without an SDK pays (the ``*-otel`` scenarios). False when the product has no such
+    module (a ref from before it) or ``opentelemetry-api`` is missing: the run goes on
+    without it, and says so in its JSON (``otel``)."""
+    import dramatiq_redisson
+
+    try:
+        from dramatiq_redisson import tracing
+    except ImportError:
+        return False
+    # The venv's editable install answers a submodule the product lacks with this
+    # checkout's: only the product's own module counts.
+    if Path(tracing.__file__).resolve().parent != Path(dramatiq_redisson.__file__).resolve().parent:
+        return False
+    broker.add_middleware(tracing.OpenTelemetry())
+    return True
+
+
 def make_broker(kind: str, url: str, **options: Any) -> Any:
     """A broker of one kind, instrumented so that the server-computed due time of the last
     single offer is readable (``broker.bench_last_dues``; also when the offer raised

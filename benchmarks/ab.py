@@ -61,6 +61,10 @@ DEFAULT_SIZES = {
     "work-io-immediate": "full",
     "work-io-90": "full",
     "work-cpu-90": "full",
+    # The tracing middleware on OpenTelemetry's no-op API (issue 49): lateness-paced's and
+    # immediate-paced's workloads; a ref without dramatiq_redisson.tracing runs without it.
+    "lateness-paced-otel": "full",
+    "immediate-paced-otel": "full",
 }
 #: Parameters each scenario runs with here (``python -m benchmarks --set``): lateness paced
 #: at 500/s, so that a faster offer does not also raise the load it is measured under;
@@ -183,6 +187,8 @@ READERS: dict[str, Callable[[dict[str, Any]], dict[str, float | None]]] = {
     "work-io-immediate": _work_figures,
     "work-io-90": _work_figures,
     "work-cpu-90": _work_figures,
+    "lateness-paced-otel": _lateness_figures,
+    "immediate-paced-otel": _lateness_figures,
 }
 #: The brokers each scenario runs with (the built-in broker only where a ratio needs it).
 BROKERS = {"offer": "redisson,builtin"}

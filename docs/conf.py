@@ -48,7 +48,8 @@ html_static_path: list[str] = []
 # resolve, nor can references to the package's private modules and constants, which the
 # reference does not document. Everything else must resolve (-n in tox -e docs).
 nitpick_ignore_regex = [
-    (r"py:.*", r"(dramatiq|redis|prometheus_client|datetime|collections|typing)(\..*)?"),
+    (r"py:.*", r"(dramatiq|redis|prometheus_client|opentelemetry|datetime|collections|typing|logging)(\..*)?"),
+    (r"py:.*", r"(trace\.TracerProvider|TextMapPropagator|SkipMessage)"),
     (r"py:.*", r"(Message|Middleware|CollectorRegistry|RedisCluster|NoPermissionError|WSGIApp)"),
     (r"py:.*", r"(dramatiq_redisson\.)?(dashboard\.)?_.*"),
     (r"py:.*", r"[A-Z][A-Z0-9_]+"),

@@ -16,7 +16,14 @@ from .fleet import fleet
 from .flow import fair_share, flow_cost, priority, rate_limit
 from .head_of_line import head_of_line
 from .idle import idle_pickup
-from .lateness import immediate_paced, lateness, lateness_paced, script_profile
+from .lateness import (
+    immediate_paced,
+    immediate_paced_otel,
+    lateness,
+    lateness_paced,
+    lateness_paced_otel,
+    script_profile,
+)
 from .memory import memory
 from .offer import offer_throughput
 from .operations import operations
@@ -50,6 +57,9 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "work-io-immediate": work_io_immediate,
     "work-io-90": work_io_90,
     "work-cpu-90": work_cpu_90,
+    # The tracing middleware on the no-op API (issue 49): lateness-paced and immediate-paced.
+    "lateness-paced-otel": lateness_paced_otel,
+    "immediate-paced-otel": immediate_paced_otel,
 }
 
 __all__ = ["Ctx", "SCENARIOS", "pct"]

@@ -7,7 +7,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .._actor import declare
-from .._common import PRODUCT_KINDS, QUEUE, Server, Workers, bulk_offer, due_of, make_broker, script_names
+from .._common import (
+    PRODUCT_KINDS,
+    QUEUE,
+    Server,
+    Workers,
+    add_tracing,
+    bulk_offer,
+    due_of,
+    make_broker,
+    script_names,
+)
 from .._measure import classify_slowlog, longest_call
 
 
@@ -26,12 +36,16 @@ class Ctx:
         self.log("FAILURE: " + msg)
         self.failures.append(msg)
 
-    def producer(self, kind: str) -> tuple[Any, Any]:
+    def producer(self, kind: str, *, otel: bool = False) -> tuple[Any, Any]:
+        """A producer's broker and the bench actor; ``otel``: with the tracing middleware
+        (see ``_common.add_tracing``; ``broker.bench_otel`` says whether it was added)."""
         broker = make_broker(kind, self.server.url)
+        broker.bench_otel = add_tracing(broker) if otel else False
         return broker, declare(broker)
 
-    def workers(self, kind: str, mode: str = "run") -> Workers:
-        return Workers(kind, self.server.url, self.p["procs"], self.p["threads"], mode)
+    def workers(self, kind: str, mode: str = "run", *, otel: bool = False) -> Workers:
+        options = {"otel": True} if otel else None
+        return Workers(kind, self.server.url, self.p["procs"], self.p["threads"], mode, options=options)
 
     def check_delivery(self, scenario: str, kind: str, res: dict[str, Any], complete_required: bool = True) -> None:
         if kind in PRODUCT_KINDS:

@@ -53,11 +53,13 @@ class _SlowlogPoller:
         self.overflowed = self.overflowed or overflowed
 
 
-def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dict[str, Any]:
+def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False, otel: bool = False) -> dict[str, Any]:
     """How late delayed messages run; with each broker's server CPU and server commands per
     message over the run (workers idle-polling included, the recorder's commands not).
     ``profile``: also each script's calls and server time (SLOWLOG, which slows every
-    command down: CPU and lateness are then not comparable with an unprofiled run)."""
+    command down: CPU and lateness are then not comparable with an unprofiled run).
+    ``otel``: the producer and the workers of RedissonBroker run the tracing middleware
+    on OpenTelemetry's no-op API (``_common.add_tracing``)."""
     p = ctx.p[which]
     pace = p.get("rate")  # offers per second, or None: as fast as one producer goes
     immediate = bool(p.get("immediate"))  # send() without a delay: "due" is the send time
@@ -66,7 +68,8 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
     # Without a delay the transfer plays no part: redisson-lrem would repeat redisson.
     for kind in [k for k in ctx.brokers if not (immediate and k == "redisson-lrem")]:
         ctx.server.flush()
-        broker, actor = ctx.producer(kind)
+        traced = otel and kind != "builtin"
+        broker, actor = ctx.producer(kind, otel=traced)
         rng = random.Random(20_000)
         dues: dict[int, float] = {}
         ctx.log(
@@ -74,7 +77,7 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
             + ("sent without a delay" if immediate else f"delays {p['delay_lo']}-{p['delay_hi']} ms")
             + (f", offered at {pace}/s" if pace else "")
         )
-        with ctx.workers(kind) as w:
+        with ctx.workers(kind, otel=traced) as w:
             ctx.server.reset_stats()
             poller = _SlowlogPoller(ctx) if profile else None
             with poller or contextlib.nullcontext():
@@ -100,6 +103,9 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False) -> dic
             res["early"] = 0  # "due" is the send time, taken just before send()
         res.update({"offer_seconds": round(offer_s, 3), "offer_rate": round(p["n"] / offer_s), "complete": complete})
         res.update(per_message, server_cpu_us_per_msg=round(cpu_s * 1e6 / p["n"], 1))
+        if otel:
+            res["otel"] = bool(broker.bench_otel)
+            ctx.log(f"{which}/{kind}: tracing middleware {'on (no-op API)' if broker.bench_otel else 'not available'}")
         ctx.check_delivery(which, kind, res)
         data[kind] = res
         rows.append(
@@ -209,3 +215,17 @@ def lateness_paced(ctx: Ctx) -> dict[str, Any]:
     """Lateness with offers paced well below the workers' capacity: the delay machinery's
     own precision, without the queueing the full-speed scenario adds."""
     return lateness(ctx, "lateness_paced")
+
+
+def lateness_paced_otel(ctx: Ctx) -> dict[str, Any]:
+    """lateness-paced with the tracing middleware (``dramatiq_redisson.tracing``) in the
+    producer and the workers, on OpenTelemetry's API with no SDK: what an app pays for
+    adding it. A product without the module runs without it, so ``python -m benchmarks.ab
+    --ref <before it> lateness-paced-otel`` compares with and without."""
+    return lateness(ctx, "lateness_paced", otel=True)
+
+
+def immediate_paced_otel(ctx: Ctx) -> dict[str, Any]:
+    """immediate-paced with the tracing middleware on the no-op API (see
+    :func:`lateness_paced_otel`)."""
+    return lateness(ctx, "immediate_paced", otel=True)
