@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq import get_encoder
 from dramatiq.encoder import JSONEncoder, PickleEncoder
-from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
 from ._ids import sort_key_length
 from ._keys import QueueKeys
+from ._logs import logger_for
 from ._message import _plain
 from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
 from ._settings import is_int
@@ -82,7 +82,7 @@ class DeadLetters:
     """
 
     def __init__(self, broker: ScriptsHost, keys: QueueKeys, *, queue_name: str | None = None) -> None:
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         self.broker = broker
         self.keys = keys
         self._queue_name = keys.queue_name if queue_name is None else queue_name

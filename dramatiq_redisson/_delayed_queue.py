@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
 from ._ids import message_id_of, same_sort_key, sort_key_length
 from ._keys import QueueKeys
+from ._logs import logger_for
 from ._message import decode_scheduled, validate_delay
 from ._paging import BULK_STEP, check_batch, check_limit, in_steps, read_head
 from ._settings import is_int
@@ -108,7 +108,7 @@ class DelayedQueue:
     """
 
     def __init__(self, broker: ScriptsHost, keys: QueueKeys, *, queue_name: str | None = None) -> None:
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         self.broker = broker
         self.keys = keys
         self._queue_name = keys.queue_name if queue_name is None else queue_name

@@ -12,6 +12,12 @@ from dramatiq.message import Message
 from redis.exceptions import NoPermissionError
 
 
+def needs_extra(extra: str) -> str:
+    """How to install the package's extra ``extra``, for a message that needs it: the
+    package is not on PyPI, so from a clone, or a wheel built from one."""
+    return f"install the {extra!r} extra: pip install -e '.[{extra}]' in a clone, or the wheel with [{extra}]"
+
+
 class EnqueueError(BrokerError):
     """Some messages of an enqueue were not enqueued, or may not have been.
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -43,12 +42,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from dramatiq import get_encoder
 from dramatiq.actor import Actor
-from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
 from ._ids import sort_key_at
 from ._keys import QueueKeys, registry_key
 from ._limits import PERIODIC_HORIZON, PERIODIC_LOW_WATER
+from ._logs import logger_for
 from ._message import RS, encode_message, encode_scheduled, with_redis_id
 from ._schedule_spec import CATCH_UP_POLICIES, InvalidSchedule, ScheduleSpec, catch_up_ticks, parse_spec
 
@@ -198,7 +197,7 @@ class Schedules:
 
     def __init__(self, broker: PeriodicHost) -> None:
         self.broker = broker
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         self._reported: set[tuple[str, str]] = set()
 
     # -- what is declared ------------------------------------------------------------
@@ -562,7 +561,7 @@ def _load(raw: Any) -> dict[str, Any] | None:
     try:
         value = json.loads(raw)
     except ValueError:
-        logging.getLogger(__name__).warning("Ignoring a malformed schedule definition: %r", raw)
+        logger_for("Schedules").warning("Ignoring a malformed schedule definition: %r", raw)
         return None
     return value if isinstance(value, dict) else None
 

@@ -105,6 +105,31 @@ class QueueAdmin:
         names.update(q for q in self.host.queues if q_name(q) == q)  # not the .DQ/.XQ names
         return sorted(names)
 
+    def known(self, queue_name: str, *, among: list[str] | None = None) -> str:
+        """``queue_name`` as the broker names it (``q_name``: without a ``.DQ``/``.XQ``
+        suffix) if it is a known queue (:meth:`known_queues`), else ValueError: the one check
+        every operations call that names a queue makes first (stats, history, running,
+        waiting_groups, pause, resume, limits, a delayed queue's or dead letters' handle),
+        so that a misspelt name is refused instead of reading as an empty queue, and
+        nothing is written to it. A queue this broker declared costs nothing; any other
+        one a read of the queue registry (``among``: :meth:`known_queues` already read).
+
+        Raises:
+          ValueError: ``queue_name`` is not a string, or not a known queue; the message
+            names it and lists the known queues.
+        """
+        name = q_name(queue_name) if isinstance(queue_name, str) else None
+        if name is not None and among is None and name in self.host.queues and base_queue(name) == name:
+            return name
+        known = self.known_queues() if among is None else among
+        if name is not None and name in known:
+            return name
+        listed = f"known: {', '.join(known)}" if known else "no queue is known yet"
+        raise ValueError(
+            f"unknown queue {queue_name!r}: not a known queue in namespace {self.host.namespace!r} ({listed}); "
+            "a queue is known once declared, sent to or consumed. Nothing was done."
+        )
+
     def _registered(self) -> set[str]:
         listed = cast("set[bytes]", self.host.client.smembers(registry_key(self.host.namespace)))
         return {name.decode() for name in listed}
@@ -136,12 +161,13 @@ class QueueAdmin:
         server clock, O(log n); all queues go in one round trip.
 
         Raises:
-          ValueError: A negative ``overdue_grace``.
+          ValueError: A negative ``overdue_grace``, or ``queue_name`` is not a known queue
+            (:meth:`known`).
         """
         if not is_int(overdue_grace) or overdue_grace < 0:
             raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
         known = self.known_queues()
-        bases = [q_name(queue_name)] if queue_name is not None else known
+        bases = [self.known(queue_name, among=known)] if queue_name is not None else known
         shards_of = self.internal_names(bases)
         names = [internal for base in bases for internal in shards_of[base]]
         settings = self.host.settings
@@ -202,7 +228,7 @@ class QueueAdmin:
         return Stats(time_ms=now_ms, workers=workers, queues=folded)
 
     def _queue_names(self, queue_name: str | None) -> list[str]:
-        return [q_name(queue_name)] if queue_name is not None else self.known_queues()
+        return [self.known(queue_name)] if queue_name is not None else self.known_queues()
 
     def _histories(self, names: list[str], minutes: int, hours: int) -> tuple[int | None, dict[str, QueueHistory]]:
         """The history of each of ``names`` (one round trip on a single server), and the
@@ -224,7 +250,8 @@ class QueueAdmin:
         server clock (see :mod:`._history`).
 
         Raises:
-          ValueError: ``minutes`` or ``hours`` out of range.
+          ValueError: ``minutes`` or ``hours`` out of range, or ``queue_name`` is not a
+            known queue (:meth:`known`).
         """
         minutes, hours = check_window(minutes, hours)
         shards_of = self.internal_names(self._queue_names(queue_name))
@@ -238,7 +265,11 @@ class QueueAdmin:
         """The messages in flight on one queue, or on every known queue, oldest fetch
         first: message id, actor, worker (id, host, pid) and when it was fetched (server
         clock) and how long ago. A message waiting in a worker's prefetch counts too (see
-        :mod:`._running`)."""
+        :mod:`._running`).
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue (:meth:`known`).
+        """
         shards_of = self.internal_names(self._queue_names(queue_name))
         names = [internal for shards in shards_of.values() for internal in shards]
         found = running(self.host.client, self.host.keys, names)
@@ -257,11 +288,12 @@ class QueueAdmin:
         count is the rest of ``ready``. Three round trips, and a command per lane listed.
 
         Raises:
-          ValueError: ``limit`` is not a positive int.
+          ValueError: ``limit`` is not a positive int, or ``queue_name`` is not a known
+            queue (:meth:`known`).
         """
         if not is_int(limit) or limit <= 0:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
-        keys = self.host.keys(q_name(queue_name))
+        keys = self.host.keys(self.known(queue_name))
         client = self.host.client
         in_turn, blocked, deferred = _lanes(client, keys, limit)
         listed = [(lane, False) for lane in in_turn] + [(lane, True) for lane in [*blocked, *deferred]]
@@ -289,7 +321,7 @@ class QueueAdmin:
         restarts. Returns False if the queue was paused already.
 
         Raises:
-          ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
+          ValueError: ``queue_name`` is not a known queue (:meth:`known`).
         """
         return self._pause(queue_name, "pause")
 
@@ -298,21 +330,15 @@ class QueueAdmin:
         Returns False if the queue was not paused.
 
         Raises:
-          ValueError: ``queue_name`` is not a known queue (:meth:`known_queues`).
+          ValueError: ``queue_name`` is not a known queue (:meth:`known`).
         """
         return self._pause(queue_name, "resume")
 
     def _pause(self, queue_name: str, op: str) -> bool:
         """``op`` every shard of the queue; whether any changed."""
-        name = self._known(queue_name)
+        name = self.known(queue_name)
         scripts = self.host.redisson_scripts
         return any([scripts.pause(self.host.keys(shard), op)[0] for shard in self.internal_names([name])[name]])
-
-    def _known(self, queue_name: str) -> str:
-        name = q_name(queue_name) if isinstance(queue_name, str) else queue_name
-        if not isinstance(name, str) or name not in self.known_queues():
-            raise ValueError(f"Unknown queue {queue_name!r}: not declared here, and no consumer has run it")
-        return name
 
     def server_ms(self) -> int:
         """The server's clock (on a cluster, any node's), epoch ms."""

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
+import redis
 from dramatiq.common import q_name
-from dramatiq.logging import get_logger
 
 from ._keys import QueueKeys
 from ._lanes import check_group
+from ._logs import logger_for
 from ._scripts import Scripts
 from ._settings import is_int
 from ._shards import ShardRouter
+
+if TYPE_CHECKING:
+    from ._queue_admin import QueueAdmin
 
 
 class QueueLimits(TypedDict):
@@ -56,10 +60,9 @@ class LimitsHost(Protocol):
     client: Any
     redisson_scripts: Scripts
     shard_router: ShardRouter
+    admin: QueueAdmin
 
     def keys(self, queue_name: str) -> QueueKeys: ...
-
-    def known_queues(self) -> list[str]: ...
 
     def shards_of(self, queue_name: str) -> list[str]: ...
 
@@ -99,6 +102,19 @@ def check_window(rate: int | None, group_rate: int | None, per_ms: int | None) -
 
 #: The limits asked for a whole sharded queue, as kept beside its layout.
 _ASKED = ("concurrency", "rate", "per_ms", "group_concurrency", "group_rate")
+
+#: limits.lua's order of the limits ("set" and "update"), and the most each may be.
+_ORDER = ("concurrency", "group_concurrency", "rate", "per_ms", "group_rate")
+_MOST = {
+    "concurrency": MAX_LIMIT,
+    "group_concurrency": MAX_LIMIT,
+    "rate": MAX_RATE,
+    "per_ms": MAX_WINDOW_MS,
+    "group_rate": MAX_RATE,
+}
+
+#: How limits.lua's "update" refuses a rate without its window (or a window without a rate).
+_WINDOW_ERROR = "a rate needs its window"
 
 
 def _share(limit: int | None, shards: int) -> int | None:
@@ -155,7 +171,7 @@ class Limits:
 
     def __init__(self, host: LimitsHost) -> None:
         self.host = host
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
 
     def set(
         self,
@@ -194,21 +210,62 @@ class Limits:
         group_rate = _limit("group_rate", group_rate, MAX_RATE)
         per_ms = _limit("per_ms", per_ms, MAX_WINDOW_MS)
         check_window(rate, group_rate, per_ms)
-        name = self._known(queue_name)
+        name = self.host.admin.known(queue_name)
+        return self._set(
+            name, dict(zip(_ASKED, (concurrency, rate, per_ms, group_concurrency, group_rate), strict=True))
+        )
+
+    def update(self, queue_name: str, **changes: int | None) -> QueueLimits:
+        """Change only the limits named (``concurrency=4``; ``None``: no limit of that kind)
+        and keep the others as they are, in one atomic step on the server (the limits are
+        ``concurrency``, ``group_concurrency``, ``rate``, ``per_ms`` and ``group_rate``,
+        as :meth:`set` takes them). Returns the limits now, as :meth:`get`. A sharded
+        queue's are merged with the limits asked for the whole queue, then set on every
+        shard as :meth:`set` does.
+
+        Raises:
+          ValueError: No limit named, a name that is not a limit, a value :meth:`set`
+            would refuse, a result with a rate without its window or a window without a
+            rate, or ``queue_name`` is not a known queue. Nothing is written.
+        """
+        unknown = sorted(set(changes) - set(_ORDER))
+        if unknown or not changes:
+            raise ValueError(
+                f"update takes the limits to change, of {', '.join(_ORDER)}; "
+                + (f"got {', '.join(map(repr, unknown))}" if unknown else "got none")
+                + "; nothing was written"
+            )
+        for field, value in changes.items():
+            _limit(field, value, _MOST[field])
+        name = self.host.admin.known(queue_name)
+        current = self._get(name)
+        merged = {field: changes.get(field, current[field]) for field in _ASKED}  # type: ignore[literal-required]
+        check_window(merged["rate"], merged["group_rate"], merged["per_ms"])
+        if len(self.host.shards_of(name)) > 1:
+            return self._set(name, merged)
+        # One queue: limits.lua merges on the server ("" keeps a limit, -1 removes it) and
+        # checks the window again, against the limits as they are then.
+        values = tuple((-1 if changes[f] is None else changes[f]) if f in changes else None for f in _ORDER)
+        try:
+            reply = self.host.redisson_scripts.limits(self.host.keys(name), "update", values)
+        except redis.ResponseError as e:
+            if _WINDOW_ERROR not in str(e):
+                raise
+            raise ValueError(f"{e}: the limits changed meanwhile; nothing was written") from None
+        return _info(reply, 0)
+
+    def _set(self, name: str, asked: dict[str, int | None]) -> QueueLimits:
+        """Make the known queue ``name``'s limits exactly ``asked`` (checked already)."""
         shards = self.host.shards_of(name)
         if len(shards) == 1:
-            keys = self.host.keys(name)
-            reply = self.host.redisson_scripts.limits(
-                keys, "set", (concurrency, group_concurrency, rate, per_ms, group_rate)
-            )
-            return _info(reply, 0)
+            values = tuple(asked[field] for field in _ORDER)
+            return _info(self.host.redisson_scripts.limits(self.host.keys(name), "set", values), 0)
         # A sharded queue (issue 36): what was asked is kept beside the layout (first: a
         # consumer that reapplies meanwhile applies this), and each shard gets its share.
-        asked = dict(zip(_ASKED, (concurrency, rate, per_ms, group_concurrency, group_rate), strict=True))
         self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(asked))
         for shard in shards:
             self.host.redisson_scripts.limits(self.host.keys(shard), "set", _shares(asked, len(shards)))
-        return self.get(name)
+        return self._get(name)
 
     def reapply(self, queue_name: str, shards: Sequence[str]) -> int:
         """Give each of a sharded queue's ``shards`` (its layout's internal names, shard 0
@@ -240,10 +297,10 @@ class Limits:
                 if _shares(info, 1) != wanted:
                     scripts.limits(keys(shard), "set", wanted)
                     written.add(shard)
-        weights = self.weights(name)
+        weights = self._weights(name)
         pairs = _weight_pairs(weights)
         for shard in shards[1:]:
-            if self.weights(shard) != weights:
+            if self._weights(shard) != weights:
                 scripts.limits(keys(shard), "weights", (), pairs)
                 written.add(shard)
         if written:
@@ -271,33 +328,40 @@ class Limits:
             if not is_int(weight) or not 1 <= weight <= MAX_WEIGHT:
                 raise ValueError(f"the weight of group {group!r} must be an int from 1 to {MAX_WEIGHT}, got {weight!r}")
         pairs = _weight_pairs(weights)
-        name = self._known(queue_name)
+        name = self.host.admin.known(queue_name)
         for shard in self.host.shards_of(name):  # a group's shard has its weight
             self.host.redisson_scripts.limits(self.host.keys(shard), "weights", (), pairs)
-        return self.weights(name)
+        return self._weights(name)
 
     def weights(self, queue_name: str) -> dict[str, int]:
-        """``queue_name``'s group weights (groups of weight 1 are not listed)."""
-        flow = cast("dict[bytes, bytes]", self.host.client.hgetall(self.host.keys(q_name(queue_name)).flow))
+        """``queue_name``'s group weights (groups of weight 1 are not listed).
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue.
+        """
+        return self._weights(self.host.admin.known(queue_name))
+
+    def _weights(self, name: str) -> dict[str, int]:
+        """The group weights of ``name`` (a queue or a shard's internal name)."""
+        flow = cast("dict[bytes, bytes]", self.host.client.hgetall(self.host.keys(name).flow))
         out: dict[str, int] = {}
         for field, value in flow.items():
             if field.startswith(b"w") and field != b"weights":
                 out[bytes.fromhex(field[1:].decode()).decode()] = int(value)
         return dict(sorted(out.items()))
 
-    def _known(self, queue_name: str) -> str:
-        name = q_name(queue_name)
-        known = self.host.known_queues()
-        if name not in known:
-            listed = ", ".join(known) if known else "none yet"
-            raise ValueError(f"{name!r} is not a known queue (known: {listed}); nothing was written")
-        return name
-
     def get(self, queue_name: str) -> QueueLimits:
         """``queue_name``'s limits and what is in use now (one read per shard; writes
         nothing). A sharded queue's are the limits asked for the whole queue, and the sums
-        of what is in use in its shards."""
-        name = q_name(queue_name)
+        of what is in use in its shards.
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue.
+        """
+        return self._get(self.host.admin.known(queue_name))
+
+    def _get(self, name: str) -> QueueLimits:
+        """The limits of the known queue ``name`` (see :meth:`get`)."""
         shards = self.host.shards_of(name)
         each = [_info(self.host.redisson_scripts.limits(self.host.keys(shard), "get")) for shard in shards]
         if len(each) == 1:
@@ -320,12 +384,16 @@ class Limits:
 
     def clear(self, queue_name: str) -> QueueLimits:
         """Remove ``queue_name``'s limits: every message waiting for a slot or a rate may run.
-        The queue's messages keep going through lanes (priorities and groups still apply)."""
-        name = q_name(queue_name)
+        The queue's messages keep going through lanes (priorities and groups still apply).
+
+        Raises:
+          ValueError: ``queue_name`` is not a known queue; nothing is written.
+        """
+        name = self.host.admin.known(queue_name)
         shards = self.host.shards_of(name)
         if len(shards) > 1:  # first: a consumer that reapplies meanwhile clears too
             self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(dict.fromkeys(_ASKED)))
         replies = [self.host.redisson_scripts.limits(self.host.keys(shard), "clear") for shard in shards]
         if len(shards) == 1:
             return _info(replies[0], 0)
-        return self.get(name)
+        return self._get(name)

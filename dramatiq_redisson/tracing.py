@@ -53,6 +53,7 @@ from dramatiq.common import q_name
 from dramatiq.logging import get_logger
 from dramatiq.message import Message
 
+from ._errors import needs_extra
 from ._message import validate_delay
 from ._shards import base_queue
 
@@ -64,8 +65,8 @@ try:
     from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(
-        "dramatiq_redisson.tracing needs the OpenTelemetry API: pip install 'dramatiq-redisson[otel]' "
-        "(or 'opentelemetry-api>=1.20,<2')"
+        f"dramatiq_redisson.tracing needs the OpenTelemetry API: {needs_extra('otel')} "
+        "(or pip install 'opentelemetry-api>=1.20,<2')"
     ) from e
 
 __all__ = ["CONTEXT_OPTION", "TIMES_OPTION", "OpenTelemetry", "TraceIdFilter", "schedule_link"]

@@ -59,7 +59,7 @@ def missing_browser() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "playwright is not installed: pip install 'dramatiq-redisson[test]'"
+        return "playwright is not installed: pip install -e '.[test]'"
     path = chromium_path()
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         return f"no Chromium at {path} (set CHROMIUM, or apt-get install chromium)"

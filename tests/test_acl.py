@@ -458,8 +458,8 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
     assert not delayed.contains(cancelled.message_id)
     broker.enqueue_many([job.message(f"bulk-now-{i}") for i in range(3)])
     broker.enqueue_many([job.message(f"bulk-later-{i}") for i in range(3)], delay=100)
-    to_clear = broker.delayed_queue("acl-cleared")
     broker.declare_queue("acl-cleared")
+    to_clear = broker.delayed_queue("acl-cleared")
     broker.enqueue(job.message("never").copy(queue_name="acl-cleared"), delay=60_000)
     assert to_clear.clear() == 1
 

@@ -397,9 +397,12 @@ def test_a_slot_migration_needs_asking(
     cluster.admin(source).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
     try:
         # The queue's keys are absent on the source: it answers ASK, the client asks the target.
-        assert RedissonBroker(client=granted).delayed_queue(queue).size() == 0
+        brokers = [RedissonBroker(client=client) for client in (granted, lacking)]
+        for each in brokers:
+            each.declare_queue(queue)  # (a queue must be known to be operated)
+        assert brokers[0].delayed_queue(queue).size() == 0
         with pytest.raises(NoPermissionError, match="asking"):
-            RedissonBroker(client=lacking).delayed_queue(queue).size()
+            brokers[1].delayed_queue(queue).size()
         assert {e["object"] for e in _acl_log(cluster, lacking_user)} == {"asking"}
     finally:
         for node in (source, target):

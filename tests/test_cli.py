@@ -111,8 +111,10 @@ def schedule(actor: Actor[..., None], i: int, delay: int, tag: str = "") -> str:
 
 
 def bury(broker: RedissonBroker, message: Message[Any], died_ms: int) -> str:
-    """Write a dead letter as the broker's nack leaves it (``.XQ`` layout)."""
+    """Write a dead letter as the broker's nack leaves it (``.XQ`` layout), on a queue the
+    namespace's registry lists (the consumer that nacked it listed it)."""
     keys = broker.keys(message.queue_name)
+    broker.client.sadd(keys.registry, keys.queue_name)
     broker.client.zadd(keys.xq, {message.message_id: died_ms})
     broker.client.hset(keys.xq_msgs, message.message_id, message.encode())
     return message.message_id

@@ -484,6 +484,7 @@ def test_page_cursor_survives_moves_and_ends(broker: RedissonBroker, actors: Any
 
 
 def test_dead_letters_page_newest_first(broker: RedissonBroker, redis_client: redis.Redis) -> None:
+    broker.declare_queue("default")  # (a queue must be known to be operated)
     keys = broker.keys("default")
     for i in range(7):
         redis_client.zadd(keys.xq, {f"id{i}": 1000 + i})

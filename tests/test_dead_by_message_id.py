@@ -23,6 +23,7 @@ from dramatiq.message import Message
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._dead_letters import SEARCH_LIMIT, SEARCH_STEP, AmbiguousDeadLetter, DeadLetters
+from dramatiq_redisson._errors import needs_extra
 from dramatiq_redisson._ids import SORT_KEY_LENGTH, next_sort_key
 from dramatiq_redisson.dashboard import make_app
 
@@ -98,8 +99,10 @@ def redis_ids(dl: DeadLetters) -> dict[str, str]:
 
 
 def bury(broker: RedissonBroker, message: Message[Any], redis_id: str, died_ms: int) -> str:
-    """Write a dead letter as the broker's nack leaves it, under ``redis_id``."""
+    """Write a dead letter as the broker's nack leaves it, under ``redis_id`` (on a queue the
+    registry lists: the consumer that nacked it listed it)."""
     keys = broker.keys(message.queue_name)
+    broker.client.sadd(keys.registry, keys.queue_name)
     broker.client.zadd(keys.xq, {redis_id: died_ms})
     broker.client.hset(keys.xq_msgs, redis_id, message.copy(options={"redis_message_id": redis_id}).encode())
     return redis_id
@@ -319,7 +322,7 @@ def test_cli_with_a_message_id_that_names_several(
 
 def test_cli_error_without_jinja2_says_it_once(cli: Any, redis_url: str, tmp_path: Path) -> None:
     env = {**os.environ, "REDIS_URL": redis_url}
-    needs = "the dashboard needs Jinja2 (pip install 'dramatiq-redisson[dashboard]')"
+    needs = f"the dashboard needs Jinja2 ({needs_extra('dashboard')})"
     # Jinja2 not installed
     missing = subprocess.run(
         [

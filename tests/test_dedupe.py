@@ -248,6 +248,7 @@ def test_a_pending_retry_holds_its_key_like_the_original(
     broker: RedissonBroker, redis_client: redis.Redis, make_worker: Callable[..., Worker], ttl: int
 ) -> None:
     keys = broker.keys("default")
+    broker.declare_queue("default")  # (a queue must be known to be operated)
     queue = broker.delayed_queue("default")
 
     @dramatiq.actor(max_retries=3, min_backoff=60_000, max_backoff=60_000)

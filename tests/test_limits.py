@@ -175,6 +175,12 @@ def test_a_bad_limit_raises_and_writes_nothing(
 
 
 def test_limits_get_reads_the_limits_and_what_is_in_use(limited: RedissonBroker) -> None:
+    # A queue must be known first (a typo would limit, or read as, a queue nobody consumes)
+    for call in (limited.limits.get, lambda name: limited.limits.set(name, concurrency=5)):
+        with pytest.raises(ValueError, match="'fresh': not a known queue"):
+            call("fresh")
+    assert limited.client.exists(limited.keys("fresh").flow) == 0
+    limited.declare_queue("fresh")
     assert limited.limits.get("fresh") == {
         "concurrency": None,
         "rate": None,
@@ -187,16 +193,71 @@ def test_limits_get_reads_the_limits_and_what_is_in_use(limited: RedissonBroker)
         "started_in_window": None,
         "lanes_deferred": 0,
     }
-    # A queue must be known first (a typo would limit a queue nobody consumes)
-    with pytest.raises(ValueError, match="not a known queue"):
-        limited.limits.set("fresh", concurrency=5)
-    assert limited.limits.get("fresh")["concurrency"] is None
-    limited.declare_queue("fresh")
     limited.limits.set("fresh", concurrency=5, group_concurrency=2)
     assert limited.limits.get("fresh")["concurrency"] == 5
     assert limited.limits.get("fresh")["group_concurrency"] == 2
     limited.limits.set("fresh", group_concurrency=1)  # exactly these: the queue limit goes
     assert limited.limits.get("fresh")["concurrency"] is None
+
+
+def flow_hash(broker: RedissonBroker, queue_name: str = "default") -> dict[bytes, bytes]:
+    return broker.client.hgetall(broker.keys(queue_name).flow)  # type: ignore[no-any-return]
+
+
+def test_update_changes_only_the_limits_named_and_keeps_the_others(limited: RedissonBroker) -> None:
+    limited.declare_queue("default")
+    limited.limits.set("default", concurrency=8, group_concurrency=1)
+    now = limited.limits.update("default", concurrency=4)
+    assert (now["concurrency"], now["group_concurrency"]) == (4, 1)
+    assert limited.limits.get("default") == now
+    # A rate joins the limits kept; None removes one limit only
+    limited.limits.update("default", rate=10, per_ms=1000)
+    got = limited.limits.get("default")
+    assert (got["concurrency"], got["group_concurrency"], got["rate"], got["per_ms"]) == (4, 1, 10, 1000)
+    limited.limits.update("default", group_concurrency=None, group_rate=2)
+    got = limited.limits.get("default")
+    assert (got["concurrency"], got["group_concurrency"], got["rate"], got["group_rate"]) == (4, None, 10, 2)
+    # set still means exactly these
+    limited.limits.set("default", group_concurrency=3)
+    got = limited.limits.get("default")
+    assert (got["concurrency"], got["group_concurrency"], got["rate"], got["per_ms"]) == (None, 3, None, None)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({}, "got none"),
+        ({"concurency": 4}, "'concurency'"),
+        ({"concurrency": 0}, "concurrency must be an int from 1"),
+        ({"per_ms": None}, "rate and group_rate need their window"),  # the rate kept would lose its window
+        ({"rate": None, "group_rate": None, "concurrency": 2}, "need their window"),  # the window kept: no rate
+    ],
+)
+def test_update_refuses_bad_changes_and_writes_nothing(
+    limited: RedissonBroker, redis_client: redis.Redis, changes: dict[str, Any], fragment: str
+) -> None:
+    limited.declare_queue("default")
+    limited.limits.set("default", concurrency=8, rate=10, per_ms=1000)
+    before = flow_hash(limited)
+    with pytest.raises(ValueError, match=fragment):
+        limited.limits.update("default", **changes)
+    assert flow_hash(limited) == before
+
+
+def test_update_of_a_sharded_queue_keeps_the_limits_asked_for_the_whole_queue(redis_url: str) -> None:
+    broker = RedissonBroker(url=redis_url, middleware=[], shards={"default": 2})
+    try:
+        broker.declare_queue("default")
+        [first, second] = broker.shards_of("default")
+        broker.limits.set("default", concurrency=8, group_concurrency=1)
+        now = broker.limits.update("default", concurrency=4)
+        assert (now["concurrency"], now["group_concurrency"]) == (4, 1)
+        # Each shard has its share of the queue limit, and the group limit whole
+        assert flow_hash(broker, first)[b"concurrency"] == flow_hash(broker, second)[b"concurrency"] == b"2"
+        assert flow_hash(broker, second)[b"group_concurrency"] == b"1"
+    finally:
+        broker.flush_all()
+        broker.close()
 
 
 def test_a_nacked_message_gives_its_slot_back(limited: RedissonBroker, redis_client: redis.Redis) -> None:

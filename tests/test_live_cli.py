@@ -239,9 +239,10 @@ def test_running_shows_a_sleeping_actors_message_with_its_worker_and_age_then_dr
     assert ok_json(cli("running", "--json"))["count"] == 0
     empty = ok_text(cli("running", "slow")).splitlines()
     assert empty[0].startswith("Running on 'slow': 0") and empty[1] == "Nothing running on 'slow'."
-    # A name no queue has: said so (a typo would otherwise look like an idle queue)
-    typo = ok_text(cli("running", "slwo")).splitlines()
-    assert typo[1:] == ["Nothing running on 'slwo'.", "'slwo' is not a known queue (known: slow)."]
+    # A name no queue has: refused (a typo would otherwise look like an idle queue)
+    typo = cli("running", "slwo")
+    assert_one_line_error(typo, 2, "unknown queue 'slwo'", "(known: slow)")
+    assert typo.stdout == ""
 
 
 # -- history -----------------------------------------------------------------------------------
@@ -325,8 +326,9 @@ def test_history_of_a_quiet_or_unknown_queue_and_bad_windows(cli: Run, broker: R
     document = ok_json(cli("history", "--json", "--minutes", "1", "--hours", "1"))
     assert document["queues"]["default"]["minutes_total"] == {"processed": 0, "failed": 0, "retried": 0}
     assert len(document["queues"]["default"]["minutes"]) == 1
-    typo = ok_text(cli("history", "defualt", "--hours", "3")).splitlines()
-    assert typo[-3:] == ["defualt", "No activity in the last 3h.", "'defualt' is not a known queue (known: default)."]
+    typo = cli("history", "defualt", "--hours", "3")
+    assert_one_line_error(typo, 2, "unknown queue 'defualt'", "(known: default)")
+    assert typo.stdout == ""
     for args, fragment in (
         (("--minutes", "1441"), "expected 1 to 1440 minutes, got 1441"),
         (("--hours", "0"), "expected 1 to 720 hours, got 0"),
@@ -369,6 +371,7 @@ def test_limits_set_show_and_clear_round_trip_and_refuse_bad_values(
     assert broker.limits.get("reports")["group_concurrency"] == 1
     cleared = ok_json(cli("limits", "clear", "reports", "--json"))
     assert (cleared["concurrency"], cleared["group_concurrency"]) == (None, None)
+    assert cleared["replaced"] == {"concurrency": 8, "group_concurrency": 1}
     # Rates: a rate with its window, shown with the starts in the window
     rated = ok_text(cli("limits", "set", "reports", "--rate", "100", "--group-rate", "5", "--per-ms", "60000"))
     assert rated.strip() == (
@@ -391,3 +394,68 @@ def test_limits_set_show_and_clear_round_trip_and_refuse_bad_values(
         result = cli("limits", "weights", "reports", *args)
         assert result.returncode == 2 and result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, args
     assert ok_text(cli("limits", "weights", "reports", "--clear")).strip() == "'reports': every group weighs 1"
+
+
+def test_limits_update_changes_one_limit_and_keeps_the_others(
+    cli: Run, broker: RedissonBroker, redis_client: redis.Redis
+) -> None:
+    know(broker, "reports")
+    ok_text(cli("limits", "set", "reports", "--concurrency", "8", "--group-concurrency", "1"))
+    updated = ok_text(cli("limits", "update", "reports", "--concurrency", "4")).splitlines()
+    assert updated[0].startswith("updated 'reports': concurrency 4, per group 1; 0 running")
+    assert updated[1:] == ["changed concurrency 8 (now 4)"]
+    assert (broker.limits.get("reports")["concurrency"], broker.limits.get("reports")["group_concurrency"]) == (4, 1)
+    # none removes one limit; a rate joins the others; JSON says what was replaced
+    document = ok_json(cli("limits", "update", "reports", "--group-concurrency", "none", "--json"))
+    assert (document["concurrency"], document["group_concurrency"]) == (4, None)
+    assert document["replaced"] == {"group_concurrency": 1}
+    rated = ok_json(cli("limits", "update", "reports", "--rate", "10", "--per-ms", "1000", "--json"))
+    assert (rated["concurrency"], rated["rate"], rated["per_ms"], rated["replaced"]) == (4, 10, 1000, {})
+    # Refused, nothing written: no change given, a window dropped from under a rate, a bad value
+    before = redis_client.hgetall(broker.keys("reports").flow)
+    for args, fragment in (
+        ((), "give the limits to change"),
+        (("--per-ms", "none"), "need their window"),
+        (("--concurrency", "0"), "--concurrency"),
+        (("--concurrency", "x"), "--concurrency"),
+    ):
+        result = cli("limits", "update", "reports", *args)
+        assert_one_line_error(result, 2, fragment)
+        assert result.stdout == ""
+    assert redis_client.hgetall(broker.keys("reports").flow) == before
+
+
+def test_limits_set_prints_what_it_replaced(cli: Run, broker: RedissonBroker) -> None:
+    know(broker, "reports")
+    first = ok_text(cli("limits", "set", "reports", "--concurrency", "8", "--group-concurrency", "1"))
+    assert len(first.splitlines()) == 1  # nothing was set before: nothing replaced
+    text = ok_text(cli("limits", "set", "reports", "--concurrency", "4")).splitlines()
+    assert text[0].startswith("set 'reports': concurrency 4, per group none; 0 running")
+    assert text[1:] == ["replaced concurrency 8 (now 4), group_concurrency 1 (now none)"]
+    document = ok_json(cli("limits", "set", "reports", "--rate", "5", "--per-ms", "1000", "--json"))
+    assert document["replaced"] == {"concurrency": 4}
+    assert (document["concurrency"], document["rate"], document["per_ms"]) == (None, 5, 1000)
+    cleared = ok_text(cli("limits", "clear", "reports")).splitlines()
+    assert cleared[0].startswith("cleared 'reports': concurrency none, per group none; 0 running")
+    assert cleared[1:] == ["removed rate 5 (now none), per_ms 1000 (now none)"]
+
+
+def test_limits_get_without_a_queue_lists_every_known_queue_and_show_is_its_alias(
+    cli: Run, broker: RedissonBroker
+) -> None:
+    assert ok_text(cli("limits", "get")).startswith("No known queues")
+    assert ok_json(cli("limits", "get", "--json")) == {"queues": []}
+    know(broker, "reports", "emails")
+    broker.limits.set("reports", concurrency=3)
+    lines = ok_text(cli("limits", "get")).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["'emails'", "'reports'"]
+    assert lines[1].startswith("'reports': concurrency 3, per group none;")
+    assert ok_text(cli("limits", "show")).splitlines() == lines
+    document = ok_json(cli("limits", "get", "--json"))
+    assert [(q["queue"], q["concurrency"]) for q in document["queues"]] == [("emails", None), ("reports", 3)]
+    assert ok_json(cli("limits", "show", "reports", "--json"))["concurrency"] == 3
+    # An unknown queue is refused, not an invalid choice
+    for action in ("get", "show"):
+        result = cli("limits", action, "no_such")
+        assert_one_line_error(result, 2, "unknown queue 'no_such'", "(known: emails, reports)")
+        assert "invalid choice" not in result.stderr

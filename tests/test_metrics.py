@@ -141,12 +141,16 @@ def test_dramatiq_exporter_serves_queue_gauges_and_transfer_metrics_of_worker_pr
     def stats(queue_name: str) -> QueueStats:
         return broker.stats(queue_name)["queues"][queue_name]
 
+    def consumed(queue_name: str) -> int:
+        """The queue's live consumers (0 before a consumer made it known)."""
+        return stats(queue_name)["consumers"] if queue_name in broker.known_queues() else 0
+
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            assert wait_for(lambda: scrape(url) is not None and stats("default")["consumers"] == 2, 30, 0.1), (
+            assert wait_for(lambda: scrape(url) is not None and consumed("default") == 2, 30, 0.1), (
                 log_path.read_text()[-3000:]
             )
 
@@ -240,13 +244,22 @@ def test_wsgi_app_serves_the_gauges_of_broker_stats(broker: RedissonBroker) -> N
     # Nothing of Dramatiq's or of the transfers without a multiprocess directory.
     assert not [name for name, _ in samples if not name.startswith("dramatiq_redisson_")]
 
-    # and a list of queues exports just those, read one by one
+    # and a list of queues exports just those, read one by one (each a known queue)
+    broker.declare_queue("other")
     only = call_wsgi(m.make_wsgi_app(broker, queues=["wsgi", "other"]))
     assert queue_labels(only) == {"wsgi", "other"}
     assert value(only, "dramatiq_redisson_scheduled_messages", queue_name="wsgi") == 3.0
     assert value(only, "dramatiq_redisson_scheduled_messages", queue_name="other") == 0.0
     with pytest.raises(ValueError):
         m.make_wsgi_app(broker, queues=[])
+
+    # and a queue named before it is known has no series until it is: the scrape still works
+    later = m.make_wsgi_app(broker, queues=["wsgi", "later"])
+    assert queue_labels(call_wsgi(later)) == {"wsgi"}
+    only_later = call_wsgi(m.make_wsgi_app(broker, queues=["later"]))
+    assert queue_labels(only_later) == set() and value(only_later, "dramatiq_redisson_stats_up") == 1.0
+    broker.declare_queue("later")
+    assert queue_labels(call_wsgi(later)) == {"wsgi", "later"}
 
 
 def test_wsgi_app_serves_ready_messages_per_priority_and_the_lanes_waiting(

@@ -89,6 +89,7 @@ def test_scan_goes_on_when_the_entry_it_stopped_at_is_gone(
 
 
 def test_scan_of_an_empty_queue(broker: RedissonBroker) -> None:
+    broker.declare_queue("default")
     assert list(broker.delayed_queue("default").scan()) == []
 
 
@@ -322,7 +323,9 @@ def test_stats_of_a_running_fleet_and_the_queue_registry(
         assert other.stats()["workers"] == 1
     finally:
         worker.stop()
-    assert broker.stats("nothing-here")["queues"]["nothing-here"]["scheduled"] == 0
+    # A queue nobody declared, sent to or consumed is refused, not read as an empty one
+    with pytest.raises(ValueError, match="unknown queue 'nothing-here'.*known: default"):
+        broker.stats("nothing-here")
 
 
 # -- transfer listeners -------------------------------------------------------------

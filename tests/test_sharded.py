@@ -312,6 +312,7 @@ def test_a_queue_limited_before_it_had_shards_keeps_its_limits_over_them(
     plain.limits.set_weights("default", {"vip": 2})
     sharded = RedissonBroker(url=redis_url, middleware=[m() for m in default_middleware], shards={"default": 3})
     try:
+        sharded.declare_queue("default")  # (a queue must be known to be operated)
         consumer = sharded.consume("default")
         flows = [redis_client.hgetall(sharded.keys(n).flow) for n in sharded.shard_router.consumed("default")]
         assert [(f[b"concurrency"], f[b"rate"], f[b"w" + b"vip".hex().encode()]) for f in flows] == [

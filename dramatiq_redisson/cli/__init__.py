@@ -14,7 +14,7 @@ prints one per refresh, one per line). Times are on the Redis server's clock; JS
 gives each time as epoch ms (``*_ms``) and as an ISO 8601 UTC string.
 
 Human output uses ``rich`` tables when it is installed (``pip install
-'dramatiq-redisson[cli]'``), otherwise plain aligned text; ``--plain`` or
+-e '.[cli]'`` in a clone), otherwise plain aligned text; ``--plain`` or
 ``DRAMATIQ_REDISSON_PLAIN=1`` forces plain text. Colour only goes to a terminal
 (and never with ``NO_COLOR`` set).
 """
@@ -32,7 +32,7 @@ import redis
 
 from .. import __version__
 from .._format import one_line, parse_duration, span
-from . import _acl, _dead, _limits, _live, _scheduled, _schedules, _serve, _stats
+from . import _acl, _dead, _dev, _limits, _live, _scheduled, _schedules, _serve, _stats
 from ._base import DEBUG_ENV, EXIT_NOT_FOUND, EXIT_USAGE, PLAIN_ENV, PROG, Command, Context, UsageError
 from ._connect import connect, server_address, split_broker_path
 from ._output import Output
@@ -57,6 +57,7 @@ REGISTRY: tuple[Command, ...] = (
     _serve.METRICS,
     _acl.ACL_RULE,
     _serve.DASHBOARD,
+    _dev.SERVER,
 )
 
 #: The command names.
@@ -81,6 +82,8 @@ concurrency limits.
 BROKER is a broker import path as Dramatiq's CLI takes it (app.tasks:broker, or
 app.tasks for the broker that module sets up); importing it also declares the app's
 queues. Without BROKER, connect with --url or $REDIS_URL and --namespace.
+A queue named that is not known (declared, sent to or consumed) is refused (exit 2).
+`server` needs no broker: it runs an embedded Valkey for development.
 """
 
 
@@ -92,6 +95,8 @@ examples:
   dramatiq-redisson dead requeue default --all --yes
   dramatiq-redisson pause emails
   dramatiq-redisson limits set reports --concurrency 8 --group-concurrency 1
+  dramatiq-redisson limits update reports --concurrency 4
+  dramatiq-redisson server --port 6390
   dramatiq-redisson history default --minutes 30
 
 exit status: 0 success; 1 a message id was not found, or a confirmation was declined;
@@ -158,12 +163,16 @@ def build_parser() -> Parser:
         for action in command.actions:
             sub = actions.add_parser(
                 action.name,
+                aliases=list(action.aliases),
                 help=action.help,
                 description=action.help,
                 parents=[common, *([bulk] if action.bulk else [])],
             )
             sub.set_defaults(handler=action.handler)
-            sub.add_argument("queue")
+            if action.queue_optional:
+                sub.add_argument("queue", nargs="?", help="only this queue (default: every known queue)")
+            else:
+                sub.add_argument("queue")
             action.arguments(sub)
     return parser
 
@@ -180,6 +189,8 @@ def run(argv: list[str]) -> int:
         if path is not None or args.url is not None:
             raise UsageError("acl-rule: give --server-version or a broker (path, --url), not both")
         return _acl.offline_acl_rule(args, out)
+    if args.command == _dev.SERVER.name:
+        return _dev.run_server(path, args)
     broker = connect(path, args, COMMANDS)
     try:
         handler: Callable[[Context], int] = args.handler

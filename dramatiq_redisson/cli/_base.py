@@ -129,6 +129,9 @@ class Command:
       actions: A group's commands (``dead list``, ``dead show``, ...), whose parsers take
         the group's ``queue`` argument first.
       description: The group's ``--help`` description (default: ``help``).
+      aliases: Other names of an action (``limits show`` for ``limits get``).
+      queue_optional: An action whose ``queue`` may be left out (``limits get``: every
+        known queue).
     """
 
     name: str
@@ -138,3 +141,5 @@ class Command:
     bulk: bool = False
     actions: tuple[Command, ...] = ()
     description: str | None = None
+    aliases: tuple[str, ...] = ()
+    queue_optional: bool = False

@@ -1,10 +1,14 @@
 """``limits``: a queue's concurrency and rate limits, fleet-wide and live (see
-:attr:`RedissonBroker.limits` and docs/flow-control.md): ``show`` them with what is in use
-now, ``set`` them, ``clear`` them."""
+:attr:`RedissonBroker.limits` and docs/flow-control.md), with the verbs of the API: ``get``
+them with what is in use now (``show`` is an alias; without a queue, every known queue's),
+``set`` them (exactly these), ``update`` some and keep the others, ``clear`` them, and the
+group ``weights``."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import cast
 
 from .._queue_limits import QueueLimits
 from ._base import EXIT_OK, Command, Context, UsageError, positive_int
@@ -14,11 +18,15 @@ def _limit(value: int | None) -> str:
     return "none" if value is None else str(value)
 
 
-def _report(ctx: Context, verb: str, limits: QueueLimits) -> int:
-    name = ctx.args.queue
-    if ctx.json_mode:
-        ctx.out.json({"queue": name, **limits})
-        return EXIT_OK
+#: The limits, in the order they are shown and given (``--group-concurrency`` and so on).
+LIMIT_NAMES = ("concurrency", "group_concurrency", "rate", "per_ms", "group_rate")
+
+#: What ``limits update`` takes to remove one limit (``--concurrency none``).
+NONE = "none"
+
+
+def _line(verb: str, name: str, limits: QueueLimits) -> str:
+    """One line of a queue's limits and what is in use now."""
     line = (
         f"{verb}{name!r}: concurrency {_limit(limits['concurrency'])}, "
         f"per group {_limit(limits['group_concurrency'])}; "
@@ -35,35 +43,82 @@ def _report(ctx: Context, verb: str, limits: QueueLimits) -> int:
         if started is not None:
             line += f", {started} started in the window"
         line += f", {limits['lanes_deferred']} groups waiting for their rate"
-    ctx.out.line(line)
+    return line
+
+
+def _old(before: QueueLimits, after: QueueLimits) -> dict[str, int]:
+    """The limits ``before`` had that ``after`` dropped or changed, with their old values."""
+    old, new = cast("dict[str, int | None]", before), cast("dict[str, int | None]", after)
+    return {field: value for field in LIMIT_NAMES if (value := old[field]) is not None and value != new[field]}
+
+
+def _report(ctx: Context, verb: str, limits: QueueLimits, before: QueueLimits | None = None, what: str = "") -> int:
+    """Print a queue's limits (``verb`` before its name); with ``before``, also the limits
+    dropped or changed, as a second line starting with ``what`` (JSON: ``replaced``, each
+    old value)."""
+    name = ctx.args.queue
+    old = _old(before, limits) if before is not None else {}
+    if ctx.json_mode:
+        ctx.out.json({"queue": name, **limits, **({"replaced": old} if before is not None else {})})
+        return EXIT_OK
+    ctx.out.line(_line(verb, name, limits))
+    if old:
+        now = cast("dict[str, int | None]", limits)
+        ctx.out.line(
+            f"{what} " + ", ".join(f"{field} {value} (now {_limit(now[field])})" for field, value in old.items())
+        )
     return EXIT_OK
 
 
-def cmd_limits_show(ctx: Context) -> int:
-    return _report(ctx, "", ctx.broker.limits.get(ctx.args.queue))
+def cmd_limits_get(ctx: Context) -> int:
+    """One queue's limits, or (no queue) every known queue's."""
+    if ctx.args.queue is not None:
+        return _report(ctx, "", ctx.broker.limits.get(ctx.args.queue))
+    every = {name: ctx.broker.limits.get(name) for name in ctx.broker.known_queues()}
+    if ctx.json_mode:
+        ctx.out.json({"queues": [{"queue": name, **limits} for name, limits in every.items()]})
+        return EXIT_OK
+    if not every:
+        ctx.out.line("No known queues: a queue is known once declared, sent to or consumed.")
+    for name, limits in every.items():
+        ctx.out.line(_line("", name, limits))
+    return EXIT_OK
+
+
+def _given(args: argparse.Namespace) -> dict[str, int | str | None]:
+    return {field: getattr(args, field) for field in LIMIT_NAMES}
 
 
 def cmd_limits_set(ctx: Context) -> int:
-    args = ctx.args
-    given = {
-        "concurrency": args.concurrency,
-        "group_concurrency": args.group_concurrency,
-        "rate": args.rate,
-        "per_ms": args.per_ms,
-        "group_rate": args.group_rate,
-    }
+    given = _given(ctx.args)
     if all(value is None for value in given.values()):
         raise UsageError(
             "limits set: give --concurrency, --group-concurrency, --rate/--group-rate with --per-ms, "
-            "or several (no limit: limits clear)"
+            "or several (no limit: limits clear; to change one limit and keep the others: limits update)"
         )
-    ctx.broker.limits.set(args.queue, **given)  # (a rate without its window: ValueError, exit 2)
-    return _report(ctx, "set ", ctx.broker.limits.get(ctx.args.queue))
+    before = ctx.broker.limits.get(ctx.args.queue)  # (an unknown queue: ValueError, exit 2)
+    ctx.broker.limits.set(ctx.args.queue, **given)  # type: ignore[arg-type]  # (a rate without its window: exit 2)
+    return _report(ctx, "set ", ctx.broker.limits.get(ctx.args.queue), before, "replaced")
+
+
+def cmd_limits_update(ctx: Context) -> int:
+    changes = {
+        field: None if value == NONE else value for field, value in _given(ctx.args).items() if value is not None
+    }
+    if not changes:
+        raise UsageError(
+            "limits update: give the limits to change (--concurrency, --group-concurrency, --rate, --per-ms, "
+            f"--group-rate; {NONE!r} removes one); the others are kept"
+        )
+    before = ctx.broker.limits.get(ctx.args.queue)
+    ctx.broker.limits.update(ctx.args.queue, **changes)  # type: ignore[arg-type]
+    return _report(ctx, "updated ", ctx.broker.limits.get(ctx.args.queue), before, "changed")
 
 
 def cmd_limits_clear(ctx: Context) -> int:
+    before = ctx.broker.limits.get(ctx.args.queue)
     ctx.broker.limits.clear(ctx.args.queue)
-    return _report(ctx, "cleared ", ctx.broker.limits.get(ctx.args.queue))
+    return _report(ctx, "cleared ", ctx.broker.limits.get(ctx.args.queue), before, "removed")
 
 
 def _weight(text: str) -> tuple[str, int]:
@@ -106,30 +161,50 @@ def _weights_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clear", action="store_true", help="every group weighs 1 again")
 
 
+def _limit_or_none(text: str) -> int | str:
+    """``limits update``'s values: a whole number from 1, or ``none`` (remove the limit)."""
+    return NONE if text.strip().lower() == NONE else positive_int(text)
+
+
+def _limit_arguments(parser: argparse.ArgumentParser, value: Callable[[str], int | str], remove: str) -> None:
+    helps = {
+        "concurrency": "at most N of the queue's messages run at once",
+        "group-concurrency": "at most N messages of one group_key run at once (1: one at a time, in order)",
+        "rate": "at most N of the queue's messages start per window",
+        "group-rate": "at most N messages of one group_key start per window",
+        "per-ms": "the rate window, in ms (with --rate or --group-rate)",
+    }
+    for option, text in helps.items():
+        metavar = "MS" if option == "per-ms" else "N"
+        parser.add_argument(f"--{option}", type=value, metavar=metavar, help=text + remove)
+
+
 def _set_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--concurrency", type=positive_int, metavar="N", help="at most N of the queue's messages run at once"
-    )
-    parser.add_argument(
-        "--group-concurrency",
-        type=positive_int,
-        metavar="N",
-        help="at most N messages of one group_key run at once (1: one at a time, in order)",
-    )
-    parser.add_argument(
-        "--rate", type=positive_int, metavar="N", help="at most N of the queue's messages start per window"
-    )
-    parser.add_argument(
-        "--group-rate", type=positive_int, metavar="N", help="at most N messages of one group_key start per window"
-    )
-    parser.add_argument(
-        "--per-ms", type=positive_int, metavar="MS", help="the rate window, in ms (with --rate or --group-rate)"
-    )
+    _limit_arguments(parser, positive_int, "")
 
 
-LIMITS_SHOW = Command("show", "a queue's limits and what is in use now", cmd_limits_show)
+def _update_arguments(parser: argparse.ArgumentParser) -> None:
+    _limit_arguments(parser, _limit_or_none, f" ({NONE}: remove it)")
+
+
+LIMITS_GET = Command(
+    "get",
+    "a queue's limits and what is in use now; without QUEUE, every known queue's",
+    cmd_limits_get,
+    aliases=("show",),
+    queue_optional=True,
+)
 LIMITS_SET = Command(
-    "set", "set a queue's limits, exactly these (a limit not given: none)", cmd_limits_set, _set_arguments
+    "set",
+    "set a queue's limits, exactly these (a limit not given: none); prints the limits it replaced",
+    cmd_limits_set,
+    _set_arguments,
+)
+LIMITS_UPDATE = Command(
+    "update",
+    "change only the limits given and keep the others (none: remove one)",
+    cmd_limits_update,
+    _update_arguments,
 )
 LIMITS_CLEAR = Command("clear", "remove a queue's limits (priorities and groups still apply)", cmd_limits_clear)
 LIMITS_WEIGHTS = Command(
@@ -141,7 +216,7 @@ LIMITS_WEIGHTS = Command(
 
 LIMITS = Command(
     "limits",
-    "concurrency and rate limits per queue and per group, group weights: show, set, clear, weights",
-    actions=(LIMITS_SHOW, LIMITS_SET, LIMITS_CLEAR, LIMITS_WEIGHTS),
-    description="Concurrency and rate limits of a queue, fleet-wide and live.",
+    "concurrency and rate limits per queue and per group, group weights: get, set, update, clear, weights",
+    actions=(LIMITS_GET, LIMITS_SET, LIMITS_UPDATE, LIMITS_CLEAR, LIMITS_WEIGHTS),
+    description="Concurrency and rate limits of a queue, fleet-wide and live (the verbs of broker.limits).",
 )

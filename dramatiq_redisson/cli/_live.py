@@ -2,9 +2,9 @@
 activity ``history`` (see :meth:`RedissonBroker.pause`, :meth:`~RedissonBroker.running` and
 :meth:`~RedissonBroker.history`).
 
-``pause`` and ``resume`` refuse a queue that is not known (exit 2, one line on stderr):
-pausing a misspelt name would otherwise look like it worked. ``running`` and ``history``
-read any name, as ``stats`` does, and say so when the queue named is not a known one."""
+Every command here refuses a queue that is not known (exit 2, one line on stderr naming
+the known queues: the broker's one check, ``QueueAdmin.known``): pausing a misspelt name
+would otherwise look like it worked, and reading one like an idle queue."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 from .. import Bucket, Counts, History, QueueStats, RunningMessage
 from .._format import ago, iso, span
 from .._history import KEPT_HOURS, KEPT_MINUTES, totals
-from ._base import EXIT_OK, Command, Context, UsageError
+from ._base import EXIT_OK, Command, Context
 from ._connect import server_now
 from ._output import Block, Cell, Table
 
@@ -37,16 +37,6 @@ def _queue_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", metavar="QUEUE", help="a known queue (stats lists them)")
 
 
-def unknown_queue(ctx: Context, name: str) -> str:
-    """Why a queue name was refused, with the queues that are known."""
-    known = ctx.broker.known_queues()
-    listed = f"known: {', '.join(known)}" if known else "no queue is known yet"
-    return (
-        f"unknown queue {name!r} ({listed}); a queue is known once sent to or consumed, "
-        "or when declared by the broker import path given"
-    )
-
-
 def _queue_stats(ctx: Context, name: str) -> tuple[int, QueueStats]:
     """The server time and the counts of one queue."""
     stats = ctx.broker.stats(name)
@@ -58,10 +48,7 @@ def _switch(ctx: Context, pause: bool) -> int:
     """Pause or resume the queue named, then say what changed and how the queue stands."""
     name = ctx.args.queue
     since_before = None if pause else _queue_stats(ctx, name)[1]["paused_since_ms"]
-    try:
-        changed = ctx.broker.pause(name) if pause else ctx.broker.resume(name)
-    except ValueError:  # not a known queue: nothing was written
-        raise UsageError(unknown_queue(ctx, name)) from None
+    changed = ctx.broker.pause(name) if pause else ctx.broker.resume(name)
     now, q = _queue_stats(ctx, name)
     since = q["paused_since_ms"]
     if ctx.json_mode:
@@ -130,17 +117,6 @@ def _one_or_all_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue (default: every known queue)")
 
 
-def unknown_note(ctx: Context, name: str | None) -> Cell | None:
-    """A note for a queue named that is not known (likely misspelt), else None."""
-    if name is None:
-        return None
-    known = ctx.broker.known_queues()
-    if name in known:
-        return None
-    listed = f"known: {', '.join(known)}" if known else "no queue is known yet"
-    return Cell(f"{name!r} is not a known queue ({listed}).", "yellow")
-
-
 def running_doc(entry: RunningMessage) -> dict[str, Any]:
     doc: dict[str, Any] = dict(entry)
     doc["fetched"] = iso(entry["fetched_ms"])
@@ -173,9 +149,6 @@ def cmd_running(ctx: Context) -> int:
     blocks: list[Block] = [Cell(f"Running{where}: {len(entries)} · server time {iso(now, precise=False)}", "bold")]
     if not entries:
         blocks.append(Cell(f"Nothing running{where}."))
-        note = unknown_note(ctx, name)
-        if note is not None:
-            blocks.append(note)
         ctx.out.blocks(blocks)
         return EXIT_OK
     table = Table(["message id", "actor", "queue", "worker", "fetched (UTC)", "age"], numeric={5})
@@ -373,11 +346,7 @@ def cmd_history(ctx: Context) -> int:
     if ctx.json_mode:
         ctx.out.json(history_doc(history, ctx.broker.namespace, args.minutes, args.hours))
         return EXIT_OK
-    blocks = history_blocks(history, ctx.broker.namespace)
-    note = unknown_note(ctx, args.queue)
-    if note is not None:
-        blocks.append(note)
-    ctx.out.blocks(blocks)
+    ctx.out.blocks(history_blocks(history, ctx.broker.namespace))
     return EXIT_OK
 
 

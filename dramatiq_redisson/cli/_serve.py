@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import needs_extra
 from .._format import one_line
 from ._base import EXIT_OK, Command, Context, UsageError, port_number
 from ._output import Output
@@ -22,7 +23,7 @@ def _metrics_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_metrics(ctx: Context) -> int:
     args = ctx.args
-    needs = "the metrics command needs prometheus-client (pip install 'dramatiq-redisson[metrics]')"
+    needs = f"the metrics command needs prometheus-client ({needs_extra('metrics')})"
     try:
         metrics = importlib.import_module("dramatiq_redisson.metrics")
         importlib.import_module("prometheus_client")
@@ -65,7 +66,7 @@ def _dashboard_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_dashboard(ctx: Context) -> int:
     args = ctx.args
-    needs = "the dashboard needs Jinja2 (pip install 'dramatiq-redisson[dashboard]')"
+    needs = f"the dashboard needs Jinja2 ({needs_extra('dashboard')})"
     auth = None
     if args.user is not None:
         password = os.environ.get(args.password_env or "")

@@ -18,12 +18,13 @@ from importlib import resources
 from typing import Any
 
 import redis
-from dramatiq.logging import get_logger
 
 from .. import _format
 from .._broker import RedissonBroker
 from .._dead_letters import SEARCH_LIMIT
 from .._delayed_queue import DelayedQueue
+from .._errors import needs_extra
+from .._logs import logger_for
 from . import _charts, _limits_page, _live_pages, _schedule_pages
 from ._http import REFRESH_CHOICES, Body, HTTPError, Redirect, Request, refresh_arg
 
@@ -84,7 +85,7 @@ class Dashboard:
         try:
             import jinja2
         except ImportError:
-            raise ImportError("the dashboard needs Jinja2: pip install 'dramatiq-redisson[dashboard]'") from None
+            raise ImportError(f"the dashboard needs Jinja2: {needs_extra('dashboard')}") from None
         if not isinstance(broker, RedissonBroker):
             raise TypeError(f"the dashboard takes a RedissonBroker, not a {type(broker).__name__}")
         if not isinstance(prefix, str) or not prefix.startswith("/"):
@@ -93,7 +94,7 @@ class Dashboard:
             raise ValueError("auth must be a (user, password) pair of non-empty strings")
         if page_size not in PAGE_SIZES:
             raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {page_size!r}")
-        self.logger = get_logger(__name__, type(self))
+        self.logger = logger_for(type(self))
         self.broker = broker
         self.prefix = prefix.rstrip("/") + "/"
         self.read_only = read_only
@@ -299,7 +300,13 @@ class Dashboard:
     # -- lookups -----------------------------------------------------------------------
 
     def known_queue(self, name: str) -> str:
-        if name not in self.broker.known_queues():
+        """``name`` if it is a known queue, as the broker names it (the broker's one check,
+        :meth:`QueueAdmin.known`; a page's address has no ``.DQ``/``.XQ`` name), else a 404."""
+        try:
+            known = self.broker.admin.known(name)
+        except ValueError:
+            known = None
+        if known != name:
             raise HTTPError(HTTPStatus.NOT_FOUND, f"No queue named {name!r} in namespace {self.broker.namespace!r}.")
         return name
 

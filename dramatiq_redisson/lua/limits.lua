@@ -6,9 +6,10 @@
 -- KEYS[3]  ZSET  redisson_delay_queue_levels:{N}   priorities with lanes in their ring
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
 --
--- ARGV[1]  "set", "clear", "get" or "weights"
+-- ARGV[1]  "set", "update", "clear", "get" or "weights"
 -- ARGV[2..6] with "set": the queue's concurrency limit, each group's concurrency limit,
---          the queue's rate, the rate window (ms), each group's rate; "" for none
+--          the queue's rate, the rate window (ms), each group's rate; "" for none;
+--          with "update": the same, but "" keeps the limit as it is and -1 removes it
 -- ARGV[7]  the lanes' key prefix, ARGV[8] the rings', ARGV[9] the wake channels', ARGV[10]
 --          the rate logs' (the queue's start log is ARGV[10] .. "q}", the lanes waiting
 --          for their group's rate ARGV[10] .. "deferred}"; see _flow.lua)
@@ -23,9 +24,11 @@
 -- checked by the caller (positive ints, a rate with its window); this script writes what
 -- it is given. "get" writes nothing. "weights" turns the flow on and makes the group
 -- weights exactly those given (a group not given: weight 1); turns under way start over.
+-- "update" is "set" of the limits as they are with those given changed; it writes nothing
+-- and fails if the result would have a rate without its window, or a window without a rate.
 --
 -- Returns: {queue limit or -1, group limit or -1, slots in use, groups with slots in use,
---           lanes waiting for their group's slot (before this call, for "set"/"clear"),
+--           lanes waiting for their group's slot (before this call, for "set"/"update"/"clear"),
 --           queue rate or -1, window ms or -1, group rate or -1, the queue's starts in the
 --           current window (-1 without a queue rate), lanes waiting for their group's rate}
 
@@ -34,18 +37,32 @@
 
 local flow = flow_context(KEYS[2], KEYS[1], KEYS[3], nil, ARGV[7], ARGV[8], ARGV[10])
 local op = ARGV[1]
-if op ~= "set" and op ~= "clear" and op ~= "get" and op ~= "weights" then
+if op ~= "set" and op ~= "update" and op ~= "clear" and op ~= "get" and op ~= "weights" then
     return redis.error_reply("ERR limits: unknown operation " .. tostring(op))
 end
 local FIELDS = { "concurrency", "group_concurrency", "rate", "per_ms", "group_rate" }
 local blocked = tonumber(redis.call("HGET", KEYS[1], "blocked") or 0)
-if op == "set" then
+local values = { ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] }
+if op == "update" then
+    local had = redis.call("HMGET", KEYS[1], unpack(FIELDS))
+    for i = 1, 5 do
+        if values[i] == "" then
+            values[i] = had[i] or ""
+        elseif values[i] == "-1" then
+            values[i] = ""
+        end
+    end
+    if (values[3] ~= "" or values[5] ~= "") ~= (values[4] ~= "") then
+        return redis.error_reply("ERR limits: a rate needs its window (per_ms), and a window a rate")
+    end
+end
+if op == "set" or op == "update" then
     flow_lib().enable(flow)
     for i, field in ipairs(FIELDS) do
-        if ARGV[i + 1] == "" then
+        if values[i] == "" then
             redis.call("HDEL", KEYS[1], field)
         else
-            redis.call("HSET", KEYS[1], field, ARGV[i + 1])
+            redis.call("HSET", KEYS[1], field, values[i])
         end
     end
 elseif op == "clear" then
@@ -72,7 +89,7 @@ elseif op == "weights" then
         redis.call("HDEL", KEYS[1], "weights")
     end
 end
-if op == "set" or op == "clear" then
+if op == "set" or op == "update" or op == "clear" then
     flow_lib().unblock_all(flow)
     wake(KEYS[4], ARGV[9], redis.call("ZCARD", KEYS[4]) * 1000000)
 end

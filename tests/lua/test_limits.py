@@ -68,6 +68,33 @@ def test_clear_frees_blocked_lanes_wakes_idle_consumers_and_keeps_the_flow_on(
     assert redis_client.zcard(keys.idle) == 0
 
 
+def test_update_keeps_the_limits_not_given_and_removes_those_given_as_minus_1(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    # On a queue without flow: the flow goes on, as with "set"
+    redis_client.rpush(keys.ready, "r1")
+    assert _limits(lua, keys, "update", 8, 1) == [8, 1, 0, 0, 0, *NO_RATES]
+    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"concurrency": b"8", b"group_concurrency": b"1"}
+    # "" keeps a limit: only the queue limit changes
+    assert _limits(lua, keys, "update", 4) == [4, 1, 0, 0, 0, *NO_RATES]
+    # a rate with its window joins them; -1 removes the group limit only
+    assert _limits(lua, keys, "update", "", -1, 10, 1000) == [4, -1, 0, 0, 0, 10, 1000, -1, 0, 0]
+    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"concurrency": b"4", b"rate": b"10", b"per_ms": b"1000"}
+    # a group rate uses the window kept
+    assert _limits(lua, keys, "update", "", "", "", "", 3)[5:8] == [10, 1000, 3]
+
+
+@pytest.mark.parametrize("args", [("", "", "", -1), ("", "", -1)], ids=["window-removed", "rate-removed"])
+def test_update_to_a_rate_without_its_window_or_a_window_without_a_rate_is_refused_and_writes_nothing(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, args: tuple[Any, ...]
+) -> None:
+    redis_client.hset(keys.flow, mapping={"on": 1, "concurrency": 4, "rate": 10, "per_ms": 1000})
+    before = snapshot(redis_client)
+    with pytest.raises(redis.ResponseError, match="a rate needs its window"):
+        _limits(lua, keys, "update", *args)
+    assert snapshot(redis_client) == before
+
+
 def test_clear_of_a_queue_without_flow_writes_nothing(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
     assert _limits(lua, keys, "clear") == [-1, -1, 0, 0, 0, *NO_RATES]
     assert redis_client.keys("*") == []
