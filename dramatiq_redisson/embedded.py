@@ -229,7 +229,7 @@ class ServerError(Exception):
     """The dev server could not start (one line for the operator, exit status 2)."""
 
 
-def _port_taken(host: str, port: int) -> bool:
+def port_taken(host: str, port: int) -> bool:
     """Whether something already listens on (or holds) ``host:port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
@@ -248,7 +248,7 @@ def _start_dev(
     attempts = 1 if port is not None else START_ATTEMPTS
     for attempt in range(1, attempts + 1):
         chosen = port if port is not None else free_loopback_port()
-        if _port_taken(host, chosen):
+        if port_taken(host, chosen):
             if port is not None:
                 raise ServerError(f"port {chosen} on {host} is taken: give another --port, or none for a free one")
             continue

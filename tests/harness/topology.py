@@ -39,7 +39,6 @@ from __future__ import annotations
 import atexit
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -55,7 +54,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 from redis.sentinel import Sentinel as SentinelManager
 
-from dramatiq_redisson.embedded import binary_version, free_loopback_port, server_binary
+from dramatiq_redisson.embedded import binary_version, free_loopback_port, port_taken, server_binary
 
 HOST = "127.0.0.1"
 SLOTS = 16384
@@ -126,14 +125,7 @@ class Server:
 
 def _bindable(port: int) -> bool:
     """Whether ``port`` is a loopback port nobody listens on now."""
-    if port > 65535:
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((HOST, port))
-        except OSError:
-            return False
-    return True
+    return port <= 65535 and not port_taken(HOST, port)
 
 
 def _admin_client(port: int, timeout: float = 5.0) -> redis.Redis:
