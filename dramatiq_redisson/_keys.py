@@ -47,7 +47,12 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
                                                     "|r" the last tick run, "|l" how late it
                                                     moved (ms), "|s" the first tick not run
                                                     while the chain waits for a worker to
-                                                    resume it, "|p" "1" while paused
+                                                    resume it, "|p" "1" while paused; its
+                                                    policies (``lua/schedule.lua``): "|o"
+                                                    overlap, "|u" the run last enqueued,
+                                                    "|m" limit, "|n" runs, "|k" skipped,
+                                                    "|d" dropped, "|e" ended, "|g" the
+                                                    latest tick started
 ``redisson_delay_queue_paused:{N}``        STRING   while the queue is paused: when (epoch ms,
                                                     server clock); fetch.lua hands out nothing
 ``redisson_delay_queue_fetched:{N}``       HASH     redis message id -> "<fetch time, epoch
@@ -288,7 +293,9 @@ class QueueKeys:
     @property
     def schedule_state(self) -> str:
         """``<name>|t`` upcoming ticks, ``|r`` last run, ``|l`` its lateness, ``|s`` the
-        first tick not run while the chain waits to be resumed, ``|p`` paused."""
+        first tick not run while the chain waits to be resumed, ``|p`` paused; the
+        policies' fields ``|o``, ``|u``, ``|m``, ``|n``, ``|k``, ``|d``, ``|e``, ``|g``
+        (see lua/schedule.lua's header)."""
         return f"redisson_delay_queue_schedule_state:{{{self.name}}}"
 
     @property

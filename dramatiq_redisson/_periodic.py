@@ -37,24 +37,45 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from dramatiq import get_encoder
 from dramatiq.actor import Actor
+from dramatiq.broker import Broker, MessageProxy
 from dramatiq.message import Message
+from dramatiq.middleware import Middleware, SkipMessage
 
+from ._format import iso
 from ._ids import sort_key_at
 from ._keys import QueueKeys, registry_key
 from ._limits import PERIODIC_HORIZON, PERIODIC_LOW_WATER
 from ._logs import logger_for
 from ._message import RS, encode_message, encode_scheduled, with_redis_id
-from ._schedule_spec import CATCH_UP_POLICIES, InvalidSchedule, ScheduleSpec, catch_up_ticks, parse_spec
+from ._schedule_spec import (
+    CATCH_UP_POLICIES,
+    InvalidSchedule,
+    Policy,
+    ScheduleSpec,
+    catch_up_ticks,
+    jitter_offset,
+    parse_policy,
+    parse_spec,
+    times_text,
+)
 
 if TYPE_CHECKING:
     from ._scripts import Scripts
 
-__all__ = ["InvalidSchedule", "Schedule", "ScheduleInfo", "Schedules", "declared_schedules", "periodic"]
+__all__ = [
+    "InvalidSchedule",
+    "PeriodicStartDeadline",
+    "Schedule",
+    "ScheduleInfo",
+    "Schedules",
+    "declared_schedules",
+    "periodic",
+]
 
 #: A schedule's name: it is part of its ticks' message ids and of the keys' field names.
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
@@ -73,15 +94,19 @@ class Schedule:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     catch_up: str = "one"
+    policy: Policy = field(default_factory=Policy)
 
     def definition(self) -> dict[str, Any]:
-        """What is stored and compared on reconcile (without anchor and version)."""
+        """What is stored and compared on reconcile (without anchor and version); the
+        policy's fields only where they differ from the defaults, so a schedule without
+        them keeps the definition an earlier version stored."""
         return {
             "actor": self.actor_name,
             "args": list(self.args),
             "catch_up": self.catch_up,
             "kwargs": self.kwargs,
             "spec": json.loads(self.spec.to_json()),
+            **self.policy.stored(),
         }
 
 
@@ -103,6 +128,12 @@ def periodic(
     kwargs: dict[str, Any] | None = None,
     name: str | None = None,
     catch_up: str = "one",
+    overlap: str = "allow",
+    jitter: str | timedelta | None = None,
+    start_deadline: str | timedelta | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    limit: int | None = None,
 ) -> Callable[[_A], _A]:
     """Run an actor on a schedule: ``cron`` (5 fields, in time zone ``tz``, default UTC) or
     ``every`` (a :class:`~datetime.timedelta`, or a duration with its unit: ``"30s"``,
@@ -119,18 +150,48 @@ def periodic(
 
     ``name`` (default: the actor's name) identifies the schedule; ``catch_up`` says what
     runs when every worker was down over ticks: ``"one"`` (the latest missed tick, once),
-    ``"all"`` (each) or ``"none"``. Workers that consume the actor's queue store the
-    schedule when they start (a changed spec takes effect from its next tick); nothing else
-    needs to run. Raises :class:`InvalidSchedule` for a bad spec, name or policy."""
-    spec = parse_spec(cron=cron, every=every, tz=tz)
+    ``"all"`` (each) or ``"none"``.
+
+    Under load (each default keeps the behaviour above):
+
+    - ``overlap="skip"``: a tick is skipped (and counted) while the schedule's previous
+      run is still scheduled (a retry), queued or running anywhere; ``"allow"`` runs it.
+    - ``jitter``: each tick is due up to this much after its time, by an offset derived
+      from the schedule's name and the tick's time (the same on every worker); its
+      message id and ``message_timestamp`` stay the tick's time.
+    - ``start_deadline``: a tick that has not started this long after it was due is
+      dropped (and counted), a missed tick run by ``catch_up`` as well.
+    - ``start``, ``end`` (aware datetimes): no tick before ``start`` nor after ``end``;
+      with ``every``, ticks fall at ``start + k × every``.
+    - ``limit``: the schedule ends after this many runs (ticks enqueued).
+
+    Durations take a :class:`~datetime.timedelta` or a text with its unit, as ``every``.
+    Workers that consume the actor's queue store the schedule when they start (a changed
+    definition takes effect from its next tick); nothing else needs to run. Raises
+    :class:`InvalidSchedule` naming every bad value (and writes nothing)."""
+    errors: list[str] = []
+    spec: ScheduleSpec | None = None
+    try:
+        spec = parse_spec(cron=cron, every=every, tz=tz)
+    except InvalidSchedule as e:
+        errors.append(str(e))
     if catch_up not in CATCH_UP_POLICIES:
-        raise InvalidSchedule(f"catch_up: expected one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}")
+        errors.append(f"catch_up: expected one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}")
+    policy, wrong = parse_policy(
+        spec, overlap=overlap, jitter=jitter, start_deadline=start_deadline, start=start, end=end, limit=limit
+    )
+    errors += wrong
     arguments = tuple(args)
     keywords = dict(kwargs or {})
     try:
         json.dumps([arguments, keywords])
     except (TypeError, ValueError) as e:
-        raise InvalidSchedule(f"args/kwargs: must be JSON-serialisable: {e}") from None
+        errors.append(f"args/kwargs: must be JSON-serialisable: {e}")
+    if errors:
+        if len(errors) == 1:
+            raise InvalidSchedule(errors[0])
+        raise InvalidSchedule(f"{len(errors)} bad values: " + "; ".join(errors))
+    assert spec is not None and policy is not None
 
     def declare(actor: _A) -> _A:
         if not isinstance(actor, Actor):
@@ -141,8 +202,12 @@ def periodic(
         known = _DECLARED.get(schedule_name)
         if known is not None and known[0].actor_name != actor.actor_name:
             raise InvalidSchedule(f"name: schedule {schedule_name!r} is already declared for {known[0].actor_name!r}")
-        schedule = Schedule(schedule_name, actor.actor_name, actor.queue_name, spec, arguments, keywords, catch_up)
+        schedule = Schedule(
+            schedule_name, actor.actor_name, actor.queue_name, spec, arguments, keywords, catch_up, policy
+        )
         _DECLARED[schedule_name] = (schedule, actor)
+        if policy.start_deadline_ms is not None:
+            PeriodicStartDeadline.install(actor.broker)
         return actor
 
     return declare
@@ -170,9 +235,47 @@ class ScheduleInfo:
     waiting_since_ms: int | None  #: the chain stopped at this tick and waits to be resumed
     declared: bool  #: declared in this process (``@periodic``)
     version: int
+    overlap: str = "allow"  #: ``"allow"`` or ``"skip"``
+    jitter_ms: int | None = None
+    start_deadline_ms: int | None = None
+    start_ms: int | None = None  #: no tick before (the window's start)
+    end_ms: int | None = None  #: no tick after (the window's end)
+    limit: int | None = None  #: the schedule ends after this many runs
+    runs: int = 0  #: ticks enqueued (counted since this version stored the schedule)
+    runs_left: int | None = None  #: with a limit
+    skipped: int = 0  #: ticks skipped while the previous run was not done (overlap="skip")
+    dropped: int = 0  #: ticks dropped, not started by their start deadline
+    ended: str | None = None  #: ``"end"`` (its window is over) or ``"limit"``: no more ticks
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def policy_text(self) -> str:
+        """The policies that differ from the defaults, short: ``overlap=skip jitter=30s``."""
+        parts = []
+        if self.overlap != "allow":
+            parts.append(f"overlap={self.overlap}")
+        if self.jitter_ms:
+            parts.append(f"jitter={_ms_text(self.jitter_ms)}")
+        if self.start_deadline_ms:
+            parts.append(f"start_deadline={_ms_text(self.start_deadline_ms)}")
+        if self.limit is not None:
+            parts.append(f"limit={self.limit}")
+        return " ".join(parts) or "-"
+
+    def ending(self) -> str:
+        """Whether and when it ends, short: ``ended (window over)``, ``ended (limit: 3
+        runs)``, ``window ends 2030-01-01T00:00:00+00:00, 2 runs left``; "" if never."""
+        if self.ended == "end":
+            return "ended (window over)"
+        if self.ended:
+            return f"ended (limit: {self.limit} runs)"
+        parts = []
+        if self.end_ms is not None:
+            parts.append(f"window ends {_iso(self.end_ms)}")
+        if self.runs_left is not None:
+            parts.append(f"{self.runs_left} run{'' if self.runs_left == 1 else 's'} left")
+        return ", ".join(parts)
 
 
 class PeriodicHost(Protocol):
@@ -228,7 +331,7 @@ class Schedules:
             actor_name=stored["actor"],
             args=tuple(stored.get("args", ())),
             kwargs=dict(stored.get("kwargs", {})),
-            options={"periodic": name},
+            options={"periodic": name, **Policy.from_stored(stored).tick_options()},
             message_id=f"periodic:{name}:{tick_ms}",
             message_timestamp=tick_ms,
         )
@@ -273,39 +376,82 @@ class Schedules:
     ) -> bool:
         """(Re)start ``name``'s chain at its next tick after ``now_ms`` (after the ticks
         the catch-up policy runs now, when it resumes from ``last_due_ms``), if ``guard``
-        holds. ``paused``: store the definition only."""
+        holds. ``paused``: store the definition only. The window, jitter and start deadline
+        apply: no tick outside the window (past its end the schedule ends), the first tick
+        due at its time plus its jitter, missed ticks past their deadline dropped."""
         spec = self._spec(stored)
+        policy = Policy.from_stored(stored)
         anchor = int(stored["anchor"])
         run: list[int] = []
+        # The window's start: no tick before it (start - 1: a tick at start is in it).
+        since = now_ms if policy.start_ms is None else max(now_ms, policy.start_ms - 1)
         if last_due_ms is not None:
-            run, first = catch_up_ticks(spec, last_due_ms, now_ms, anchor, stored.get("catch_up", "one"))
+            run, first = catch_up_ticks(spec, last_due_ms, since, anchor, stored.get("catch_up", "one"))
+            run = [t for t in run if policy.in_window(t)]
         else:
-            first = spec.next_after(now_ms, anchor)
+            first = spec.next_after(since, anchor)
+        deadline = policy.start_deadline_ms
+        dropped = [t for t in run if deadline is not None and now_ms > t + policy.offset(name, t) + deadline]
+        run = [t for t in run if t not in dropped]
+        ended = "" if policy.in_window(first) else "end"
         definition = json.dumps(stored, separators=(",", ":"), sort_keys=True) if write_definition else ""
-        if paused:
-            member, payload, upcoming = "", b"", ""
+        if paused or ended:
+            member, payload, due, upcoming = "", b"", first, ""
         else:
             member, payload = self._chain_entry(name, stored, keys.queue_name, first)
-            upcoming = ",".join(str(t) for t in self._following(spec, first, anchor, PERIODIC_HORIZON))
+            due = first + policy.offset(name, first)
+            upcoming = times_text(name, policy, self._following(spec, policy, first, anchor, PERIODIC_HORIZON))
         pairs = self._run_pairs(name, stored, keys.queue_name, run)
         done = self.broker.redisson_scripts.schedule(
-            keys, "start", name, *guard, definition, member, payload, first, upcoming, *pairs
+            keys,
+            "start",
+            name,
+            *guard,
+            definition,
+            member,
+            payload,
+            due,
+            upcoming,
+            policy.overlap if policy.overlap != "allow" else "",
+            "" if policy.limit is None else policy.limit,
+            ended,
+            len(dropped),
+            *pairs,
         )
         if done and run:
             self.logger.info(
-                "Schedule %r resumed: ran %d missed tick(s) (catch_up=%r); next tick at %d.",
+                "Schedule %r resumed: %d missed tick(s) to run (catch_up=%r); next tick at %d.",
                 name,
                 len(run),
                 stored.get("catch_up"),
                 first,
             )
+        if done and dropped:
+            self.logger.info(
+                "Schedule %r dropped %d missed tick(s): not started within their start deadline (%d ms).",
+                name,
+                len(dropped),
+                deadline,
+            )
+        if done == 2:
+            self._ended(name, policy, "end" if ended else "limit")
         return bool(done)
 
+    def _ended(self, name: str, policy: Policy, why: str) -> None:
+        """Say once (the worker whose script call ended it) that ``name`` has ended."""
+        if why == "limit":
+            self.logger.info("Schedule %r has ended: it ran its limit of %s run(s).", name, policy.limit)
+        else:
+            self.logger.info("Schedule %r has ended: its window ended at %s.", name, _iso(policy.end_ms))
+
     @staticmethod
-    def _following(spec: ScheduleSpec, after_ms: int, anchor: int, count: int) -> list[int]:
+    def _following(spec: ScheduleSpec, policy: Policy, after_ms: int, anchor: int, count: int) -> list[int]:
+        """Up to ``count`` ticks after ``after_ms``, none past the window's end."""
         ticks, at = [], after_ms
         for _ in range(count):
             at = spec.next_after(at, anchor)
+            if policy.end_ms is not None and at > policy.end_ms:
+                break
             ticks.append(at)
         return ticks
 
@@ -359,9 +505,12 @@ class Schedules:
             return False  # unchanged (reconcile's sweep resumes or tops it up if needed)
         now_ms = self._now_ms()
         spec_changed = current is None or current.get("spec") != wanted["spec"]
+        anchor = now_ms if spec_changed else int(current["anchor"])  # type: ignore[index]
+        if schedule.spec.every_ms is not None and schedule.policy.start_ms is not None:
+            anchor = schedule.policy.start_ms  # ticks at start + k × every
         stored = {
             **wanted,
-            "anchor": now_ms if spec_changed else int(current["anchor"]),  # type: ignore[index]
+            "anchor": anchor,
             "version": 1 if current is None else int(current.get("version", 0)) + 1,
         }
         paused = bool(client.hget(keys.schedule_state, f"{name}|p"))
@@ -388,11 +537,15 @@ class Schedules:
     def _attend_one(self, keys: QueueKeys, name: str) -> None:
         scripts = self.broker.redisson_scripts
         now_ms = self._now_ms()
-        raw, waiting, paused, upcoming, chained = (
+        raw, waiting, paused, upcoming, chained, ended = (
             _str(v) if v else "" for v in scripts.schedule(keys, "check", name, now_ms)
         )
         stored = _load(raw)
-        if stored is None or paused:
+        if ended == "limit" and stored is not None:
+            # Named by the transfer whose run reached the limit: said once, here.
+            self._ended(name, Policy.from_stored(stored), ended)
+            return
+        if stored is None or paused or ended:
             return
         if waiting:
             self._start(
@@ -405,12 +558,14 @@ class Schedules:
                 last_due_ms=int(waiting),
             )
             return
-        times = [int(t) for t in upcoming.split(",") if t]
-        if chained and len(times) < PERIODIC_LOW_WATER * 2:
-            spec = self._spec(stored)
-            after = times[-1] if times else _member_tick(chained)
-            more = self._following(spec, after, int(stored["anchor"]), PERIODIC_HORIZON - len(times))
-            scripts.schedule(keys, "extend", name, str(times[-1]) if times else "", ",".join(str(t) for t in more))
+        raw_times = [t for t in upcoming.split(",") if t]
+        if chained and len(raw_times) < PERIODIC_LOW_WATER * 2:
+            spec, policy = self._spec(stored), Policy.from_stored(stored)
+            after = int(raw_times[-1].partition("+")[0]) if raw_times else _member_tick(chained)
+            more = self._following(spec, policy, after, int(stored["anchor"]), PERIODIC_HORIZON - len(raw_times))
+            if more:
+                last = raw_times[-1] if raw_times else ""
+                scripts.schedule(keys, "extend", name, last, times_text(name, policy, more))
 
     def attend_all(self, queue_name: str) -> None:
         """:meth:`attend` to the queue's schedules that need it (a consumer's maintenance:
@@ -456,11 +611,13 @@ class Schedules:
                 if stored is None:
                     raise InvalidSchedule("not a JSON object")
                 spec = ScheduleSpec.from_json(json.dumps(stored.get("spec", {})))
+                policy = Policy.from_stored(stored)
             except InvalidSchedule as e:
                 # One unreadable entry (another version's, a hand edit) hides only itself.
                 self.logger.error("Schedule %r on queue %r is unreadable, left out: %s", name, queue_name, e)
                 continue
             due = dues.get(name)
+            runs = _int(state.get(f"{name}|n")) or 0
             infos.append(
                 ScheduleInfo(
                     name=name,
@@ -480,6 +637,17 @@ class Schedules:
                     waiting_since_ms=_int(state.get(f"{name}|s")),
                     declared=name in declared and declared[name].queue_name == queue_name,
                     version=int(stored.get("version", 1)),
+                    overlap=policy.overlap,
+                    jitter_ms=policy.jitter_ms,
+                    start_deadline_ms=policy.start_deadline_ms,
+                    start_ms=policy.start_ms,
+                    end_ms=policy.end_ms,
+                    limit=policy.limit,
+                    runs=runs,
+                    runs_left=None if policy.limit is None else max(policy.limit - runs, 0),
+                    skipped=_int(state.get(f"{name}|k")) or 0,
+                    dropped=_int(state.get(f"{name}|d")) or 0,
+                    ended=state.get(f"{name}|e") or None,
                 )
             )
         return infos
@@ -544,6 +712,48 @@ class Schedules:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"schedules not stored within {timeout}s: {sorted(wanted)}")
             time.sleep(0.05)
+
+
+class PeriodicStartDeadline(Middleware):
+    """Drops a periodic tick that has not started by its start deadline (``@periodic(...,
+    start_deadline=…)``): added to the actor's broker when such a schedule is declared.
+
+    Before a tick's first attempt runs (a retry of it started already), one script call
+    (``lua/schedule.lua``, "begin") compares the server's clock with the tick's due time
+    (its time plus its jitter) plus the deadline: past it, the tick is counted as dropped
+    and skipped (Dramatiq acks a skipped message); a tick redelivered after it started
+    (its worker was killed) runs again."""
+
+    @classmethod
+    def install(cls, target: Broker) -> None:
+        """Add one to broker ``target`` unless it has one."""
+        if not any(isinstance(m, cls) for m in target.middleware):
+            target.add_middleware(cls())
+
+    def before_process_message(self, broker: Broker, message: MessageProxy) -> None:
+        options = message.options
+        deadline, name = options.get("periodic_start_deadline_ms"), options.get("periodic")
+        scripts: Scripts | None = getattr(broker, "redisson_scripts", None)
+        if not deadline or not isinstance(name, str) or options.get("retries") or scripts is None:
+            return
+        tick = int(message.message_timestamp)
+        latest = tick + jitter_offset(name, tick, int(options.get("periodic_jitter_ms") or 0)) + int(deadline)
+        keys = cast("PeriodicHost", broker).keys(message.queue_name)
+        if not scripts.schedule(keys, "begin", name, tick, latest):
+            logger_for(Schedules).info(
+                "Schedule %r: tick %d dropped, not started within its start deadline (%d ms).", name, tick, deadline
+            )
+            raise SkipMessage(f"periodic tick {message.message_id} missed its start deadline")
+
+
+def _ms_text(ms: int) -> str:
+    if ms % 1000:
+        return f"{ms}ms"
+    return f"{ms // 1000}s"
+
+
+def _iso(ms: int | None) -> str:
+    return iso(ms, precise=ms is not None and ms % 1000 != 0) or "-"
 
 
 def _str(value: bytes | str) -> str:

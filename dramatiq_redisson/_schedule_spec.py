@@ -46,9 +46,11 @@ are skipped.)
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -60,15 +62,28 @@ from ._settings import is_int
 
 __all__ = [
     "CATCH_UP_POLICIES",
+    "OVERLAP_POLICIES",
     "InvalidSchedule",
+    "Policy",
     "ScheduleSpec",
     "catch_up_ticks",
+    "jitter_offset",
+    "parse_policy",
     "parse_spec",
+    "times_text",
 ]
 
 #: How missed ticks are handled when a schedule's chain resumes: run the latest one,
 #: run them all (at most ``limit``), or run none.
 CATCH_UP_POLICIES = ("one", "all", "none")
+
+#: What a tick does while the schedule's previous run is still scheduled, queued or
+#: running: ``"allow"`` runs anyway (the default), ``"skip"`` skips the tick (counted).
+OVERLAP_POLICIES = ("allow", "skip")
+
+#: How many of a cron expression's ticks are looked at for its shortest gap (a jitter must
+#: be shorter: see :func:`parse_policy`).
+_GAP_PROBE = 500
 
 #: The shortest fixed interval, in milliseconds.
 MIN_EVERY_MS = 100
@@ -313,20 +328,175 @@ def parse_spec(
 def _every_ms(every: object) -> tuple[int, str]:
     """``every`` in whole milliseconds (a timedelta floored, a duration text rounded), and
     how to show it in an error."""
-    if isinstance(every, dt.timedelta):
-        return every // _ONE_MS, f"{every.total_seconds()}s"
-    if isinstance(every, str):
+    return _duration_ms("every", every)
+
+
+def _duration_ms(field: str, value: object) -> tuple[int, str]:
+    """A duration argument (``field``) in whole milliseconds, and how to show it in an
+    error: a :class:`datetime.timedelta` (floored to the millisecond) or a text with its
+    unit (:func:`._format.parse_duration`); a bare number is refused, its unit would be a
+    guess."""
+    if isinstance(value, dt.timedelta):
+        return value // _ONE_MS, f"{value.total_seconds()}s"
+    if isinstance(value, str):
         try:
-            return parse_duration(every), repr(every)
+            return parse_duration(value), repr(value)
         except ValueError as e:
-            raise InvalidSchedule(f"every: {e}") from None
-    if isinstance(every, (int, float)) and not isinstance(every, bool):
+            raise InvalidSchedule(f"{field}: {e}") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         raise InvalidSchedule(
-            f'every={every!r} has no unit: write every=timedelta(seconds={every!r}) or every="{every!r}s"'
+            f'{field}={value!r} has no unit: write {field}=timedelta(seconds={value!r}) or {field}="{value!r}s"'
         )
     raise InvalidSchedule(
-        f'every: expected a timedelta or a duration with its unit ("30s", "5m", "250ms"), got {every!r}'
+        f'{field}: expected a timedelta or a duration with its unit ("30s", "5m", "250ms"), got {value!r}'
     )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a schedule behaves under load (see :func:`parse_policy`); every field's default
+    is today's behaviour. Times are epoch ms, durations ms."""
+
+    overlap: str = "allow"
+    jitter_ms: int | None = None
+    start_deadline_ms: int | None = None
+    start_ms: int | None = None
+    end_ms: int | None = None
+    limit: int | None = None
+
+    def stored(self) -> dict[str, Any]:
+        """The fields that differ from the defaults, as stored in a schedule's definition
+        (a schedule without them keeps the definition an earlier version stored)."""
+        return {k: v for k, v in self.__dict__.items() if v != Policy.__dataclass_fields__[k].default}
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> Policy:
+        """The policy a stored definition names (fields it does not name: the defaults).
+        Raises :class:`InvalidSchedule` for a value of the wrong kind (a hand edit)."""
+        fields = {k: stored[k] for k in cls.__dataclass_fields__ if stored.get(k) is not None}
+        for key, value in fields.items():
+            if key == "overlap" and value not in OVERLAP_POLICIES or key != "overlap" and not is_int(value):
+                raise InvalidSchedule(f"{key}: unreadable stored value {value!r}")
+        return cls(**fields)
+
+    def in_window(self, tick_ms: int) -> bool:
+        """Whether a tick at ``tick_ms`` falls in the window (``start <= tick <= end``)."""
+        return (self.start_ms is None or tick_ms >= self.start_ms) and (self.end_ms is None or tick_ms <= self.end_ms)
+
+    def offset(self, name: str, tick_ms: int) -> int:
+        """The jitter of schedule ``name``'s tick at ``tick_ms`` (0 without jitter)."""
+        return jitter_offset(name, tick_ms, self.jitter_ms or 0)
+
+    def tick_options(self) -> dict[str, Any]:
+        """The options a tick carries for the worker that starts it: its start deadline and
+        jitter (to work out when it was due), when the schedule has a deadline."""
+        if self.start_deadline_ms is None:
+            return {}
+        found: dict[str, Any] = {"periodic_start_deadline_ms": self.start_deadline_ms}
+        if self.jitter_ms:
+            found["periodic_jitter_ms"] = self.jitter_ms
+        return found
+
+
+def times_text(name: str, policy: Policy, ticks: Iterable[int]) -> str:
+    """Tick times as the schedule state stores them (``<name>|t``, see lua/schedule.lua):
+    ``"<tick>"``, or ``"<tick>+<jitter ms>"`` for a tick due later than its time."""
+    parts = []
+    for tick in ticks:
+        offset = policy.offset(name, tick)
+        parts.append(f"{tick}+{offset}" if offset else str(tick))
+    return ",".join(parts)
+
+
+def jitter_offset(name: str, tick_ms: int, jitter_ms: int) -> int:
+    """A tick's delay in ``[0, jitter_ms)``, the same on every worker and every run: a
+    hash of the schedule's name and the tick's nominal time, not a random draw (two
+    workers that compute the next ticks of one schedule store the same due times)."""
+    if jitter_ms <= 1:
+        return 0
+    digest = hashlib.blake2b(f"{name}\0{tick_ms}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % jitter_ms
+
+
+def _aware_ms(field: str, value: object) -> int:
+    if not isinstance(value, dt.datetime):
+        raise InvalidSchedule(f"{field}: expected an aware datetime, got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidSchedule(
+            f"{field}: {value.isoformat()} has no time zone: give an aware datetime, e.g. "
+            f"datetime({value.year}, {value.month}, {value.day}, tzinfo=timezone.utc)"
+        )
+    return _to_ms(value)
+
+
+def _shortest_gap(spec: ScheduleSpec) -> int:
+    """The shortest time between two ticks of ``spec`` (for cron, among its next
+    :data:`_GAP_PROBE` ticks after a fixed instant)."""
+    if spec.every_ms is not None:
+        return spec.every_ms
+    ticks = spec._cron_ticks(_to_ms(_PROBE))
+    previous, gap = next(ticks), None
+    for _ in range(_GAP_PROBE):
+        tick = next(ticks)
+        gap = tick - previous if gap is None else min(gap, tick - previous)
+        previous = tick
+    assert gap is not None
+    return gap
+
+
+def parse_policy(
+    spec: ScheduleSpec | None,
+    *,
+    overlap: object = "allow",
+    jitter: object = None,
+    start_deadline: object = None,
+    start: object = None,
+    end: object = None,
+    limit: object = None,
+) -> tuple[Policy | None, list[str]]:
+    """A :class:`Policy` from user input, and what is wrong with it: every bad value, each
+    as one line naming its argument (the policy is None when there is any). ``spec``: the
+    schedule's spec, to check that a jitter is shorter than the gap between two ticks
+    (None: the spec itself is bad, not checked)."""
+    errors: list[str] = []
+    found: dict[str, Any] = {}
+    if overlap not in OVERLAP_POLICIES:
+        errors.append(f"overlap: expected one of {', '.join(repr(p) for p in OVERLAP_POLICIES)}, got {overlap!r}")
+    else:
+        found["overlap"] = overlap
+    for field, value in (("jitter", jitter), ("start_deadline", start_deadline)):
+        if value is None:
+            continue
+        try:
+            ms, shown = _duration_ms(field, value)
+        except InvalidSchedule as e:
+            errors.append(str(e))
+            continue
+        if ms <= 0:
+            errors.append(f"{field}: must be at least 1 ms, got {shown}")
+            continue
+        found[f"{field}_ms"] = ms
+    if "jitter_ms" in found and spec is not None:
+        gap = _shortest_gap(spec)
+        if found["jitter_ms"] >= gap:
+            errors.append(
+                f"jitter: must be shorter than the shortest time between two ticks ({gap} ms for "
+                f"{spec.describe()}), got {found['jitter_ms']} ms"
+            )
+    for field, value in (("start", start), ("end", end)):
+        if value is not None:
+            try:
+                found[f"{field}_ms"] = _aware_ms(field, value)
+            except InvalidSchedule as e:
+                errors.append(str(e))
+    if "start_ms" in found and "end_ms" in found and found["end_ms"] <= found["start_ms"]:
+        errors.append(f"end: must be after start ({end!r} is not after {start!r})")
+    if limit is not None:
+        if not is_int(limit) or limit < 1:
+            errors.append(f"limit: expected a whole number of runs, at least 1, got {limit!r}")
+        else:
+            found["limit"] = limit
+    return (None if errors else Policy(**found)), errors
 
 
 def catch_up_ticks(

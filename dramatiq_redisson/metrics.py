@@ -119,6 +119,27 @@ _SCHEDULE_GAUGES: tuple[tuple[str, str], ...] = (
         "How late the schedule's last tick moved to its ready queue (server clock). Absent before its first tick.",
     ),
     ("dramatiq_redisson_schedule_paused", "1 while the schedule is paused, else 0."),
+    (
+        "dramatiq_redisson_schedule_skipped_ticks",
+        "Ticks the schedule skipped while its previous run was still scheduled, queued or running "
+        '(overlap="skip"), since it was stored.',
+    ),
+    (
+        "dramatiq_redisson_schedule_dropped_ticks",
+        "Ticks of the schedule dropped because they did not start within its start deadline, since it was stored.",
+    ),
+    (
+        "dramatiq_redisson_schedule_overlap_skip",
+        '1 when the schedule skips overlapping ticks (overlap="skip"), else 0.',
+    ),
+    ("dramatiq_redisson_schedule_jitter_seconds", "The bound of the schedule's jitter. Absent without one."),
+    ("dramatiq_redisson_schedule_start_deadline_seconds", "The schedule's start deadline. Absent without one."),
+    (
+        "dramatiq_redisson_schedule_window_end_timestamp_seconds",
+        "When the schedule's window ends (epoch seconds): no tick after it. Absent without an end.",
+    ),
+    ("dramatiq_redisson_schedule_runs_left", "Runs left before the schedule's limit. Absent without a limit."),
+    ("dramatiq_redisson_schedule_ended", "1 once the schedule has ended (its window is over or it ran its limit)."),
 )
 
 
@@ -332,9 +353,10 @@ class StatsCollector:
     def _schedule_families(schedules: Sequence[ScheduleInfo]) -> list[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
-        next_due, lateness, paused = (
+        families = [
             GaugeMetricFamily(name, documentation, labels=_SCHEDULE_LABELS) for name, documentation in _SCHEDULE_GAUGES
-        )
+        ]
+        next_due, lateness, paused, skipped, dropped, overlap, jitter, deadline, window_end, runs_left, ended = families
         for info in schedules:
             labels = [info.name, info.queue_name, info.actor_name]
             due = info.next_due_ms if info.next_due_ms is not None or info.paused else info.waiting_since_ms
@@ -343,7 +365,16 @@ class StatsCollector:
             if info.last_lateness_ms is not None:
                 lateness.add_metric(labels, max(0, info.last_lateness_ms) / 1000)
             paused.add_metric(labels, 1.0 if info.paused else 0.0)
-        return [next_due, lateness, paused]
+            skipped.add_metric(labels, float(info.skipped))
+            dropped.add_metric(labels, float(info.dropped))
+            overlap.add_metric(labels, 1.0 if info.overlap == "skip" else 0.0)
+            for family, ms in ((jitter, info.jitter_ms), (deadline, info.start_deadline_ms), (window_end, info.end_ms)):
+                if ms is not None:
+                    family.add_metric(labels, ms / 1000)
+            if info.runs_left is not None:
+                runs_left.add_metric(labels, float(info.runs_left))
+            ended.add_metric(labels, 1.0 if info.ended else 0.0)
+        return list(families)
 
 
 class TransferMetrics:

@@ -10,8 +10,11 @@ import pytest
 from dramatiq_redisson._schedule_spec import (
     CATCH_UP_POLICIES,
     InvalidSchedule,
+    Policy,
     ScheduleSpec,
     catch_up_ticks,
+    jitter_offset,
+    parse_policy,
     parse_spec,
 )
 
@@ -502,3 +505,60 @@ def test_catch_up_cron() -> None:
 def test_catch_up_invalid_policy() -> None:
     with pytest.raises(InvalidSchedule, match="catch_up: unknown policy 'latest'"):
         catch_up_ticks(parse_spec(every="1s"), 1000, 4500, 0, "latest")
+
+
+# -- policies (issue 50) ------------------------------------------------------------------
+
+
+def test_a_policy_takes_durations_as_timedeltas_or_texts_with_a_unit_and_aware_datetimes() -> None:
+    start = dt.datetime(2030, 1, 1, tzinfo=BERLIN)
+    policy, errors = parse_policy(
+        parse_spec(every="1m"),
+        overlap="skip",
+        jitter="30s",
+        start_deadline=dt.timedelta(minutes=2),
+        start=start,
+        end=start + dt.timedelta(days=1),
+        limit=10,
+    )
+    assert errors == []
+    assert policy == Policy("skip", 30_000, 120_000, ms(2029, 12, 31, 23), ms(2030, 1, 1, 23), 10)
+    assert Policy.from_stored({"actor": "a", **policy.stored()}) == policy  # type: ignore[union-attr]
+    assert parse_policy(parse_spec(every="1m")) == (Policy(), [])
+    assert Policy().stored() == {}  # the defaults are not stored
+
+
+def test_every_bad_policy_value_is_named_once() -> None:
+    policy, errors = parse_policy(
+        parse_spec(every="10s"),
+        overlap="forbid",
+        jitter=1.5,
+        start_deadline="soon",
+        start=dt.datetime(2030, 1, 1),
+        end=dt.date(2030, 1, 2),
+        limit=True,
+    )
+    assert policy is None
+    assert [e.split(":")[0].split("=")[0] for e in errors] == [
+        "overlap",
+        "jitter",
+        "start_deadline",
+        "start",
+        "end",
+        "limit",
+    ]
+    assert parse_policy(parse_spec(every="10s"), jitter="10s")[1] == [
+        "jitter: must be shorter than the shortest time between two ticks (10000 ms for every 10s), got 10000 ms"
+    ]
+    # A cron expression's shortest gap: 9:00 and 9:05 every day
+    assert "(300000 ms" in parse_policy(parse_spec(cron="0,5 9 * * *"), jitter="6m")[1][0]
+    assert parse_policy(parse_spec(cron="0,5 9 * * *"), jitter="4m")[1] == []
+
+
+def test_the_jitter_of_a_tick_is_the_same_every_time_within_its_bound_and_spread() -> None:
+    offsets = [jitter_offset(f"s{n}", 1_800_000_000_000, 60_000) for n in range(1_000)]
+    assert offsets == [jitter_offset(f"s{n}", 1_800_000_000_000, 60_000) for n in range(1_000)]
+    assert 0 <= min(offsets) < 1_000 and 59_000 < max(offsets) < 60_000
+    assert 400 < sum(o < 30_000 for o in offsets) < 600
+    assert jitter_offset("s", 1, 0) == jitter_offset("s", 1, 1) == 0
+    assert jitter_offset("s", 1_800_000_000_000, 60_000) != jitter_offset("s", 1_800_000_060_000, 60_000)

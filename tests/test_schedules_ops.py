@@ -303,6 +303,8 @@ def test_an_unreadable_definition_hides_only_itself(cli: Any, broker: RedissonBr
     # Given one stored definition that is not JSON, and one whose spec cannot be read
     broker.client.hset(broker.keys("old").schedules, "garbled", "{not json")
     broker.client.hset(broker.keys("old").schedules, "badspec", json.dumps({"actor": "a", "spec": {"cron": "x"}}))
+    spec = {"cron": None, "every_ms": 1000, "tz": "UTC"}
+    broker.client.hset(broker.keys("old").schedules, "badlimit", json.dumps({"actor": "a", "spec": spec, "limit": "x"}))
     broker.client.sadd("dramatiq:__queues__", "old")
     # Then the others are listed and operated as before
     assert {info.name for info in schedules.list()} == {EVERY, BERLIN}
@@ -424,6 +426,10 @@ def test_the_schedules_page_lists_every_schedule(broker: RedissonBroker, client:
         "last_lateness": "—",
         "paused": "no",
         "catch_up": "one",
+        "policy": "-",
+        "skipped": "0",
+        "dropped": "0",
+        "ending": "—",
     }
     assert re.fullmatch(rf"{iso_s(every.next_due_ms)} in \d+s", row["next_due"]), row  # type: ignore[arg-type]
     assert every.next_due_ms is not None and 0 < every.next_due_ms - now <= 30_000
@@ -631,3 +637,95 @@ def test_the_metrics_export_the_last_ticks_lateness(broker: RedissonBroker, fast
     row = cells(Client(make_app(broker)).get("/schedules"), "ops-fast")
     assert text(row["last_lateness"]) == f"{info.last_lateness_ms:,}"
     assert f'<time datetime="{iso_ms(info.last_run_ms)}"' in row["last_run"]
+
+
+# -- policies under load (issue 50) --------------------------------------------------------
+
+
+@pytest.fixture
+def policed(broker: RedissonBroker) -> Schedules:
+    """A schedule with every policy, one whose window is over, one without any."""
+    far = datetime.datetime(2031, 1, 1, tzinfo=datetime.timezone.utc)
+
+    @periodic(every="30s", name="ops-policed", overlap="skip", jitter="10s", start_deadline="1m", end=far, limit=5)
+    @periodic(every="30s", name="ops-over", end=datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc))
+    @periodic(every="30s", name="ops-plain")
+    @dramatiq.actor(max_retries=0)
+    def ops_policed() -> None:
+        pass
+
+    assert sorted(broker.schedules.reconcile("default")) == ["ops-over", "ops-plain", "ops-policed"]
+    # Two ticks skipped (as the transfer counts them), one dropped by its start deadline
+    keys = broker.keys("default")
+    broker.client.hincrby(keys.schedule_state, "ops-policed|k", 2)
+    now = server_ms(broker.client)
+    assert broker.redisson_scripts.schedule(keys, "begin", "ops-policed", now - 120_000, now - 60_000) == 0
+    return broker.schedules
+
+
+def test_policies_skipped_and_dropped_counts_and_ends_in_the_api_cli_page_and_metrics(
+    cli: Any, broker: RedissonBroker, policed: Schedules
+) -> None:
+    info, over, plain = (policed.get(n) for n in ("ops-policed", "ops-over", "ops-plain"))
+    end_ms = int(datetime.datetime(2031, 1, 1, tzinfo=datetime.timezone.utc).timestamp() * 1000)
+    # The API
+    assert (info.overlap, info.jitter_ms, info.start_deadline_ms, info.end_ms, info.limit) == (
+        "skip",
+        10_000,
+        60_000,
+        end_ms,
+        5,
+    )
+    assert (info.skipped, info.dropped, info.runs, info.runs_left, info.ended) == (2, 1, 0, 5, None)
+    assert info.ending() == "window ends 2031-01-01T00:00:00Z, 5 runs left"
+    assert (over.ended, over.next_due_ms, over.ending()) == ("end", None, "ended (window over)")
+    assert (plain.policy_text(), plain.ending(), plain.skipped, plain.dropped) == ("-", "", 0, 0)
+    # The command line, table and JSON
+    rows = table_rows(cli("--plain", "schedules", "list").stdout)
+    row = rows["ops-policed"]
+    assert (row["policy"], row["skipped"], row["dropped"]) == (
+        "overlap=skip jitter=10s start_deadline=60s limit=5",
+        "2",
+        "1",
+    )
+    assert row["ends"] == "window ends 2031-01-01T00:00:00Z, 5 runs left"
+    assert (rows["ops-over"]["next due (UTC)"], rows["ops-over"]["ends"]) == ("- (ended)", "ended (window over)")
+    assert (rows["ops-plain"]["policy"], rows["ops-plain"]["ends"]) == ("-", "-")
+    docs = {d["name"]: d for d in ok_json(cli("schedules", "list", "--json"))["schedules"]}
+    assert (docs["ops-policed"]["skipped"], docs["ops-policed"]["dropped"], docs["ops-policed"]["end"]) == (
+        2,
+        1,
+        iso_ms(end_ms),
+    )
+    assert (docs["ops-policed"]["runs_left"], docs["ops-over"]["ended"], docs["ops-plain"]["ending"]) == (
+        5,
+        "end",
+        None,
+    )
+    # The dashboard
+    page = Client(make_app(broker)).get("/schedules")
+    row_cells = {k: text(v) for k, v in cells(page, "ops-policed").items()}
+    assert (row_cells["policy"], row_cells["skipped"], row_cells["dropped"]) == (
+        "overlap=skip jitter=10s start_deadline=60s limit=5",
+        "2",
+        "1",
+    )
+    assert row_cells["ending"] == "window ends 2031-01-01T00:00:00Z, 5 runs left"
+    assert text(cells(page, "ops-over")["ending"]) == "ended (window over)"
+    # The metrics
+    samples = call_wsgi(m.make_wsgi_app(broker))
+    labels = {"schedule_name": "ops-policed", "queue_name": "default", "actor_name": "ops_policed"}
+    for gauge, expected in (
+        ("skipped_ticks", 2.0),
+        ("dropped_ticks", 1.0),
+        ("overlap_skip", 1.0),
+        ("jitter_seconds", 10.0),
+        ("start_deadline_seconds", 60.0),
+        ("window_end_timestamp_seconds", end_ms / 1000),
+        ("runs_left", 5.0),
+        ("ended", 0.0),
+    ):
+        assert value(samples, f"dramatiq_redisson_schedule_{gauge}", **labels) == expected, gauge
+    over_labels = {**labels, "schedule_name": "ops-over"}
+    assert value(samples, "dramatiq_redisson_schedule_ended", **over_labels) == 1.0
+    assert value(samples, "dramatiq_redisson_schedule_runs_left", **over_labels) is None

@@ -27,6 +27,10 @@ def schedule_doc(info: ScheduleInfo, now_ms: int) -> dict[str, Any]:
         last_run=iso(info.last_run_ms),
         last_run_ago_ms=None if info.last_run_ms is None else now_ms - info.last_run_ms,
         waiting_since=iso(info.waiting_since_ms),
+        start=iso(info.start_ms),
+        end=iso(info.end_ms),
+        policy=info.policy_text(),
+        ending=info.ending() or None,
     )
     return doc
 
@@ -38,11 +42,21 @@ def next_due_cell(info: ScheduleInfo, now_ms: int) -> Cell:
         return Cell(f"{iso(due, precise=False)} ({until(due, now_ms)})", "red" if due < now_ms - 1000 else None)
     if info.paused:
         return Cell("- (paused)", "yellow")
+    if info.ended:
+        return Cell("- (ended)", "dim")
     if info.waiting_since_ms is not None:
         # The chain stopped at a tick (every worker was down): a worker of the queue resumes it.
         since = info.waiting_since_ms
         return Cell(f"waiting since {iso(since, precise=False)} ({ago(since, now_ms)})", "bold red")
     return Cell("-", "dim")
+
+
+def _ending_cell(info: ScheduleInfo) -> Cell:
+    """Whether and when the schedule ends (its window, its limit)."""
+    text = info.ending()
+    if not text:
+        return Cell("-", "dim")
+    return Cell(text, "yellow" if info.ended else None)
 
 
 def _list_blocks(infos: list[ScheduleInfo], now_ms: int) -> list[Block]:
@@ -68,8 +82,12 @@ def _list_blocks(infos: list[ScheduleInfo], now_ms: int) -> list[Block]:
             "last lateness (ms)",
             "paused",
             "catch-up",
+            "policy",
+            "skipped",
+            "dropped",
+            "ends",
         ],
-        numeric={7},
+        numeric={7, 11, 12},
     )
     for info in infos:
         last = info.last_run_ms
@@ -84,6 +102,10 @@ def _list_blocks(infos: list[ScheduleInfo], now_ms: int) -> list[Block]:
             Cell("-", "dim") if info.last_lateness_ms is None else str(info.last_lateness_ms),
             Cell("yes", "yellow") if info.paused else "no",
             info.catch_up,
+            Cell(info.policy_text(), "dim") if info.policy_text() == "-" else info.policy_text(),
+            str(info.skipped),
+            Cell(str(info.dropped), "yellow") if info.dropped else "0",
+            _ending_cell(info),
         )
     blocks.append(table)
     return blocks

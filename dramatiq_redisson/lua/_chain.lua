@@ -4,61 +4,112 @@
 -- A schedule has one tick scheduled at any time: its chained tick (message id
 -- "periodic:<name>:<tick ms>", named by the chains HASH). When that tick moves, the next
 -- one is scheduled in the same step: the first time in "<name>|t" (schedule state)
--- after it, with the same payload but the new time as its timestamp. A tick that moves
--- late (more than c.grace ms, or after the next tick's time too: every worker was down)
--- is not run: the chain stops, "|s" records the tick, and the caller resumes it by the
+-- after it, with the same payload but the new time as its timestamp. A time in "|t" may
+-- carry its jitter, "<tick>+<offset>": the tick is then due at tick + offset (its message
+-- id, sort key and timestamp stay the tick's). A tick that moves late (more than c.grace
+-- ms after it was due, or after the next tick was due too: every worker was down) is not
+-- run: the chain stops, "|s" records the tick, and the caller resumes it by the
 -- schedule's catch-up policy (_periodic.py); so does a chain that ran out of times. Both,
 -- and a chain with fewer than c.low_water times left, are named in c.attend.
 --
--- c: {chains, state (the schedule state HASH), zset, backup, payloads, now_ms, grace,
---     low_water, writes = {}, attend = {}}
+-- Policies (issue 50; fields of the schedule state, see schedule.lua): with "|o" = "skip"
+-- a tick is skipped (counted in "|k"; the chain goes on) while the run it last enqueued
+-- ("|u", a redis message id) is still scheduled (a retry: its message id in c.payloads) or
+-- in c.ready_msgs (ready, or in flight until acked: a killed worker's message stays there
+-- until liveness gives it back to the ready queue, and runs again). A retry of that run
+-- that moves becomes "|u". Each tick run counts in "|n"; with "|m" (a limit) the run that
+-- reaches it is the last: the chain ends, "|e" = "limit", and the schedule is named in
+-- c.attend (the caller logs it once).
+--
+-- c: {chains, state (the schedule state HASH), zset, backup, payloads, ready_msgs, now_ms,
+--     grace, low_water, writes = {}, attend = {}}
 -- chain_step(c, member, body, due_ms): reads only (the caller's first write comes
 --   later); queues the writes in c.writes. Returns whether the message runs (false: a
---   missed tick, its payload to drop); true as well for a member that is not its
---   schedule's chained tick (an ordinary message: a retry of a tick, a tick run by hand).
+--   missed or skipped tick, its payload to drop); true as well for a member that is not
+--   its schedule's chained tick (an ordinary message: a retry of a tick, a tick run by
+--   hand).
 -- chain_write(c, step): the writes of one step, after the caller's first write.
 
 local function chain_step(c, member, body, due_ms)
-    local name = string.match(message_id_of(member), "^periodic:(.+):%d+$")
-    if not name or redis.call("HGET", c.chains, name) ~= member then
+    local message_id = message_id_of(member)
+    local name, tick = string.match(message_id, "^periodic:(.+):(%d+)$")
+    if not name then
         return true
     end
-    local times = {}
-    for time in string.gmatch(redis.call("HGET", c.state, name .. "|t") or "", "%d+") do
-        if tonumber(time) > due_ms then
-            times[#times + 1] = tonumber(time)
+    if redis.call("HGET", c.chains, name) ~= member then
+        local current = redis.call("HGET", c.state, name .. "|u")
+        if current and current ~= member and message_id_of(current) == message_id then
+            c.writes[#c.writes + 1] = {name = name, current = member} -- a retry of the current run
+        end
+        return true
+    end
+    tick = tonumber(tick)
+    local got = redis.call("HMGET", c.state, name .. "|t", name .. "|o", name .. "|u", name .. "|m", name .. "|n")
+    local times, dues, raw = {}, {}, {}
+    for time, jitter in string.gmatch(got[1] or "", "(%d+)(%+?%d*)") do
+        if tonumber(time) > tick then
+            times[#times + 1] = time
+            dues[#dues + 1] = tonumber(time) + (tonumber(string.sub(jitter, 2)) or 0)
+            raw[#raw + 1] = time .. jitter
         end
     end
-    local following = times[1]
+    local following = dues[1]
     local run = c.now_ms - due_ms <= c.grace and not (following and following <= c.now_ms)
-    c.writes[#c.writes + 1] = {name = name, run = run, due_ms = due_ms, body = body, times = times}
-    if not run or not following or #times - 1 < c.low_water then
+    local skip, last = false, false
+    if run and got[2] == "skip" and got[3] then
+        skip = redis.call("HEXISTS", c.ready_msgs, got[3]) == 1
+            or redis.call("HEXISTS", c.payloads, message_id_of(got[3])) == 1
+    end
+    if run and not skip and got[4] then
+        last = (tonumber(got[5]) or 0) + 1 >= tonumber(got[4])
+    end
+    c.writes[#c.writes + 1] = {
+        name = name, run = run, skip = skip, last = last, tick = tick, due_ms = due_ms, body = body,
+        times = times, dues = dues, raw = raw, member = member, overlap = got[2] == "skip"
+    }
+    if not run or last or not following or #times - 1 < c.low_water then
         c.attend[#c.attend + 1] = name
     end
-    return run
+    return run and not skip
 end
 
 local function chain_write(c, step)
-    local name, run, due_ms, body, times = step.name, step.run, step.due_ms, step.body, step.times
-    local following = times[1]
-    if not run then
-        redis.call("HDEL", c.chains, name)
-        redis.call("HSET", c.state, name .. "|s", string.format("%d", due_ms))
+    local name, times, dues = step.name, step.times, step.dues
+    if step.current then
+        redis.call("HSET", c.state, name .. "|u", step.current)
         return
     end
-    redis.call("HSET", c.state, name .. "|r", string.format("%d", due_ms), name .. "|l", c.now_ms - due_ms)
-    if not following then
+    if not step.run then
         redis.call("HDEL", c.chains, name)
-        redis.call("HSET", c.state, name .. "|s", string.format("%d", due_ms + 1))
+        redis.call("HSET", c.state, name .. "|s", string.format("%d", step.tick))
         return
     end
-    local at = string.format("%d", following)
+    if step.skip then
+        redis.call("HINCRBY", c.state, name .. "|k", 1)
+    else
+        redis.call("HSET", c.state, name .. "|r", string.format("%d", step.tick), name .. "|l", c.now_ms - step.due_ms)
+        redis.call("HINCRBY", c.state, name .. "|n", 1)
+        if step.overlap then
+            redis.call("HSET", c.state, name .. "|u", step.member)
+        end
+    end
+    if step.last then
+        redis.call("HDEL", c.chains, name)
+        redis.call("HSET", c.state, name .. "|e", "limit")
+        return
+    end
+    if not times[1] then
+        redis.call("HDEL", c.chains, name)
+        redis.call("HSET", c.state, name .. "|s", string.format("%d", step.tick + 1))
+        return
+    end
+    local at = times[1]
     local message_id = "periodic:" .. name .. ":" .. at
-    local next_member = key_at(following) .. message_id
-    redis.call("ZADD", c.zset, at, next_member)
+    local next_member = key_at(tonumber(at)) .. message_id
+    redis.call("ZADD", c.zset, string.format("%d", dues[1]), next_member)
     redis.call("RPUSH", c.backup, next_member)
     -- The same payload, the new time as its timestamp (the last field: see _body.lua).
-    redis.call("HSET", c.payloads, message_id, key_at(following) .. string.match(body, "^(.*\30)") .. at)
+    redis.call("HSET", c.payloads, message_id, key_at(tonumber(at)) .. string.match(step.body, "^(.*\30)") .. at)
     redis.call("HSET", c.chains, name, next_member)
-    redis.call("HSET", c.state, name .. "|t", table.concat(times, ",", 2))
+    redis.call("HSET", c.state, name .. "|t", table.concat(step.raw, ",", 2))
 end

@@ -106,7 +106,10 @@
 -- here: the chain stops, "|s" records the tick, and the caller resumes it by the
 -- schedule's catch-up policy (_periodic.py); so does a chain that ran out of upcoming
 -- times. Both, and a chain running low on times, are returned (the 10th value). Every
--- other message (a retry of a tick, a tick run now by hand) moves as usual.
+-- other message (a retry of a tick, a tick run now by hand) moves as usual. A schedule's
+-- policies (issue 50: jitter in "|t", overlap "skip", a limit; see _chain.lua) are read
+-- only for a due member whose message id starts with "periodic:": the other messages'
+-- path is unchanged.
 --
 -- Wake-ups: moved messages the caller does not take wake as many idle consumers (see
 -- _wake.lua).
@@ -200,7 +203,7 @@ end
 -- after the ZREM below, the call's first write.
 local chain = {
     chains = chains, state = schedule_state, zset = zset, backup = backup, payloads = payloads,
-    now_ms = now_ms, grace = grace, low_water = low_water, writes = {}, attend = {}
+    ready_msgs = ready_msgs, now_ms = now_ms, grace = grace, low_water = low_water, writes = {}, attend = {}
 }
 
 local moved, dead = 0, 0

@@ -54,8 +54,26 @@ def _start_args(
     upcoming: str = "",
     ran: Sequence[Any] = (),
     name: str = NAME,
+    overlap: str = "",
+    limit: Any = "",
+    ended: str = "",
+    dropped: int = 0,
 ) -> list[Any]:
-    return ["start", name, *guard, definition, _member(tick, name), _payload(tick), tick, upcoming, *ran]
+    return [
+        "start",
+        name,
+        *guard,
+        definition,
+        _member(tick, name),
+        _payload(tick),
+        tick,
+        upcoming,
+        overlap,
+        limit,
+        ended,
+        dropped,
+        *ran,
+    ]
 
 
 @pytest.fixture
@@ -167,7 +185,7 @@ def test_start_of_a_paused_schedule_without_a_tick_stores_the_definition_and_sta
     redis_client.hset(keys.schedules, NAME, DEFINITION)
     redis_client.hset(keys.schedule_state, mapping={f"{NAME}|p": "1", f"{NAME}|s": str(T0)})
     new_definition = DEFINITION.replace("report", "summary")
-    assert schedule("start", NAME, "paused", "", new_definition, "", b"", "", "") == 1
+    assert schedule("start", NAME, "paused", "", new_definition, "", b"", "", "", "", "", "", 0) == 1
     assert redis_client.hget(keys.schedules, NAME) == new_definition.encode()
     # "|s" is cleared; "|p" stays (no tick); nothing is scheduled.
     assert redis_client.hgetall(keys.schedule_state) == {f"{NAME}|p".encode(): b"1"}
@@ -373,14 +391,14 @@ def test_check_reads_a_healthy_schedule_without_writing(
 ) -> None:
     assert schedule(*_start_args(T0, upcoming="1,2")) == 1
     before = snapshot(redis_client)
-    assert schedule("check", NAME, T0 + 5) == [DEFINITION.encode(), b"", b"", b"1,2", _member(T0).encode()]
+    assert schedule("check", NAME, T0 + 5) == [DEFINITION.encode(), b"", b"", b"1,2", _member(T0).encode(), b""]
     assert snapshot(redis_client) == before
 
 
 def test_check_of_an_unknown_schedule_reads_false_and_empty_fields(
     schedule: Script, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
-    assert schedule("check", "unknown", T0) == [None, b"", b"", b"", b""]
+    assert schedule("check", "unknown", T0) == [None, b"", b"", b"", b"", b""]
     assert redis_client.keys("*") == []
 
 
@@ -391,7 +409,7 @@ def test_check_marks_a_chain_whose_tick_was_cancelled_waiting_from_after_its_las
     redis_client.hset(keys.schedule_state, f"{NAME}|r", str(T0 - 60_000))
     redis_client.zrem(keys.timeout_zset, _member(T0))  # an operator cancelled it
     got = schedule("check", NAME, T0 + 999)
-    assert got == [DEFINITION.encode(), str(T0 - 60_000 + 1).encode(), b"", b"1,2", b""]
+    assert got == [DEFINITION.encode(), str(T0 - 60_000 + 1).encode(), b"", b"1,2", b"", b""]
     assert redis_client.exists(keys.chains) == 0
     assert redis_client.hget(keys.schedule_state, f"{NAME}|s") == str(T0 - 59_999).encode()
     # Checked again: it waits already; nothing changes.
@@ -405,7 +423,7 @@ def test_check_marks_a_broken_chain_that_never_ran_waiting_from_the_time_given(
 ) -> None:
     assert schedule(*_start_args(T0)) == 1
     redis_client.delete(keys.timeout_zset)  # cleared by an operator
-    assert schedule("check", NAME, T0 + 123) == [DEFINITION.encode(), str(T0 + 123).encode(), b"", b"", b""]
+    assert schedule("check", NAME, T0 + 123) == [DEFINITION.encode(), str(T0 + 123).encode(), b"", b"", b"", b""]
     assert redis_client.hget(keys.schedule_state, f"{NAME}|s") == str(T0 + 123).encode()
 
 
@@ -413,7 +431,7 @@ def test_check_leaves_a_paused_schedule_as_it_is(schedule: Script, keys: QueueKe
     assert schedule(*_start_args(T0)) == 1
     assert schedule("pause", NAME) == 1
     before = snapshot(redis_client)
-    assert schedule("check", NAME, T0 + 5) == [DEFINITION.encode(), b"", b"1", b"", b""]
+    assert schedule("check", NAME, T0 + 5) == [DEFINITION.encode(), b"", b"1", b"", b"", b""]
     assert snapshot(redis_client) == before
 
 
@@ -479,3 +497,103 @@ def test_with_flow_on_ticks_run_now_go_to_the_ready_queue_and_a_fetch_through_la
     assert redis_client.lrange(keys.ready, 0, -1) == [_member(now - 60_000).encode()]
     assert redis_client.exists(keys.ring(0), keys.levels) == 0
     assert fetch_ids(lua, keys, 5, now) == [_member(now - 60_000).encode()]
+
+
+# Policies (issue 50): overlap, limit, window end, dropped ticks, the start deadline
+
+
+def test_start_with_overlap_skip_runs_only_the_first_missed_tick_and_counts_the_others(
+    schedule: Script, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    missed = [T0 - 3_000, T0 - 2_000, T0 - 1_000]
+    ran = [x for t in missed for x in (_member(t), b"m")]
+    assert schedule(*_start_args(T0 + 1_000, ran=ran, overlap="skip")) == 1
+    assert redis_client.lrange(keys.ready, 0, -1) == [_member(missed[0]).encode()]
+    state = redis_client.hgetall(keys.schedule_state)
+    assert (state[f"{NAME}|o".encode()], state[f"{NAME}|k".encode()], state[f"{NAME}|n".encode()]) == (
+        b"skip",
+        b"2",
+        b"1",
+    )
+    assert state[f"{NAME}|u".encode()] == _member(missed[0]).encode()
+
+
+def test_start_with_overlap_skip_runs_nothing_while_the_current_run_is_in_flight(
+    schedule: Script, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    assert schedule(*_start_args(T0, overlap="skip")) == 1
+    redis_client.hset(keys.schedule_state, f"{NAME}|u", "running-one")
+    redis_client.hset(keys.ready_msgs, "running-one", "{}")
+    guard = ("def", DEFINITION)
+    assert schedule(*_start_args(T0 + 1_000, guard=guard, ran=[_member(T0 - 1_000), b"m"], overlap="skip")) == 1
+    assert redis_client.lrange(keys.ready, 0, -1) == []
+    assert redis_client.hget(keys.schedule_state, f"{NAME}|k") == b"1"
+    assert redis_client.hget(keys.chains, NAME) == _member(T0 + 1_000).encode()  # the chain goes on
+
+
+def test_start_with_a_limit_runs_the_runs_left_then_ends_the_schedule_with_nothing_chained(
+    schedule: Script, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.hset(keys.schedule_state, f"{NAME}|n", "1")
+    ran = [x for t in (T0 - 2_000, T0 - 1_000) for x in (_member(t), b"m")]
+    assert schedule(*_start_args(T0 + 1_000, ran=ran, limit=2)) == 2
+    assert redis_client.lrange(keys.ready, 0, -1) == [_member(T0 - 2_000).encode()]
+    assert redis_client.exists(keys.chains, keys.timeout_zset) == 0
+    state = redis_client.hgetall(keys.schedule_state)
+    assert (state[f"{NAME}|n".encode()], state[f"{NAME}|e".encode()], state[f"{NAME}|m".encode()]) == (
+        b"2",
+        b"limit",
+        b"2",
+    )
+    # A new definition with a higher limit chains it again
+    guard = ("def", DEFINITION)
+    assert schedule(*_start_args(T0 + 2_000, guard=guard, definition='{"v":2}', limit=5)) == 1
+    assert redis_client.hget(keys.chains, NAME) == _member(T0 + 2_000).encode()
+    assert redis_client.hget(keys.schedule_state, f"{NAME}|e") is None
+
+
+def test_start_past_the_windows_end_ends_the_schedule_and_the_sweep_passes_it_over(
+    schedule: Script, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    args = _start_args(T0, ended="end", dropped=3)
+    args[5:7] = ["", b""]  # no tick to chain
+    assert schedule(*args) == 2
+    assert redis_client.exists(keys.chains, keys.timeout_zset) == 0
+    state = redis_client.hgetall(keys.schedule_state)
+    assert (state[f"{NAME}|e".encode()], state[f"{NAME}|d".encode()]) == (b"end", b"3")
+    before = snapshot(redis_client)
+    assert schedule("sweep", "", T0 + 5, 3) == []
+    assert schedule("check", NAME, T0 + 5)[1:] == [b"", b"", b"", b"", b"end"]
+    assert snapshot(redis_client) == before
+
+
+def test_begin_starts_a_tick_before_its_deadline_and_drops_one_after_it_counting_it(
+    schedule: Script, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    assert schedule(*_start_args(T0)) == 1
+    now = server_ms()
+    assert schedule("begin", NAME, now - 5_000, now + 60_000) == 1
+    assert redis_client.hget(keys.schedule_state, f"{NAME}|g") == str(now - 5_000).encode()
+    assert schedule("begin", NAME, now - 1_000, now - 10) == 0
+    assert redis_client.hget(keys.schedule_state, f"{NAME}|d") == b"1"
+    # A tick that started before (redelivered after its worker was killed) runs again
+    assert schedule("begin", NAME, now - 5_000, now - 10) == 1
+    assert redis_client.hget(keys.schedule_state, f"{NAME}|d") == b"1"
+
+
+def test_begin_for_a_schedule_no_longer_stored_writes_nothing(
+    schedule: Script, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    now = server_ms()
+    assert schedule("begin", "gone", now - 1_000, now - 10) == 0
+    assert schedule("begin", "gone", now, now + 10_000) == 1
+    assert redis_client.keys("*") == []
+
+
+def test_remove_forgets_the_policy_fields_and_counts(
+    schedule: Script, keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    assert schedule(*_start_args(T0, overlap="skip", limit=9)) == 1
+    redis_client.hset(keys.schedule_state, mapping={f"{NAME}|{f}": "1" for f in "unkdeg"})
+    assert schedule("remove", NAME) == 1
+    assert redis_client.exists(keys.schedule_state) == 0

@@ -461,6 +461,7 @@ def test_transfer_of_a_chained_tick_runs_it_and_schedules_the_next_one(
         b"hourly|t": str(after).encode(),
         b"hourly|r": str(tick).encode(),
         b"hourly|l": str(now_us // 1000 - tick).encode(),
+        b"hourly|n": b"1",  # runs enqueued
     }
 
 
@@ -506,6 +507,83 @@ def test_transfer_of_a_tick_that_is_not_its_chains_moves_as_an_ordinary_message(
     assert redis_client.lrange(keys.ready, 0, -1) == [member]
     assert redis_client.zcard(keys.timeout_zset) == 0
     assert redis_client.hget(keys.chains, "hourly") == b"another member"
+
+
+def test_transfer_of_a_chained_tick_with_jitter_schedules_the_next_at_its_offset_under_its_own_time(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    tick = server_ms() - 10
+    nxt, after = tick + 60_000, tick + 120_000
+    _tick(redis_client, keys, "spread", tick, [])
+    redis_client.hset(keys.schedule_state, "spread|t", f"{nxt}+737,{after}+12")
+    moved, next_due, *_ = _transfer(lua, keys, grace=60_000)
+    # Then the next tick keeps its time in its id, sort key and timestamp; only its due time moves
+    next_member = (sort_key_at(nxt) + f"periodic:spread:{nxt}").encode()
+    assert (moved, next_due) == (1, nxt + 737)
+    assert redis_client.zrange(keys.timeout_zset, 0, -1, withscores=True) == [(next_member, float(nxt + 737))]
+    assert redis_client.hget(keys.payloads, f"periodic:spread:{nxt}").endswith(RS + str(nxt).encode())
+    assert redis_client.hget(keys.schedule_state, "spread|t") == f"{after}+12".encode()
+
+
+def test_transfer_of_a_tick_whose_previous_run_is_in_flight_skips_it_counts_it_and_chains_the_next(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    tick = server_ms() - 10
+    member = _tick(redis_client, keys, "slow", tick, [tick + 1_000])
+    redis_client.hset(keys.schedule_state, mapping={"slow|o": "skip", "slow|u": "previous-run"})
+    redis_client.hset(keys.ready_msgs, "previous-run", "{}")  # ready or in flight, not acked
+    reply = _transfer(lua, keys, grace=60_000)
+    assert (reply[0], reply[9]) == (0, [])
+    assert redis_client.lrange(keys.ready, 0, -1) == []
+    assert redis_client.hkeys(keys.ready_msgs) == [b"previous-run"]
+    assert redis_client.hget(keys.payloads, f"periodic:slow:{tick}") is None
+    state = redis_client.hgetall(keys.schedule_state)
+    assert (state[b"slow|k"], state[b"slow|u"], b"slow|r" in state, b"slow|n" in state) == (
+        b"1",
+        b"previous-run",
+        False,
+        False,
+    )
+    assert (
+        redis_client.hget(keys.chains, "slow") == (sort_key_at(tick + 1_000) + f"periodic:slow:{tick + 1_000}").encode()
+    )
+    # When the previous run is done (acked), the next tick runs and becomes the current run
+    redis_client.hdel(keys.ready_msgs, "previous-run")
+    redis_client.zadd(keys.timeout_zset, {redis_client.hget(keys.chains, "slow"): tick})
+    redis_client.hset(keys.schedule_state, "slow|t", str(tick + 2_000))
+    assert _transfer(lua, keys, grace=60_000)[0] == 1
+    current = redis_client.hget(keys.schedule_state, "slow|u")
+    assert current == (sort_key_at(tick + 1_000) + f"periodic:slow:{tick + 1_000}").encode() != member
+
+
+def test_transfer_of_a_tick_whose_previous_run_waits_as_a_retry_skips_it(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    tick = server_ms() - 10
+    earlier = f"periodic:slow:{tick - 1_000}"
+    _tick(redis_client, keys, "slow", tick, [tick + 1_000])
+    retry = schedule_entry(redis_client, keys, earlier, tick + 30_000).member  # Retries re-enqueued it
+    redis_client.hset(keys.schedule_state, mapping={"slow|o": "skip", "slow|u": sort_key_at(tick - 1_000) + earlier})
+    assert _transfer(lua, keys, grace=60_000)[0] == 0
+    assert redis_client.hget(keys.schedule_state, "slow|k") == b"1"
+    # When the retry moves, it is the schedule's current run
+    redis_client.zadd(keys.timeout_zset, {retry: tick})
+    assert _transfer(lua, keys, grace=60_000)[0] == 1
+    assert redis_client.hget(keys.schedule_state, "slow|u") == retry
+
+
+def test_transfer_of_the_run_that_reaches_the_limit_ends_the_schedule_and_names_it(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    tick = server_ms() - 10
+    member = _tick(redis_client, keys, "thrice", tick, [tick + 1_000, tick + 2_000])
+    redis_client.hset(keys.schedule_state, mapping={"thrice|m": "3", "thrice|n": "2"})
+    reply = _transfer(lua, keys, grace=60_000)
+    assert (reply[0], reply[9]) == (1, [b"thrice"])
+    assert redis_client.lrange(keys.ready, 0, -1) == [member]
+    assert redis_client.exists(keys.chains, keys.timeout_zset, keys.payloads) == 0
+    state = redis_client.hgetall(keys.schedule_state)
+    assert (state[b"thrice|n"], state[b"thrice|e"], b"thrice|s" in state) == (b"3", b"limit", False)
 
 
 # -- the backup list's upkeep --------------------------------------------------------
