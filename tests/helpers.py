@@ -4,14 +4,32 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import subprocess
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 
 from .harness.topology import wait_for
 
-__all__ = ["RECORD_KEY", "fill_to_maxmemory", "record", "records", "server_ms", "wait_for"]
+__all__ = [
+    "READY",
+    "RECORD_KEY",
+    "STOP",
+    "fill_to_maxmemory",
+    "record",
+    "records",
+    "serve_until_stopped",
+    "server_ms",
+    "stop_worker_processes",
+    "wait_for",
+]
+
+#: How a test and its worker processes (``python -m tests.proc_worker`` and the like) talk:
+#: each process adds one to READY once its Worker runs, and stops once STOP exists.
+READY, STOP = "test:workers-ready", "test:stop"
 
 RECORD_KEY = "test:record"
 
@@ -62,3 +80,31 @@ def fill_to_maxmemory(client: redis.Redis) -> None:
                     break
             else:
                 raise AssertionError("the server never became full")
+
+
+def serve_until_stopped(broker: Any, client: redis.Redis) -> None:
+    """The main loop of a test's worker process: run a Worker of ``broker`` (``$THREADS``
+    threads, default 4), say it is ready, and stop it when the test says so."""
+    from dramatiq import Worker
+
+    worker = Worker(broker, worker_threads=int(os.environ.get("THREADS", "4")), worker_timeout=100)
+    worker.start()
+    client.incr(READY)
+    try:
+        while not client.exists(STOP):
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+
+
+def stop_worker_processes(client: redis.Redis, procs: Sequence[subprocess.Popen[Any]]) -> None:
+    """Tell the worker processes of :func:`serve_until_stopped` to stop, and wait for them
+    (killed after 30 s)."""
+    client.set(STOP, 1)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    client.delete(STOP, READY)

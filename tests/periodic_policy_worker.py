@@ -19,11 +19,10 @@ from typing import Any
 
 import dramatiq
 import redis
-from dramatiq import Worker
 from dramatiq.middleware import CurrentMessage
 
 from dramatiq_redisson import RedissonBroker, periodic
-from tests.helpers import record, server_ms
+from tests.helpers import record, serve_until_stopped, server_ms
 
 logging.basicConfig(level=logging.INFO, format="%(process)d %(name)s %(levelname)s %(message)s")
 
@@ -63,14 +62,7 @@ for schedule in json.loads(os.environ.get("SCHEDULES", "[]")):
 
 
 def main() -> None:
-    worker = Worker(broker, worker_threads=int(os.environ.get("THREADS", "4")), worker_timeout=100)
-    worker.start()
-    client.incr("test:workers-ready")
-    try:
-        while not client.exists("test:stop"):
-            time.sleep(0.05)
-    finally:
-        worker.stop()
+    serve_until_stopped(broker, client)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,9 @@ if shift:
 
 import dramatiq  # noqa: E402
 import redis  # noqa: E402
-from dramatiq import Worker  # noqa: E402
 
 from dramatiq_redisson import RedissonBroker  # noqa: E402
-from tests.helpers import record  # noqa: E402
+from tests.helpers import record, serve_until_stopped  # noqa: E402
 
 cluster_url = os.environ.get("CLUSTER_URL")
 options: dict[str, object] = (
@@ -91,14 +90,7 @@ def _sums_per_s() -> float:
 
 
 def main() -> None:
-    worker = Worker(broker, worker_threads=int(os.environ.get("THREADS", "4")), worker_timeout=100)
-    worker.start()
-    client.incr("test:workers-ready")
-    try:
-        while not client.exists("test:stop"):
-            time.sleep(0.05)
-    finally:
-        worker.stop()
+    serve_until_stopped(broker, client)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
 
-from .helpers import record, records, wait_for
+from .helpers import READY, record, records, stop_worker_processes, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -307,7 +307,7 @@ def victim_beside(
     victim = _victim(redis_url, hold_s=hold_s)
     survivor = Worker(survivor_broker, worker_timeout=timeout_ms, worker_threads=2)
     try:
-        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+        assert wait_for(lambda: int(redis_client.get(READY) or 0) == 1, timeout=30)
         yield victim, survivor
     finally:
         survivor.stop()
@@ -316,7 +316,7 @@ def victim_beside(
         if victim.poll() is None:
             victim.kill()
         victim.wait()
-        redis_client.delete("test:workers-ready")
+        redis_client.delete(READY)
 
 
 def test_a_killed_worker_holding_a_groups_only_slot_gives_it_back_within_the_liveness_time(
@@ -372,7 +372,7 @@ def test_random_kills_leak_no_slot(redis_url: str, redis_client: redis.Redis) ->
     victims = [_victim(redis_url, threads=3, hold_s=0.3) for _ in range(3)]
     survivor = Worker(broker, worker_timeout=100, worker_threads=2)
     try:
-        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 3, timeout=30)
+        assert wait_for(lambda: int(redis_client.get(READY) or 0) == 3, timeout=30)
         survivor.start()
         for _ in range(4):
             time.sleep(rng.uniform(0.3, 1.2))
@@ -386,14 +386,7 @@ def test_random_kills_leak_no_slot(redis_url: str, redis_client: redis.Redis) ->
         assert wait_for(lambda: _idle(broker, "limited"), timeout=10), broker.limits.get("limited")
     finally:
         survivor.stop()
-        redis_client.set("test:stop", 1)
-        for victim in victims:
-            try:
-                victim.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                victim.kill()
-                victim.wait()
-        redis_client.delete("test:stop", "test:workers-ready")
+        stop_worker_processes(redis_client, victims)
         broker.flush_all()
         broker.close()
 

@@ -20,7 +20,7 @@ from dramatiq_redisson._liveness import CONNECTION_GRACE, Reaper, SubscriptionCo
 from dramatiq_redisson._topology import topology_for
 from dramatiq_redisson._transfer_duty import lapsed_renewal
 
-from .helpers import records, wait_for
+from .helpers import READY, records, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -165,7 +165,7 @@ def test_a_killed_workers_messages_run_again_within_seconds(
     victim = subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT)
     survivor = Worker(survivor_broker, worker_timeout=100, worker_threads=2)
     try:
-        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+        assert wait_for(lambda: int(redis_client.get(READY) or 0) == 1, timeout=30)
         # Given the victim running both messages
         for i in (1, 2):
             stamp.send(i)
@@ -186,7 +186,7 @@ def test_a_killed_workers_messages_run_again_within_seconds(
         if victim.poll() is None:
             victim.kill()
         victim.wait()
-        redis_client.delete("test:workers-ready")
+        redis_client.delete(READY)
     runs = sorted(r["i"] for r in records(redis_client) if not r.get("started"))
     if liveness_timeout:
         # Then both ran again, once each, in the survivor, seconds after the kill
@@ -339,7 +339,7 @@ def test_a_busy_actor_is_not_dead_but_a_gil_held_longer_than_the_timeout_is(
     victim = subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT)
     survivor = Worker(survivor_broker, worker_timeout=100, worker_threads=1)
     try:
-        assert wait_for(lambda: int(redis_client.get("test:workers-ready") or 0) == 1, timeout=30)
+        assert wait_for(lambda: int(redis_client.get(READY) or 0) == 1, timeout=30)
         stamp.send(1)
         assert wait_for(lambda: any(r.get("started") for r in records(redis_client)), timeout=10)
         survivor.start()

@@ -29,7 +29,7 @@ from dramatiq_redisson import InvalidSchedule, RedissonBroker, ScheduleInfo, per
 from dramatiq_redisson._periodic import PeriodicStartDeadline
 from dramatiq_redisson._schedule_spec import jitter_offset
 
-from .helpers import record, records, server_ms, wait_for
+from .helpers import READY, record, records, server_ms, stop_worker_processes, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,19 +57,12 @@ def policy_workers(
             )
         )
     try:
-        assert wait_for(lambda: int(client.get("test:workers-ready") or 0) == count, timeout=30), _logs(logs)
+        assert wait_for(lambda: int(client.get(READY) or 0) == count, timeout=30), _logs(logs)
         yield
     finally:
-        client.set("test:stop", 1)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_worker_processes(client, procs)
         for out in outputs:
             out.close()
-        client.delete("test:stop", "test:workers-ready")
     assert [p.returncode for p in procs] == [0] * count, _logs(logs)
 
 

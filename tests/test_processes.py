@@ -21,7 +21,7 @@ from freezegun import freeze_time
 
 from dramatiq_redisson import RedissonBroker
 
-from .helpers import records, server_ms, wait_for
+from .helpers import READY, records, server_ms, stop_worker_processes, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ZSET = "redisson_delay_queue_timeout:{dramatiq:default}"
@@ -60,17 +60,10 @@ def worker_processes(
                 streams = {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
             procs.append(subprocess.Popen([sys.executable, "-m", "tests.proc_worker"], env=env, cwd=ROOT, **streams))
     try:
-        assert wait_for(lambda: int(client.get("test:workers-ready") or 0) == count, timeout=30)
+        assert wait_for(lambda: int(client.get(READY) or 0) == count, timeout=30)
         yield
     finally:
-        client.set("test:stop", 1)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        client.delete("test:stop", "test:workers-ready")
+        stop_worker_processes(client, procs)
     assert [p.returncode for p in procs] == [0] * count, worker_logs(logs) if logs is not None else ""
 
 
