@@ -126,7 +126,7 @@ def _cluster_disabled_node(url: str | None, parameters: Mapping[str, Any]) -> st
     stands). One connection, reads only."""
     if not url and "host" not in parameters:
         return None  # the cluster client had no node to try
-    accepted = set(inspect.signature(redis.Redis.__init__).parameters) - {"self", "host", "port", "retry"}
+    accepted = _keyword_names(redis.Redis) - {"host", "port", "retry"}
     options = {name: value for name, value in parameters.items() if name in accepted}
     options["socket_timeout"] = options["socket_connect_timeout"] = 2
     try:

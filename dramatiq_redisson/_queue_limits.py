@@ -103,8 +103,9 @@ def check_window(rate: int | None, group_rate: int | None, per_ms: int | None) -
 #: The limits asked for a whole sharded queue, as kept beside its layout.
 _ASKED = ("concurrency", "rate", "per_ms", "group_concurrency", "group_rate")
 
-#: limits.lua's order of the limits ("set" and "update"), and the most each may be.
-_ORDER = ("concurrency", "group_concurrency", "rate", "per_ms", "group_rate")
+#: The limits, in limits.lua's order ("set" and "update"; the command line shows and
+#: takes them in it too), and the most each may be.
+LIMIT_NAMES = ("concurrency", "group_concurrency", "rate", "per_ms", "group_rate")
 _MOST = {
     "concurrency": MAX_LIMIT,
     "group_concurrency": MAX_LIMIT,
@@ -228,10 +229,10 @@ class Limits:
             would refuse, a result with a rate without its window or a window without a
             rate, or ``queue_name`` is not a known queue. Nothing is written.
         """
-        unknown = sorted(set(changes) - set(_ORDER))
+        unknown = sorted(set(changes) - set(LIMIT_NAMES))
         if unknown or not changes:
             raise ValueError(
-                f"update takes the limits to change, of {', '.join(_ORDER)}; "
+                f"update takes the limits to change, of {', '.join(LIMIT_NAMES)}; "
                 + (f"got {', '.join(map(repr, unknown))}" if unknown else "got none")
                 + "; nothing was written"
             )
@@ -245,7 +246,7 @@ class Limits:
             return self._set(name, merged)
         # One queue: limits.lua merges on the server ("" keeps a limit, -1 removes it) and
         # checks the window again, against the limits as they are then.
-        values = tuple((-1 if changes[f] is None else changes[f]) if f in changes else None for f in _ORDER)
+        values = tuple((-1 if changes[f] is None else changes[f]) if f in changes else None for f in LIMIT_NAMES)
         try:
             reply = self.host.redisson_scripts.limits(self.host.keys(name), "update", values)
         except redis.ResponseError as e:
@@ -258,7 +259,7 @@ class Limits:
         """Make the known queue ``name``'s limits exactly ``asked`` (checked already)."""
         shards = self.host.shards_of(name)
         if len(shards) == 1:
-            values = tuple(asked[field] for field in _ORDER)
+            values = tuple(asked[field] for field in LIMIT_NAMES)
             return _info(self.host.redisson_scripts.limits(self.host.keys(name), "set", values), 0)
         # A sharded queue (issue 36): what was asked is kept beside the layout (first: a
         # consumer that reapplies meanwhile applies this), and each shard gets its share.

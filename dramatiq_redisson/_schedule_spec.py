@@ -316,19 +316,13 @@ def parse_spec(
     if every is not None:
         if tz is not None:
             raise InvalidSchedule(f"tz applies to cron schedules only, got tz={tz!r} with every")
-        every_ms, shown = _every_ms(every)
+        every_ms, shown = _duration_ms("every", every)
         if every_ms <= 0:
             raise InvalidSchedule(f"every: must be greater than 0, got {shown}")
         if every_ms < MIN_EVERY_MS:
             raise InvalidSchedule(f"every: must be at least 0.1s ({MIN_EVERY_MS} ms), got {shown}")
         return ScheduleSpec(cron=None, every_ms=every_ms, tz="UTC")
     return ScheduleSpec(cron=cron, every_ms=None, tz="UTC" if tz is None else tz)
-
-
-def _every_ms(every: object) -> tuple[int, str]:
-    """``every`` in whole milliseconds (a timedelta floored, a duration text rounded), and
-    how to show it in an error."""
-    return _duration_ms("every", every)
 
 
 def _duration_ms(field: str, value: object) -> tuple[int, str]:

@@ -10,16 +10,13 @@ import argparse
 from collections.abc import Callable
 from typing import cast
 
-from .._queue_limits import QueueLimits
+from .._queue_limits import LIMIT_NAMES, QueueLimits
 from ._base import EXIT_OK, Command, Context, UsageError, positive_int
 
 
 def _limit(value: int | None) -> str:
     return "none" if value is None else str(value)
 
-
-#: The limits, in the order they are shown and given (``--group-concurrency`` and so on).
-LIMIT_NAMES = ("concurrency", "group_concurrency", "rate", "per_ms", "group_rate")
 
 #: What ``limits update`` takes to remove one limit (``--concurrency none``).
 NONE = "none"
