@@ -74,6 +74,15 @@ def _info(redis_url: str, name: str) -> ScheduleInfo:
     return RedissonBroker(url=redis_url).schedules.get(name)
 
 
+def _ended(redis_url: str, name: str) -> str | None:
+    """How schedule ``name`` has ended; None while it runs or before a worker stored it (the
+    workers store their schedules once their consumers start, after they said ready)."""
+    try:
+        return _info(redis_url, name).ended
+    except KeyError:
+        return None
+
+
 def _runs(client: redis.Redis, name: str) -> list[dict[str, Any]]:
     return sorted((r for r in records(client) if r.get("name") == name), key=lambda r: r["tick"])
 
@@ -231,9 +240,9 @@ def test_a_window_and_a_limit_end_their_schedules_and_say_so_once(
     with policy_workers(redis_url, redis_client, 2, schedules, tmp_path):
         # When they run well past both
         assert wait_for(
-            lambda: _info(redis_url, "windowed").ended == "end" and _info(redis_url, "three-times").ended == "limit",
+            lambda: _ended(redis_url, "windowed") == "end" and _ended(redis_url, "three-times") == "limit",
             timeout=15,
-        ), [_info(redis_url, n) for n in ("windowed", "three-times")]
+        ), [_ended(redis_url, n) for n in ("windowed", "three-times")]
         time.sleep(1.2)
         infos = {n: _info(redis_url, n) for n in ("windowed", "three-times")}
     begin = int(start.timestamp() * 1000)
