@@ -313,6 +313,8 @@ def test_stats_of_a_running_fleet_and_the_queue_registry(
         stamp.send(1)
         assert wait_for(lambda: len(records(redis_client)) == 1)
         assert wait_for(lambda: broker.stats()["queues"]["default"]["transfer_holder"] is not None, timeout=5)
+        # The actor's record is written before the worker acks, so the ack may still be on its way
+        assert wait_for(lambda: broker.stats()["queues"]["default"]["in_flight"] == 0, timeout=5)
         q = broker.stats()["queues"]["default"]
         assert q["consumers"] == 1 and q["ready"] == 0 and q["in_flight"] == 0
         assert q["transfer_holder"].split(":")[1] == str(os.getpid())
