@@ -422,7 +422,7 @@ def script_names(broker: Any) -> dict[str, str]:
 
 
 def reference_lua() -> bytes:
-    from dramatiq_redisson._script_runner import expand_includes
+    from dramatiq_redisson.scripts._runner import expand_includes
 
     return expand_includes((HERE / "redisson_original_transfer.lua").read_bytes())
 

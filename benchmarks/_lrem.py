@@ -12,8 +12,8 @@ from dramatiq.broker import Consumer
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._consumer import RedissonConsumer
 from dramatiq_redisson._message import queue_json
-from dramatiq_redisson._scripts import TransferResult
 from dramatiq_redisson._transfer_duty import TransferDuty
+from dramatiq_redisson.scripts._calls import TransferResult
 
 from ._common import reference_lua
 

@@ -49,9 +49,13 @@ PAYLOAD = (
 
 
 def _git_source(rev: str, name: str) -> bytes:
-    out = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:dramatiq_redisson/lua/{name}.lua"], capture_output=True, timeout=10
-    )
+    # The scripts moved from dramatiq_redisson/lua/ to dramatiq_redisson/scripts/lua/ (issue 48)
+    for folder in ("dramatiq_redisson/scripts/lua", "dramatiq_redisson/lua"):
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:{folder}/{name}.lua"], capture_output=True, timeout=10
+        )
+        if out.returncode == 0 and out.stdout:
+            break
     if out.returncode != 0 or not out.stdout:
         raise SystemExit(f"cannot read lua/{name}.lua at {rev}: {out.stderr.decode().strip()}")
     return out.stdout
@@ -59,7 +63,7 @@ def _git_source(rev: str, name: str) -> bytes:
 
 def sources(before: str) -> dict[str, dict[str, bytes]]:
     """Variant -> script name -> source (includes written in)."""
-    from dramatiq_redisson._script_runner import expand_includes, load_source
+    from dramatiq_redisson.scripts._runner import expand_includes, load_source
 
     installed = {name: load_source(name) for name in ("fetch", "ack")}
     variants = {

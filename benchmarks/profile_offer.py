@@ -48,7 +48,7 @@ def lua_variants(server: Server) -> None:
 
     from dramatiq_redisson import QueueKeys
 
-    src = (Path(__file__).parent.parent / "dramatiq_redisson" / "lua" / "offer.lua").read_text()
+    src = (Path(__file__).parent.parent / "dramatiq_redisson" / "scripts" / "lua" / "offer.lua").read_text()
     variants = {
         "return only (script call overhead)": "return {1}",
         "TIME only": "local t = redis.call('TIME') return {1}",

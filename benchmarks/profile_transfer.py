@@ -50,7 +50,7 @@ def _keys(k: Any) -> list[str]:
 
 
 def _args(limit: int = 100) -> list[int]:
-    from dramatiq_redisson._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+    from dramatiq_redisson._tuning import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 
     return [limit, TRIM_BUDGET, COMPACT_STEP, COMPACT_SLACK]
 

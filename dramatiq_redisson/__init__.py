@@ -2,8 +2,6 @@
 Redisson's delayed-queue scheme (ZSET + backup list + channel), with its flaws fixed."""
 
 from ._broker import RedissonBroker
-from ._dead_letters import AmbiguousDeadLetter, DeadLetters
-from ._delayed_queue import DelayedQueue
 from ._errors import (
     EnqueueError,
     EnqueueNotReplicated,
@@ -12,14 +10,16 @@ from ._errors import (
     ServerMemoryFull,
     UnsupportedServer,
 )
-from ._history import Bucket, Counts, History, QueueHistory
 from ._keys import QueueKeys
 from ._message import MAX_DELAY, validate_delay
-from ._periodic import Schedule, ScheduleInfo, Schedules, periodic
-from ._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
-from ._running import RunningMessage
-from ._schedule_spec import InvalidSchedule
-from ._stats import QueueStats, Stats, WaitingLane
+from .admin._dead_letters import AmbiguousDeadLetter, DeadLetters
+from .admin._delayed_queue import DelayedQueue
+from .admin._history import Bucket, Counts, History, QueueHistory
+from .admin._running import RunningMessage
+from .admin._stats import QueueStats, Stats, WaitingLane
+from .connection._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
+from .periodic._schedules import Schedule, ScheduleInfo, Schedules, periodic
+from .periodic._spec import InvalidSchedule
 
 __version__ = "0.1.0"
 

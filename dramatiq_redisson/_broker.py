@@ -18,26 +18,12 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 from redis.cluster import RedisCluster
 
-from ._client import argument_problems, make_client
-from ._dead_letters import DeadLetters
-from ._delayed_queue import DelayedQueue
 from ._held import HeldMessages
-from ._history import History
 from ._keys import QueueKeys, check_cluster_name
-from ._lanes import FLOW_OPTIONS, flow_option_problems
-from ._limits import HEARTBEAT_INTERVAL_MS
 from ._liveness import Liveness
 from ._logs import logger_for
 from ._message import prepare_scheduled
-from ._periodic import Schedules
-from ._permissions import acl_rule
-from ._primary_watch import PrimaryWatch
 from ._producer import Producer
-from ._queue_admin import QueueAdmin
-from ._queue_limits import Limits
-from ._running import RunningMessage
-from ._scripts import IdleScore, Scripts
-from ._server import check_server
 from ._settings import (
     DEFAULT_DEDUPE_WINDOW,
     DEFAULT_LIVENESS_TIMEOUT,
@@ -49,12 +35,26 @@ from ._settings import (
     BrokerSettings,
     checked_settings,
 )
-from ._sharded_views import ShardedDeadLetters, ShardedDelayedQueue
-from ._shards import ShardRouter, shard_pairs
-from ._stats import OVERDUE_GRACE, Stats, WaitingLane
-from ._topology import topology_for
+from ._tuning import HEARTBEAT_INTERVAL_MS
 from ._worker_threads import WorkerRegistry
+from .admin._dead_letters import DeadLetters
+from .admin._delayed_queue import DelayedQueue
+from .admin._history import History
+from .admin._queue_admin import QueueAdmin
+from .admin._running import RunningMessage
+from .admin._stats import OVERDUE_GRACE, Stats, WaitingLane
+from .connection._client import argument_problems, make_client
+from .connection._permissions import acl_rule
+from .connection._primary_watch import PrimaryWatch
+from .connection._server import check_server
+from .connection._topology import topology_for
+from .flow._lanes import FLOW_OPTIONS, flow_option_problems
+from .flow._queue_limits import Limits
 from .metrics import adopt_middleware
+from .periodic._schedules import Schedules
+from .scripts._calls import IdleScore, Scripts
+from .sharding._shards import ShardRouter, shard_pairs
+from .sharding._views import ShardedDeadLetters, ShardedDelayedQueue
 
 
 def _setting(name: str, *, settable: bool = True) -> Any:
@@ -85,7 +85,7 @@ def _connect(
     Raises:
       TypeError: ``cluster=True`` with a client for one server.
       ValueError: On a cluster, a namespace with a hash tag; ``cluster=True`` against a
-        server without cluster mode (see :func:`._client.make_client`).
+        server without cluster mode (see :func:`dramatiq_redisson.connection._client.make_client`).
     """
     if client is not None and cluster and not isinstance(client, RedisCluster):
         raise TypeError(f"cluster=True needs a redis.cluster.RedisCluster client, got {type(client).__name__}")
@@ -126,9 +126,9 @@ class RedissonBroker(RedisBroker):
         follow the cluster layout, where every key of a queue hashes to one slot
         (see :mod:`dramatiq_redisson._keys`), and announcements use sharded pub/sub.
       max_priority: The highest ``broker_priority`` a message may have (None or 0:
-        priorities are ignored; see :mod:`dramatiq_redisson._lanes`).
+        priorities are ignored; see :mod:`dramatiq_redisson.flow._lanes`).
       shards: ``{queue name: shard count}``: spread each named queue over that many hash
-        slots of a cluster (see :mod:`dramatiq_redisson._shards`); on one server it works
+        slots of a cluster (see :mod:`dramatiq_redisson.sharding._shards`); on one server it works
         but gains nothing, and the broker logs a warning saying so.
       **parameters: Connection parameters passed to :class:`redis.Redis` (or to
         :class:`redis.cluster.RedisCluster`). A name neither the broker nor redis-py
@@ -220,7 +220,7 @@ class RedissonBroker(RedisBroker):
         self.logger = logger_for(type(self))
         # broker_priority and group_key are actor options too (flow control, see _lanes).
         self.actor_options |= FLOW_OPTIONS
-        #: What differs between one server and a cluster (see :mod:`._topology`).
+        #: What differs between one server and a cluster (see :mod:`dramatiq_redisson.connection._topology`).
         self.topology = topology_for(self.client)
         self._warn_of_shards_on_one_server()
         span = self.topology.retry_span_ms()
@@ -252,7 +252,7 @@ class RedissonBroker(RedisBroker):
             beat_interval=min(HEARTBEAT_INTERVAL_MS, self.heartbeat_timeout / 10) / 1000,
         )
         self._owns_client = owns_client
-        #: With a Sentinel client: every connection follows a switch (see :mod:`._primary_watch`).
+        #: With a Sentinel client: every connection follows a switch (:mod:`.connection._primary_watch`).
         self.primary_watch = PrimaryWatch(self.client)
         #: The servers' names and versions once :meth:`check_server` has run (None: not yet).
         self.server_versions: dict[str, tuple[str, tuple[int, int, int]]] | None = None
@@ -260,24 +260,24 @@ class RedissonBroker(RedisBroker):
         self.held = HeldMessages()
         #: This process's Workers: how many threads each has free (see :mod:`._worker_threads`).
         self.workers = WorkerRegistry()
-        #: Queues whose consumers ran the permission probe (see :mod:`._permissions`).
+        #: Queues whose consumers ran the permission probe (see :mod:`dramatiq_redisson.connection._permissions`).
         self._permissions_checked: set[str] = set()
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
         #: process's consumers run that moved messages: for each moved message, how late
         #: it moved (ms after its due time, server clock). Metrics hook in here.
         self.transfer_listeners: list[Callable[[str, list[int]], None]] = []
-        #: The periodic actors' schedules (see :mod:`._periodic`).
+        #: The periodic actors' schedules (see :mod:`dramatiq_redisson.periodic._schedules`).
         self.schedules = Schedules(self)
         #: This process's liveness beats (see :mod:`._liveness`).
         self.liveness = Liveness(self, self._settings.liveness_timeout)
         #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
         self.producer = Producer(self)
         #: The read and admin side: counts, history, running now, pause, flush (see
-        #: :mod:`._queue_admin`; the broker's methods of those names delegate to it).
+        #: :mod:`dramatiq_redisson.admin._queue_admin`; the broker's methods of those names delegate to it).
         self.admin = QueueAdmin(self)
-        #: Concurrency limits per queue and per group (see :mod:`._queue_limits`).
+        #: Concurrency limits per queue and per group (see :mod:`dramatiq_redisson.flow._queue_limits`).
         self.limits = Limits(self)
-        #: The shards of the queues named in ``shards`` (see :mod:`._shards`).
+        #: The shards of the queues named in ``shards`` (see :mod:`dramatiq_redisson.sharding._shards`).
         self.shard_router = ShardRouter(self)
 
     @property
@@ -300,7 +300,7 @@ class RedissonBroker(RedisBroker):
     def check_server(self) -> dict[str, tuple[str, tuple[int, int, int]]]:
         """Check, once per broker, that the server (every node of a cluster) is one the
         broker runs on: Redis >= 6.2 or Valkey, and >= 7.0 on a cluster (see
-        :mod:`dramatiq_redisson._server` for why). Consumers run it when they start and
+        :mod:`dramatiq_redisson.connection._server` for why). Consumers run it when they start and
         the first send runs it, so an unsupported server is refused before anything is
         written, with one error that names its version, the missing feature and the
         minimum version.
@@ -386,9 +386,9 @@ class RedissonBroker(RedisBroker):
     @property
     def consumer_class(self) -> Any:
         """Builds a queue's consumer (Dramatiq's ``consume()`` calls it): a sharded queue's
-        is a :class:`._sharded_consumer.ShardedConsumer` over its shards."""
+        is a :class:`dramatiq_redisson.sharding._consumer.ShardedConsumer` over its shards."""
         from ._consumer import RedissonConsumer
-        from ._sharded_consumer import ShardedConsumer
+        from .sharding._consumer import ShardedConsumer
 
         def make(broker: RedissonBroker, queue_name: str, prefetch: int, timeout: int) -> Consumer:
             # Built in the Worker's consumer thread: its Worker's threads, if it has one.
@@ -460,7 +460,7 @@ class RedissonBroker(RedisBroker):
     def declare_actor(self, actor: Actor[Any, Any]) -> None:
         """Declare an actor (Dramatiq's ``Actor`` calls this when it is made), after checking
         the actor options this broker adds (``broker_priority``, ``group_key``: see
-        :mod:`._lanes`) with the check every send runs, so that a bad default is refused
+        :mod:`dramatiq_redisson.flow._lanes`) with the check every send runs, so that a bad default is refused
         where it is written instead of failing every send. A message's own options are
         checked when it is sent.
 
@@ -561,7 +561,7 @@ class RedissonBroker(RedisBroker):
 
     def delayed_queue(self, queue_name: str) -> DelayedQueue:
         """A handle on the scheduled messages of ``queue_name`` (Redisson's ``RDelayedQueue``);
-        of a queue with shards, one over all of them (see :mod:`._sharded_views`).
+        of a queue with shards, one over all of them (see :mod:`dramatiq_redisson.sharding._views`).
         ValueError if ``queue_name`` is not a known queue (:meth:`QueueAdmin.known`)."""
         name = self.admin.known(queue_name)
         shards = self.shards_of(name)
@@ -575,7 +575,7 @@ class RedissonBroker(RedisBroker):
 
     def dead_letters(self, queue_name: str) -> DeadLetters:
         """A handle on the dead letters of ``queue_name`` (the built-in ``.XQ`` layout); of
-        a queue with shards, one over all of them (see :mod:`._sharded_views`).
+        a queue with shards, one over all of them (see :mod:`dramatiq_redisson.sharding._views`).
         ValueError if ``queue_name`` is not a known queue (:meth:`QueueAdmin.known`)."""
         name = self.admin.known(queue_name)
         shards = self.shards_of(name)

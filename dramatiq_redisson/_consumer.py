@@ -27,25 +27,25 @@ from dramatiq.common import compute_backoff
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
-from ._client import Probe
 from ._errors import NotReplicated
 from ._leftovers import maintain, migrate_batch
 from ._liveness import Reaper
 from ._logs import CONNECTION_ERRORS, FailureLog, logger_for
-from ._scripts import IdleScore
 from ._transfer_duty import ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
 from ._worker_threads import relist
+from .connection._client import Probe
+from .scripts._calls import IdleScore
 
 if TYPE_CHECKING:
     from ._held import HeldMessages
     from ._keys import QueueKeys
     from ._liveness import Liveness
-    from ._periodic import Schedules
-    from ._primary_watch import PrimaryWatch
-    from ._scripts import Scripts
     from ._settings import BrokerSettings
-    from ._topology import Topology
     from ._worker_threads import WorkerThreads
+    from .connection._primary_watch import PrimaryWatch
+    from .connection._topology import Topology
+    from .periodic._schedules import Schedules
+    from .scripts._calls import Scripts
 
 #: An ack or nack that fails is tried again every FINISH_RETRY_PAUSE s, for up to
 #: FINISH_RETRY_FOR s, before it is left to Dramatiq's own retry (every 5 s): see _finish.

@@ -15,7 +15,7 @@ from typing import Any
 from dramatiq.message import Message
 
 from ._message import MAX_DELAY
-from ._stats import Stats
+from .admin._stats import Stats
 
 #: Widest the arguments column of a table gets before it is cut with "…".
 ARGS_WIDTH = 60

@@ -15,7 +15,7 @@ from ._message import encode_scheduled, prepare_scheduled
 
 if TYPE_CHECKING:
     from ._keys import QueueKeys
-    from ._scripts import Scripts
+    from .scripts._calls import Scripts
 
 #: Legacy ``.DQ`` entries migrated per batch.
 MIGRATION_BATCH_SIZE = 100

@@ -48,13 +48,13 @@ import redis
 
 from ._logs import CONNECTION_ERRORS, logger_for, outage_of, reason
 from ._message import epoch_ms
-from ._topology import numsub_counts
+from .connection._topology import numsub_counts
 
 if TYPE_CHECKING:
     from ._keys import QueueKeys
-    from ._scripts import Scripts
     from ._settings import BrokerSettings
-    from ._topology import Topology
+    from .connection._topology import Topology
+    from .scripts._calls import Scripts
 
 #: Beats per ``liveness_timeout``: a process misses several beats before it looks dead.
 BEATS_PER_TIMEOUT = 3

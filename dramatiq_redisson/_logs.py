@@ -31,7 +31,7 @@ import redis
 from dramatiq.logging import get_logger
 from redis.cluster import RedisCluster
 
-from ._permissions import DOCS, is_permission_error
+from .connection._permissions import DOCS, is_permission_error
 
 #: The prefix of every logger's name: the public package.
 PACKAGE = "dramatiq_redisson"

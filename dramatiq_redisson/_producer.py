@@ -28,7 +28,6 @@ from dramatiq.middleware import Middleware
 from ._errors import EnqueueError, EnqueueNotReplicated, MissingPermission, NotReplicated, ServerMemoryFull
 from ._ids import next_sort_keys
 from ._keys import PLAIN_LANE, QueueKeys
-from ._lanes import message_lane
 from ._message import (
     dedupe_options,
     encode_message,
@@ -39,14 +38,15 @@ from ._message import (
     prepare_scheduled,
     validate_delay,
 )
-from ._permissions import check_permissions, is_permission_error
-from ._script_runner import Outcomes, Unanswered
-from ._shards import ShardRouter, base_queue
+from .connection._permissions import check_permissions, is_permission_error
+from .flow._lanes import message_lane
+from .scripts._runner import Outcomes, Unanswered
+from .sharding._shards import ShardRouter, base_queue
 
 if TYPE_CHECKING:
     from ._held import HeldMessages
-    from ._scripts import Scripts
     from ._settings import BrokerSettings
+    from .scripts._calls import Scripts
 
 #: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries (keeps
 #: each call to a few ms even with a million scheduled).
@@ -71,7 +71,7 @@ class Packed:
 
     Attributes:
       scheduled: offer.lua calls, ``(keys, args, laned)`` (``laned``: the call's entries
-        carry their lanes, see :mod:`._lanes`).
+        carry their lanes, see :mod:`dramatiq_redisson.flow._lanes`).
       ready: enqueue.lua calls, ``(keys, [(redis id, data, lane), ...])``.
       chunks: Per call (in the order sent), the indexes of its messages.
       keyed: The calls in offer.lua's "rel" mode, which reply per entry, by index
@@ -473,7 +473,7 @@ class Producer:
         return None
 
     def lane(self, message: Message[Any]) -> str:
-        """The message's lane (flow control, see :mod:`._lanes`): from its options, or its
+        """The message's lane (flow control, see :mod:`dramatiq_redisson.flow._lanes`): from its options, or its
         actor's when this process declared the actor. Raises ValueError on a bad option."""
         actor = self.broker.actors.get(message.actor_name)
         defaults = actor.options if actor is not None else {}

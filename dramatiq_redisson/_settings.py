@@ -43,7 +43,7 @@ DEFAULT_TRANSFER_LEASE = 2000
 #: copy has been acked. Covers redis-py's default ``Retry`` (10 retries, backoff capped
 #: at 1 s, 5 s socket and connect timeouts: at most ~110 s from a call's first run to
 #: its last retry); the broker widens it to its client's retry span when that is longer
-#: (see :func:`._client.client_retry_span_ms`).
+#: (see :func:`dramatiq_redisson.connection._client.client_retry_span_ms`).
 DEFAULT_DEDUPE_WINDOW = 120_000
 
 #: Default ``wait_timeout`` (ms): how long a write waits for ``wait_for_replicas`` replicas.
@@ -192,7 +192,7 @@ _QUEUE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9._-]*")
 
 
 def _shards(settings: BrokerSettings) -> str | None:
-    from ._shards import MAX_SHARDS
+    from .sharding._shards import MAX_SHARDS
 
     for pair in settings.shards:
         name, count = pair if isinstance(pair, tuple) and len(pair) == 2 else (pair, None)

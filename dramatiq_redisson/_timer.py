@@ -6,7 +6,7 @@ import random
 import time
 from collections.abc import Callable
 
-from ._scripts import TransferResult
+from .scripts._calls import TransferResult
 
 #: How fast (µs per s) the error of a server-clock sample is taken to grow with its age:
 #: the server's clock and this host's monotonic clock drift apart (NTP slews by at most

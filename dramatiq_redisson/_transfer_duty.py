@@ -27,16 +27,16 @@ import redis
 from dramatiq.common import compute_backoff
 
 from ._errors import MissingPermission, NotReplicated
-from ._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
 from ._logs import CONNECTION_ERRORS, FailureLog, reason
-from ._permissions import check_permissions
 from ._timer import TransferTimer
+from ._tuning import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
+from .connection._permissions import check_permissions
 
 if TYPE_CHECKING:
     from ._consumer import ConsumerHost
     from ._keys import QueueKeys
     from ._liveness import Reaper
-    from ._scripts import Scripts, TransferResult
+    from .scripts._calls import Scripts, TransferResult
 
 #: Most transfer calls in one tick before the consumer hands back control.
 MAX_TRANSFER_CALLS_PER_TICK = 20

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dramatiq.middleware import Middleware
 
 from ._errors import needs_extra
-from ._stats import OVERDUE_GRACE
+from .admin._stats import OVERDUE_GRACE
 
 if TYPE_CHECKING:
     # At run time ``Prometheus`` is this package's subclass of it, made on first access
@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from ._broker import RedissonBroker
-    from ._periodic import ScheduleInfo
-    from ._queue_limits import QueueLimits
-    from ._stats import Stats
+    from .admin._stats import Stats
+    from .flow._queue_limits import QueueLimits
+    from .periodic._schedules import ScheduleInfo
 
 __all__ = [
     "LATENESS_BUCKETS",

@@ -55,7 +55,7 @@ from dramatiq.message import Message
 
 from ._errors import needs_extra
 from ._message import validate_delay
-from ._shards import base_queue
+from .sharding._shards import base_queue
 
 try:
     from opentelemetry import context as otel_context

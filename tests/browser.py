@@ -148,7 +148,7 @@ def demo_history(broker: RedissonBroker, queue_name: str, per_minute: float, rng
     the layout of ``lua/_history.lua``, which only ack and nack write otherwise): a daily
     rhythm around ``per_minute`` processed messages a minute, a few retried and failed.
     The current minute is left to the real acks."""
-    from dramatiq_redisson._history import RING_HOURS, RING_MINUTES
+    from dramatiq_redisson.admin._history import RING_HOURS, RING_MINUTES
 
     slot = struct.Struct(">IIII")
     now_minute = broker.admin.server_ms() // 60_000

@@ -16,11 +16,10 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import default_middleware
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._server import server_versions
+from dramatiq_redisson.connection._server import server_versions
 from dramatiq_redisson.embedded import SERVER_ENV, binary_version
 from dramatiq_redisson.embedded import redis_url as _redis_url
-
-from .helpers import record, wait_for
+from tests.helpers import record, wait_for
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -160,20 +159,20 @@ LAYERS = {
     # Node ids (or their start): a file, or one test of a file (its parameters too).
     "faults": (
         "tests/harness/faults/test_faults.py",
-        "tests/test_cluster.py::test_fault[",
-        "tests/test_cluster_shards_faults.py",
+        "tests/connection/test_cluster.py::test_fault[",
+        "tests/sharding/test_cluster_shards_faults.py",
     ),
     "topology": (
-        "tests/test_cluster.py",
-        "tests/test_cluster_shards_faults.py",
-        "tests/test_sentinel.py",
+        "tests/connection/test_cluster.py",
+        "tests/sharding/test_cluster_shards_faults.py",
+        "tests/connection/test_sentinel.py",
         "tests/harness/test_topology.py",
-        "tests/test_acl_cluster.py",
+        "tests/connection/test_acl_cluster.py",
     ),
-    "browser": ("tests/test_dashboard_browser.py",),
+    "browser": ("tests/dashboard/test_dashboard_browser.py",),
     # Within the topology layer: the Sentinel setups (tox's servers env runs them on one
     # of its two servers only).
-    "sentinel": ("tests/test_sentinel.py", "tests/harness/test_topology.py::test_sentinel"),
+    "sentinel": ("tests/connection/test_sentinel.py", "tests/harness/test_topology.py::test_sentinel"),
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from .harness.topology import wait_for
+from tests.harness.topology import wait_for
 
 __all__ = [
     "READY",

@@ -1,4 +1,4 @@
-"""A worker process for tests/test_periodic_policies.py: ``python -m tests.periodic_policy_worker``.
+"""A worker process for tests/periodic/test_periodic_policies.py: ``python -m tests.periodic_policy_worker``.
 
 Environment: REDIS_URL (the broker and the records); SCHEDULES, a JSON list of schedules,
 each the keyword arguments of ``@periodic`` (``start``/``end`` as ISO 8601 texts with an

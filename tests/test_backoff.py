@@ -13,9 +13,9 @@ from redis.backoff import ConstantBackoff, DecorrelatedJitterBackoff, Exponentia
 from redis.retry import Retry
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._client import client_retry_span_ms
 from dramatiq_redisson._consumer import PROBE_INTERVAL, RedissonConsumer
 from dramatiq_redisson._transfer_duty import ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF
+from dramatiq_redisson.connection._client import client_retry_span_ms
 
 
 def _client(retry: Retry, *, socket_timeout: float | None = 2.0, connect_timeout: float | None = 1.0) -> redis.Redis:

@@ -11,8 +11,7 @@ import redis
 from dramatiq import Actor, Worker
 
 from dramatiq_redisson import MAX_DELAY, RedissonBroker, validate_delay
-
-from .helpers import records, server_ms, wait_for
+from tests.helpers import records, server_ms, wait_for
 
 
 @pytest.mark.parametrize(

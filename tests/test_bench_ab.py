@@ -80,7 +80,7 @@ def test_a_ref_is_exported_as_a_package_tree(tmp_path: Path) -> None:
     commit = export_ref("HEAD", tmp_path)
     assert commit
     assert (tmp_path / "dramatiq_redisson" / "__init__.py").is_file()
-    assert (tmp_path / "dramatiq_redisson" / "lua" / "transfer.lua").is_file()
+    assert (tmp_path / "dramatiq_redisson" / "scripts" / "lua" / "transfer.lua").is_file()
 
 
 def test_jobs_run_scenarios_apart_and_report_what_failed() -> None:

@@ -9,8 +9,7 @@ import redis
 from dramatiq_redisson import EnqueueError, RedissonBroker
 from dramatiq_redisson._ids import same_sort_key
 from dramatiq_redisson._producer import BULK_CHUNK_SIZE
-
-from .helpers import server_ms
+from tests.helpers import server_ms
 
 ZSET = "redisson_delay_queue_timeout:{dramatiq:default}"
 BACKUP = "redisson_delay_queue:{dramatiq:default}"

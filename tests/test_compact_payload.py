@@ -17,10 +17,9 @@ from dramatiq.encoder import JSONEncoder, PickleEncoder
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._ids import sort_key_length
-from dramatiq_redisson._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 from dramatiq_redisson._message import RS, decode_scheduled, encode_scheduled, ready_body
-
-from .helpers import record, records, server_ms, wait_for
+from dramatiq_redisson._tuning import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+from tests.helpers import record, records, server_ms, wait_for
 
 
 def _transfer(broker: RedissonBroker, queue_name: str = "default") -> int:

@@ -18,10 +18,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from dramatiq_redisson import RedissonBroker, UnsupportedServer, acl_rule, acl_tokens
-from dramatiq_redisson._server import parse_version, refusal
+from dramatiq_redisson.connection._server import parse_version, refusal
 from dramatiq_redisson.embedded import _binary_server, binary_version, server_binary
-
-from .harness.topology import Cluster
+from tests.harness.topology import Cluster
 
 
 def test_versions_parse_as_servers_report_them() -> None:

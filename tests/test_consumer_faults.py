@@ -21,8 +21,7 @@ from dramatiq.middleware import Retries
 
 from dramatiq_redisson import RedissonBroker, _producer
 from dramatiq_redisson.embedded import redis_url as embedded_redis_url
-
-from .helpers import fill_to_maxmemory, records, server_ms, wait_for
+from tests.helpers import fill_to_maxmemory, records, server_ms, wait_for
 
 
 def _no_restart(worker: Worker, queue_name: str = "default") -> object:

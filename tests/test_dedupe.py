@@ -27,8 +27,7 @@ from dramatiq.message import Message
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._ids import sort_key_length
 from dramatiq_redisson._keys import QueueKeys
-
-from .helpers import record, records, server_ms, wait_for
+from tests.helpers import record, records, server_ms, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR = 3_600_000

@@ -18,8 +18,7 @@ from dramatiq import Worker
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_redisson import RedissonBroker
-
-from .helpers import record, records, wait_for
+from tests.helpers import record, records, wait_for
 
 
 def test_constructor_accepts_everything_the_builtin_broker_accepts(

@@ -17,8 +17,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Middleware
 
 from dramatiq_redisson import RedissonBroker
-
-from .helpers import wait_for
+from tests.helpers import wait_for
 
 
 class Recorder(Middleware):

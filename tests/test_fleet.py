@@ -17,8 +17,7 @@ import redis
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._consumer import RedissonConsumer, token_pid
-
-from .helpers import server_ms, wait_for
+from tests.helpers import server_ms, wait_for
 
 
 class Driven:

@@ -14,9 +14,8 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.errors import QueueJoinTimeout
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._limits import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
-
-from .helpers import record, records, server_ms, wait_for
+from dramatiq_redisson._tuning import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
+from tests.helpers import record, records, server_ms, wait_for
 
 ZSET = "redisson_delay_queue_timeout:{dramatiq:default}"
 BACKUP = "redisson_delay_queue:{dramatiq:default}"

@@ -17,10 +17,9 @@ from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._liveness import CONNECTION_GRACE, Reaper, SubscriptionCounts, confirm_behind, dead_workers
-from dramatiq_redisson._topology import topology_for
 from dramatiq_redisson._transfer_duty import lapsed_renewal
-
-from .helpers import READY, records, wait_for
+from dramatiq_redisson.connection._topology import topology_for
+from tests.helpers import READY, records, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,7 +148,7 @@ def test_a_killed_workers_messages_run_again_within_seconds(
 
     @dramatiq.actor(queue_name="held", max_retries=0)
     def stamp(i: int) -> None:
-        from .helpers import record
+        from tests.helpers import record
 
         record(redis_client, i=i)
 
@@ -320,7 +319,7 @@ def test_a_busy_actor_is_not_dead_but_a_gil_held_longer_than_the_timeout_is(
 
     @dramatiq.actor(queue_name="busy", max_retries=0)
     def stamp(i: int) -> None:
-        from .helpers import record
+        from tests.helpers import record
 
         record(redis_client, i=i)
 

@@ -28,8 +28,7 @@ from dramatiq_redisson import QueueStats, RedissonBroker
 from dramatiq_redisson import metrics as m
 from dramatiq_redisson._keys import registry_key
 from dramatiq_redisson.embedded import free_loopback_port
-
-from .helpers import records, wait_for
+from tests.helpers import records, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,8 +24,7 @@ from dramatiq.results.backends import RedisBackend as ResultsBackend
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson.embedded import free_loopback_port
-
-from .helpers import record, records, wait_for
+from tests.helpers import record, records, wait_for
 
 
 def test_retries_back_off_through_the_delayed_queue(

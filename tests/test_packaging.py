@@ -45,7 +45,7 @@ def test_the_wheel_installs_only_the_package_and_the_sdist_ships_the_demo(tmp_pa
         top = {name.split("/")[0] for name in wheel.namelist()}
         names = set(wheel.namelist())
     assert {t for t in top if not t.endswith((".dist-info", ".data"))} == {"dramatiq_redisson"}
-    assert "dramatiq_redisson/lua/transfer.lua" in names
+    assert "dramatiq_redisson/scripts/lua/transfer.lua" in names
     assert "dramatiq_redisson/py.typed" in names
     # Every module and script of the source tree, sub-packages included (cli/, dashboard/)
     tree = {
@@ -64,5 +64,5 @@ def test_the_wheel_installs_only_the_package_and_the_sdist_ships_the_demo(tmp_pa
     with tarfile.open(out / sdist_name) as sdist:
         members = {"/".join(m.split("/")[1:]) for m in sdist.getnames()}
     assert {"example_app/__main__.py", "example_app/tasks.py", "docs/security.md"} <= members
-    assert "dramatiq_redisson/lua/transfer.lua" in members
+    assert "dramatiq_redisson/scripts/lua/transfer.lua" in members
     assert "dramatiq_redisson/dashboard/templates/base.html" in members

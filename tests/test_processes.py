@@ -20,8 +20,7 @@ import redis
 from freezegun import freeze_time
 
 from dramatiq_redisson import RedissonBroker
-
-from .helpers import READY, records, server_ms, stop_worker_processes, wait_for
+from tests.helpers import READY, records, server_ms, stop_worker_processes, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ZSET = "redisson_delay_queue_timeout:{dramatiq:default}"

@@ -23,9 +23,8 @@ from redis.retry import Retry
 from dramatiq_redisson import EnqueueError, RedissonBroker, ServerMemoryFull
 from dramatiq_redisson._ids import message_id_of
 from dramatiq_redisson._producer import BULK_CHUNK_SIZE, RESEND_MARGIN_MS
-from dramatiq_redisson._scripts import CLOCK_ESTIMATE_TTL, _enqueue_args, _enqueue_keys
-
-from .helpers import fill_to_maxmemory, server_ms, wait_for
+from dramatiq_redisson.scripts._calls import CLOCK_ESTIMATE_TTL, _enqueue_args, _enqueue_keys
+from tests.helpers import fill_to_maxmemory, server_ms, wait_for
 
 # -- helpers -------------------------------------------------------------------------
 

@@ -16,8 +16,7 @@ from dramatiq import Actor
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._keys import registry_key
-
-from .test_cli import assert_one_line_error, cli_runner
+from tests.cli.test_cli import assert_one_line_error, cli_runner
 
 #: A name no queue has, and what every refusal of it says.
 NOPE = "nope"

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from dramatiq_redisson.embedded import free_loopback_port
-
-from .helpers import wait_for
+from tests.helpers import wait_for
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BIN = Path(sys.executable).parent

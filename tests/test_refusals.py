@@ -19,9 +19,8 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from dramatiq_redisson import RedissonBroker, periodic
-from dramatiq_redisson._periodic import InvalidSchedule, declared_schedules
-
-from .harness.topology import Cluster
+from dramatiq_redisson.periodic._schedules import InvalidSchedule, declared_schedules
+from tests.harness.topology import Cluster
 
 
 @contextmanager

@@ -10,8 +10,7 @@ from dramatiq import Actor, Worker
 
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson._producer import BULK_CHUNK_SIZE
-
-from .helpers import record, records, server_ms, wait_for
+from tests.helpers import record, records, server_ms, wait_for
 
 
 def test_offer_writes_zset_backup_list_and_payload_under_redisson_names(

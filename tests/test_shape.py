@@ -194,10 +194,10 @@ _PARTS = [
     ("_transfer_duty", "consumer", "_transfer_duty", "DutyOwner"),
     ("_producer", "broker", "_producer", "ProducerHost"),
     ("_liveness", "broker", "_liveness", "LivenessHost"),
-    ("_periodic", "broker", "_periodic", "PeriodicHost"),
-    ("_dead_letters", "broker", "_scripts", "ScriptsHost"),
-    ("_delayed_queue", "broker", "_scripts", "ScriptsHost"),
-    ("_queue_admin", "host", "_queue_admin", "AdminHost"),
+    ("periodic._schedules", "broker", "periodic._schedules", "PeriodicHost"),
+    ("admin._dead_letters", "broker", "scripts._calls", "ScriptsHost"),
+    ("admin._delayed_queue", "broker", "scripts._calls", "ScriptsHost"),
+    ("admin._queue_admin", "host", "admin._queue_admin", "AdminHost"),
 ]
 
 
@@ -208,7 +208,7 @@ def test_each_part_reads_only_what_its_host_protocol_names(
     import importlib
 
     declared = _protocol_members(getattr(importlib.import_module(f"dramatiq_redisson.{home}"), protocol))
-    read = _host_reads((PACKAGE / f"{module}.py").read_text(), attribute)
+    read = _host_reads((PACKAGE / f"{module.replace('.', '/')}.py").read_text(), attribute)
     assert read, f"{module} reads nothing through {attribute}: the check would pass vacuously"
     assert read <= declared, f"{module} reads {sorted(read - declared)} of its {attribute}, not in {protocol}"
     assert not any(name.startswith("_") for name in declared)
@@ -238,9 +238,9 @@ def test_the_read_and_admin_side_reads_only_what_its_host_protocol_names() -> No
     reads is one the protocol declares, and the broker's methods of its names are
     delegates that carry its documentation."""
     from dramatiq_redisson import RedissonBroker
-    from dramatiq_redisson._queue_admin import AdminHost, QueueAdmin
+    from dramatiq_redisson.admin._queue_admin import AdminHost, QueueAdmin
 
-    source = (PACKAGE / "_queue_admin.py").read_text()
+    source = (PACKAGE / "admin" / "_queue_admin.py").read_text()
     read = _host_reads(source, "host")
     assert read and read <= _protocol_members(AdminHost), sorted(read - _protocol_members(AdminHost))
     for name in ("known_queues", "stats", "history", "running", "pause", "resume", "flush"):

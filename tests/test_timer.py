@@ -11,9 +11,9 @@ import pytest
 
 from dramatiq_redisson import RedissonBroker, _consumer
 from dramatiq_redisson._consumer import MAX_UPKEEP_DEFER
-from dramatiq_redisson._scripts import TransferResult
 from dramatiq_redisson._timer import ERROR_MARGIN, TransferTimer
 from dramatiq_redisson._transfer_duty import POLL_MARGIN_MS
+from dramatiq_redisson.scripts._calls import TransferResult
 
 
 class FakeClock:

@@ -28,8 +28,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusC
 
 from dramatiq_redisson import RedissonBroker, periodic
 from dramatiq_redisson.tracing import CONTEXT_OPTION, TIMES_OPTION, OpenTelemetry, TraceIdFilter, schedule_link
-
-from .helpers import wait_for
+from tests.helpers import wait_for
 
 
 @pytest.fixture

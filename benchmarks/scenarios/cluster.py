@@ -33,7 +33,7 @@ FAILOVER_SEQS = 10_000_000
 #: promoted replica may lack what its master acknowledged this long (ms) before the kill,
 #: so a message whose first run began between then and the promotion (plus this much
 #: again, for messages fetched before the kill) may run again: an explained duplicate, as
-#: the fault suite counts them (``FAILOVER_LOSS_MS`` in tests/test_cluster.py).
+#: the fault suite counts them (``FAILOVER_LOSS_MS`` in tests/connection/test_cluster.py).
 FAILOVER_LOSS_MS = 1000
 
 

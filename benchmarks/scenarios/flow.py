@@ -525,7 +525,8 @@ def rate_limit(ctx: Ctx) -> dict[str, Any]:
             {
                 "target": (
                     f"rate-limit: at most the rate in any {p['per_ms'] - SPREAD_MS} ms of actor starts "
-                    "(the fetches it counts: tests/test_rates.py), and the rate used (span <= fastest + one window)"
+                    "(the fetches it counts: tests/flow/test_rates.py), "
+                    "and the rate used (span <= fastest + one window)"
                 ),
                 "value": f"{ours['max_in_shorter_window']} (limit {p['rate']}), span {span} vs {ideal} ms",
                 "met": ours["max_in_shorter_window"] is not None

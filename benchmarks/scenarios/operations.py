@@ -355,7 +355,7 @@ def operations(ctx: Ctx) -> dict[str, Any]:
     """The operator's operations (issue 8) over a full delayed queue: scan, promote_all,
     remove_all, dead letters' requeue_all and clear, stats, and get / reschedule / promote
     of one message: wall time, server calls, longest single server call, correctness."""
-    from dramatiq_redisson._paging import BULK_STEP
+    from dramatiq_redisson.admin._paging import BULK_STEP
 
     p = {**OPERATIONS_SIZES[ctx.size], "bulk_step": BULK_STEP}
     data: dict[str, Any] = {"params": p}
@@ -402,7 +402,7 @@ def _dashboard_pages(
     import io
     import wsgiref.util
 
-    from dramatiq_redisson._delayed_queue import encode_cursor
+    from dramatiq_redisson.admin._delayed_queue import encode_cursor
     from dramatiq_redisson.dashboard import make_app
 
     n, renders = p["dashboard_n"], p["renders"]

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from .. import acl_rule
-from .._server import describe as describe_server
-from .._server import parse_version
+from ..connection._server import describe as describe_server
+from ..connection._server import parse_version
 from ._base import EXIT_OK, Command, Context, UsageError
 from ._output import Output
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from dramatiq.message import Message
 
-from .._dead_letters import SEARCH_LIMIT, DeadLetters
 from .._format import ago, call_text, dead_doc, iso, last_error, shorten
+from ..admin._dead_letters import SEARCH_LIMIT, DeadLetters
 from ._base import DEFAULT_LIMIT, EXIT_NOT_FOUND, EXIT_OK, Command, Context, non_negative_int
 from ._connect import confirm, declined, server_now
 from ._output import Block, Cell, Output, Table

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from typing import cast
 
-from .._queue_limits import LIMIT_NAMES, QueueLimits
+from ..flow._queue_limits import LIMIT_NAMES, QueueLimits
 from ._base import EXIT_OK, Command, Context, UsageError, positive_int
 
 

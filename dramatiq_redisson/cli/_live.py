@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import Bucket, Counts, History, QueueStats, RunningMessage
 from .._format import ago, iso, span
-from .._history import KEPT_HOURS, KEPT_MINUTES, totals
+from ..admin._history import KEPT_HOURS, KEPT_MINUTES, totals
 from ._base import EXIT_OK, Command, Context
 from ._connect import server_now
 from ._output import Block, Cell, Table

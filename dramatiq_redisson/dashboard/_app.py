@@ -21,10 +21,10 @@ import redis
 
 from .. import _format
 from .._broker import RedissonBroker
-from .._dead_letters import SEARCH_LIMIT
-from .._delayed_queue import DelayedQueue
 from .._errors import needs_extra
 from .._logs import logger_for
+from ..admin._dead_letters import SEARCH_LIMIT
+from ..admin._delayed_queue import DelayedQueue
 from . import _charts, _limits_page, _live_pages, _schedule_pages
 from ._http import REFRESH_CHOICES, Body, HTTPError, Redirect, Request, refresh_arg
 
@@ -39,7 +39,7 @@ RESCHEDULE_PRESETS = (("+1 min", "1m"), ("+1 h", "1h"))
 #: What a schedule's buttons do: its name goes in the form (``name``), not in the path (a
 #: schedule may be named "." or "..", which browsers resolve away in a path).
 
-#: HTTP methods (names, not Redis commands: tests/test_acl.py takes a tuple opening with "GET" for one).
+#: HTTP methods (names, not Redis commands: tests/connection/test_acl.py takes a tuple opening with "GET" for one).
 _GET, _POST = "GET", "POST"
 
 CSRF_COOKIE = "drq_csrf"

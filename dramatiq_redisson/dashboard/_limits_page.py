@@ -9,7 +9,7 @@ import urllib.parse
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from .._queue_limits import MAX_LIMIT, MAX_RATE, MAX_WINDOW_MS, QueueLimits, check_window
+from ..flow._queue_limits import MAX_LIMIT, MAX_RATE, MAX_WINDOW_MS, QueueLimits, check_window
 from ._http import REFRESH_CHOICES, HTTPError, Request, refresh_arg
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The failover harness shared by ``tests/test_sentinel.py`` and ``tests/test_cluster.py``.
+"""The failover harness shared by ``tests/connection/test_sentinel.py`` and ``tests/connection/test_cluster.py``.
 
 One run: a Worker (in-process threads) and a producer, each on a broker of its own, run
 against a topology from ``tests/harness/topology.py`` while a fault thread breaks it mid-run

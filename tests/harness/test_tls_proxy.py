@@ -1,4 +1,4 @@
-"""The TLS proxy itself (``tls_proxy.py``): what ``tests/test_tls.py`` relies on when it
+"""The TLS proxy itself (``tls_proxy.py``): what ``tests/connection/test_tls.py`` relies on when it
 checks the broker over ``rediss://``: bytes reach the plain server and come back, the
 proxy records each handshaken connection and what its client sent, a client that does
 not trust the proxy's CA is refused and leaves no record, and ``stop()`` frees the port."""

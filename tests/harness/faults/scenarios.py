@@ -396,7 +396,7 @@ PROVISIONAL_ACL_RULE = (
 def acl_rule(product_root: Path, server_version: tuple[int, int] | None = None) -> tuple[str, str]:
     """The ACL rule (ACL SETUSER text after ``on >password``) for the broker's user and
     where it came from: ``$FAULTS_ACL_RULE``, else the product's own
-    ``dramatiq_redisson.acl_rule()`` (or ``dramatiq_redisson._permissions.acl_rule()``),
+    ``dramatiq_redisson.acl_rule()`` (or ``dramatiq_redisson.connection._permissions.acl_rule()``),
     rendered for ``server_version`` when the product's rule follows the server's version,
     asked in a subprocess that imports the product under test, else the provisional rule."""
     if os.environ.get("FAULTS_ACL_RULE"):
@@ -405,7 +405,7 @@ def acl_rule(product_root: Path, server_version: tuple[int, int] | None = None) 
     probe = (
         "import inspect\n"
         "try:\n from dramatiq_redisson import acl_rule\n"
-        "except ImportError:\n from dramatiq_redisson._permissions import acl_rule\n"
+        "except ImportError:\n from dramatiq_redisson.connection._permissions import acl_rule\n"
         "versioned = 'server_version' in inspect.signature(acl_rule).parameters\n"
         f"print(acl_rule(server_version={version}) if versioned else acl_rule())\n"
     )

@@ -1,0 +1,1 @@
+"""Connections: the client, the topology, the Sentinel watch, server facts and permissions."""

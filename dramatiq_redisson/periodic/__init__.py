@@ -1,0 +1,1 @@
+"""Periodic actors: the schedule specification and the schedules kept on the server."""

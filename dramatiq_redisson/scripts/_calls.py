@@ -1,0 +1,794 @@
+"""The Lua scripts, registered once per client, each behind one typed wrapper.
+
+Every script's contract (KEYS, ARGV, return value) is the header of its file in
+``lua/``. Scripts run through :class:`redis.commands.core.Script` (EVALSHA with a
+reload on NOSCRIPT); the producer's scripts (offer, enqueue) resend a call that got
+NOSCRIPT as EVAL with the source, which cannot miss (see
+:meth:`dramatiq_redisson.scripts._runner.ScriptRunner.stream`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol, cast
+
+import redis
+
+from .._keys import PLAIN_LANE, QueueKeys, ack_keys, transfer_keys
+from .._message import queue_json
+from .._tuning import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
+from ..connection._topology import Topology
+from ..sharding._shards import base_queue
+from ._runner import ScriptRunner, load_source
+
+_NAMES = (
+    "offer",
+    "offer_one",
+    "transfer",
+    "cancel",
+    "clear",
+    "enqueue",
+    "fetch",
+    "ack",
+    "nack",
+    "requeue",
+    "maintenance",
+    "bury",
+    "heartbeat",
+    "release",
+    "peek",
+    "reschedule",
+    "count",
+    "bulk",
+    "scan",
+    "dead",
+    "stats",
+    "pending",
+    "reap",
+    "schedule",
+    "pause",
+    "limits",
+    "history",
+    "shards",
+)
+
+
+#: The scripts' text (a cluster's topology turns their PUBLISH into SPUBLISH: see
+#: :meth:`dramatiq_redisson.connection._topology.Topology.script_source`).
+_SOURCES = {name: load_source(name) for name in _NAMES}
+
+
+def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (
+        keys.timeout_zset,
+        keys.backup_list,
+        keys.payloads,
+        keys.channel,
+        keys.legacy_dq,
+        keys.legacy_dq_msgs,
+        keys.ready_msgs,
+        keys.sent,
+        *keys.dedupe_keys,
+    )
+
+
+class IdleScore(NamedTuple):
+    """A consumer's new score in its queue's idle registry, given with an ack (ack.lua):
+    what it can start now."""
+
+    token: str
+    score: int
+    channel: str
+
+
+class Fetched(list[tuple[str, "bytes | None"]]):
+    """What a fetch took: (redis message id, its data or None) pairs; ``held``: they were
+    taken through lanes and hold slots, which their ack or nack gives back; ``wait_ms``:
+    a rate limit holds messages back, and this consumer is the one to fetch again in that
+    many ms (None: nothing to wait for, or another consumer waits); ``more``: it took all
+    it asked for, and more messages are ready."""
+
+    held: bool = False
+    wait_ms: int | None = None
+    more: bool = False
+
+    @classmethod
+    def from_reply(cls, flat: list[Any]) -> Fetched:
+        fetched = cls((flat[i].decode(), flat[i + 1]) for i in range(0, len(flat) - 1, 2))
+        if len(flat) % 2:  # a trailing status (fetch.lua): "held", "wait:<ms>" or both; "more"
+            for word in flat[-1].decode().split():
+                if word == "held":
+                    fetched.held = True
+                elif word == "more":
+                    fetched.more = True
+                elif word.startswith("wait:"):
+                    fetched.wait_ms = int(word[5:])
+        return fetched
+
+
+def _offer_flow_keys(keys: QueueKeys) -> tuple[str, ...]:
+    """offer.lua's KEYS for a call with laned entries (their lanes recorded, flow turned on)."""
+    return (*_offer_keys(keys), keys.lane_of, keys.flow, keys.flow_flag)
+
+
+#: An offer entry without a dedupe key: key, mode, ttl (see offer.lua).
+_NO_KEY = ("", "", 0)
+
+
+def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
+    return (keys.ready, keys.ready_msgs, keys.channel, keys.sent, keys.idle, *keys.flow_keys)
+
+
+@functools.lru_cache(maxsize=1024)
+def _transfer_queue_json(keys: QueueKeys) -> str:
+    return queue_json(base_queue(keys.queue_name))  # a shard's messages are its queue's
+
+
+def _enqueue_args(
+    keys: QueueKeys,
+    entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str]],
+    window_ms: float,
+    in_flight: str = "",
+    clock_ms: str = "",
+) -> list[Any]:
+    """enqueue.lua's ARGV with the flow keys: ``(redis message id, data, lane)`` triples
+    (a pair's lane is the plain one)."""
+    args: list[Any] = [window_ms, in_flight, clock_ms if window_ms else "", *keys.flow_affixes]
+    for entry in entries:
+        args.extend(entry if len(entry) == 3 else (*entry, PLAIN_LANE))
+    return args
+
+
+class TransferResult:
+    """What one run of the transfer script did."""
+
+    __slots__ = (
+        "moved",
+        "next_due_ms",
+        "server_now_us",
+        "dead",
+        "lease_until_ms",
+        "fetched",
+        "registered",
+        "lateness_ms",
+        "holder",
+        "schedules",
+        "replicas",
+        "replicated",
+    )
+
+    def __init__(
+        self,
+        moved: int,
+        next_due_ms: int | None,
+        server_now_us: int,
+        dead: int,
+        lease_until_ms: int | None = None,
+        fetched: list[tuple[str, bytes | None]] | None = None,
+        registered: bool = False,
+        lateness_ms: list[int] | None = None,
+        holder: str | None = None,
+        schedules: list[str] | None = None,
+    ) -> None:
+        self.moved = moved
+        self.next_due_ms = next_due_ms
+        self.server_now_us = server_now_us
+        self.dead = dead
+        #: ``None`` if the caller holds the transfer lease (it transferred), else when
+        #: the other holder's lease ends (server epoch ms; nothing was transferred).
+        self.lease_until_ms = lease_until_ms
+        #: Moved messages handed straight to the caller (now in its ack set).
+        self.fetched = fetched or []
+        #: Whether the call registered the caller as idle (it took all there was).
+        self.registered = registered
+        #: For each moved message, how late it moved (ms after its due time, server clock).
+        self.lateness_ms = lateness_ms or []
+        #: The token of the consumer holding the lease, when it is another one.
+        self.holder = holder
+        #: Schedules whose chain stopped or runs low on upcoming ticks (see transfer.lua).
+        self.schedules = schedules or []
+        #: With ``wait_for_replicas``: how many replicas acknowledged the call's writes
+        #: (``None``: unknown, or no WAIT), and whether that is enough.
+        self.replicas: int | None = None
+        self.replicated = True
+
+    @property
+    def owner(self) -> bool:
+        """Whether the caller holds the transfer lease."""
+        return self.lease_until_ms is None
+
+    def __repr__(self) -> str:
+        return (
+            f"TransferResult(moved={self.moved}, next_due_ms={self.next_due_ms}, "
+            f"server_now_us={self.server_now_us}, dead={self.dead}, lease_until_ms={self.lease_until_ms})"
+        )
+
+
+#: Seconds an estimate of the server clock (see :meth:`Scripts.server_now_ms`) is used
+#: for: a consumer transfers at least every third of a lease, so its estimate stays fresh.
+CLOCK_ESTIMATE_TTL = 10.0
+
+
+class ScriptsHost(Protocol):
+    """What a part that only runs scripts and reads keys (dead letters, the delayed
+    queue's operations) reads of its broker."""
+
+    client: Any
+    redisson_scripts: Scripts
+
+
+class Scripts(ScriptRunner):
+    """One client's registered scripts, each behind one typed wrapper (how they run:
+    :class:`dramatiq_redisson.scripts._runner.ScriptRunner`)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        wait_for_replicas: int = 0,
+        wait_timeout: int = 1000,
+        topology: Topology | None = None,
+        beat_interval: float = HEARTBEAT_INTERVAL_MS / 1000,
+    ) -> None:
+        super().__init__(
+            client,
+            _SOURCES,
+            wait_for_replicas=wait_for_replicas,
+            wait_timeout=wait_timeout,
+            topology=topology,
+        )
+        #: Seconds between this process's heartbeat writes to one heartbeat set: fetch
+        #: and ack write it only when the last write is older (the broker derives it from
+        #: its ``heartbeat_timeout``).
+        self.beat_interval = beat_interval
+        self._beats: dict[str, float] = {}
+        #: Per queue: the server clock (epoch µs) in the last reply that carried it, and
+        #: the monotonic time it was read (see :meth:`server_now_ms`).
+        self._clocks: dict[str, tuple[int, float]] = {}
+
+    def server_now_ms(self, queue_name: str) -> str:
+        """An estimate of the clock of the server holding ``queue_name`` (epoch ms, as
+        text), from the last reply that carried it (a transfer's, or an enqueue's that read
+        TIME) and the monotonic clock since; "" when there is none younger than
+        :data:`CLOCK_ESTIMATE_TTL` s. The enqueue, fetch and ack take it instead of a TIME
+        call (one command less each). It runs a moment behind the server's (by the
+        reply's way back), which the history allows for (``_history.lua``)."""
+        seen = self._clocks.get(queue_name)
+        if seen is None:
+            return ""
+        elapsed = time.monotonic() - seen[1]
+        if elapsed > CLOCK_ESTIMATE_TTL:
+            return ""
+        return str((seen[0] + int(elapsed * 1_000_000)) // 1000)
+
+    def _beat(self, heartbeats: str) -> str:
+        """``"1"`` when this process's heartbeat in ``heartbeats`` is due (then counted as
+        written), else ``"0"``."""
+        now = time.monotonic()
+        if now - self._beats.get(heartbeats, -math.inf) < self.beat_interval:
+            return "0"
+        self._beats[heartbeats] = now
+        return "1"
+
+    def offer(
+        self,
+        keys: QueueKeys,
+        entries: Sequence[tuple[Any, ...]],
+        *,
+        absolute: bool = False,
+        client: Any = None,
+        replacing: str = "",
+        lanes: Sequence[str] | None = None,
+    ) -> Any:
+        """Schedule ``(time_ms, sort_key, message_id, data, claim_id)`` entries, each
+        optionally followed by ``dedupe_key, dedupe_mode, ttl_ms`` (see offer.lua);
+        ``lanes``: each entry's lane (flow control), when one is not the plain lane.
+
+        ``replacing``: the redis id of the in-flight copy of the message being retried,
+        whose payload makes room for the retry on a full server (see offer.lua).
+
+        Returns per entry the due time (epoch ms, -1 for a lost claim, -2 for a member
+        already moved to the ready queue) or, for an entry its dedupe key kept out,
+        ``[due time or -3, member, stored payload]`` of the message holding the key; or
+        the pipeline when ``client`` is one."""
+        args: list[Any] = ["abs" if absolute else f"move:{replacing}" if replacing else "rel"]
+        laned = lanes is not None and any(lane != PLAIN_LANE for lane in lanes)
+        for n, entry in enumerate(entries):
+            args.extend(entry)
+            if len(entry) == 5:
+                args.extend(_NO_KEY)
+            if laned:
+                args.append(lanes[n])  # type: ignore[index]
+        return self._run_resending("offer", _offer_flow_keys(keys) if laned else _offer_keys(keys), args, client)
+
+    def offer_one(self, keys: QueueKeys, delay_ms: int, sort_key: str, message_id: str, data: bytes, look: str) -> int:
+        """Schedule one fresh message ``delay_ms`` from now, without a dedupe key (offer_one.lua;
+        ``look``: where a resent member that already came due is found, "sent", "ready" or
+        "both"). Returns its due time (epoch ms), -2 when it had already moved to the ready
+        queue, or -4 when its message id is scheduled under another member (nothing was
+        written: reschedule it with :meth:`offer`)."""
+        one_keys = (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.sent, keys.ready_msgs)
+        return int(self._run_resending("offer_one", one_keys, (delay_ms, sort_key, message_id, data, look)))
+
+    def offer_calls(self, calls: Sequence[tuple[QueueKeys, Sequence[Any], bool]]) -> list[Any]:
+        """Offer calls of ``(keys, args, laned)`` (offer.lua's ARGV, mode first; ``laned``:
+        each entry ends with its lane), streamed (see :meth:`stream`); returns per call its
+        outcome."""
+        return self.stream(
+            "offer", [(_offer_flow_keys(keys) if laned else _offer_keys(keys), args) for keys, args, laned in calls]
+        )
+
+    def offer_bulk(self, calls: Sequence[tuple[QueueKeys, int, Sequence[str | bytes]]]) -> list[Any]:
+        """Schedule entries ``delay_ms`` from now, one script call per ``(keys, delay_ms,
+        entries)``, streamed (see :meth:`stream`). ``entries`` is flat: message id,
+        sort key + data, message id, sort key + data, ...
+
+        Returns per call its outcome (see :meth:`stream`); a reply is
+        ``[entries scheduled, their due time in epoch ms]``."""
+        return self.stream(
+            "offer", [(_offer_keys(keys), ("bulk", delay_ms, *entries)) for keys, delay_ms, entries in calls]
+        )
+
+    def enqueue_bulk(
+        self, calls: Sequence[tuple[QueueKeys, Sequence[tuple[str, bytes] | tuple[str, bytes, str]]]], window_ms: float
+    ) -> list[Any]:
+        """Push ``(redis_message_id, data)`` pairs (or ``(…, lane)`` triples), one script call per ``(keys, pairs)``,
+        streamed (see :meth:`stream`; duplicates are skipped as in :meth:`enqueue`).
+
+        Returns per call its outcome; a reply is ``[queue length, ids pushed, server
+        clock read or 0]`` (see :meth:`enqueue`)."""
+        outcomes = self.stream(
+            "enqueue",
+            [
+                (
+                    _enqueue_keys(keys),
+                    _enqueue_args(keys, pairs, window_ms, clock_ms=self.server_now_ms(keys.queue_name)),
+                )
+                for keys, pairs in calls
+            ],
+        )
+        for (keys, _), outcome in zip(calls, outcomes, strict=True):
+            self._read_clock(keys.queue_name, outcome)
+        return outcomes
+
+    def transfer(
+        self,
+        keys: QueueKeys,
+        *,
+        limit: int,
+        trim_budget: int,
+        compact_step: int,
+        compact_slack: int,
+        token: str = "",
+        lease_ms: int = 0,
+        own_slots: int = 0,
+        worker_id: str = "",
+        listening: bool = False,
+        compare: bool = False,
+        keep_ties: bool = False,
+        window_ms: float = 0,
+        upkeep_ms: int = 0,
+    ) -> TransferResult:
+        """Move due entries if consumer ``token`` holds (or can take) the transfer lease
+        for ``lease_ms``; without a token, move them regardless of the lease (see
+        transfer.lua). ``own_slots``: how many moved messages the caller (of worker
+        ``worker_id``) takes itself, handed off in the reply when the ready queue was
+        empty (the rest wake idle consumers); ``listening``: it may be registered as idle;
+        ``compare``: some of its threads are busy, so it takes a message only while no idle
+        consumer can start more (see transfer.lua's Placement), and ``keep_ties``: it
+        takes a message on a tie with that consumer;
+        ``window_ms``: how long moved members stay remembered (not offered again);
+        ``upkeep_ms``: how often the backup list and those members are tidied (0: every call).
+
+        A call that may hand messages off is not retried after a lost reply (they would
+        sit in the ack set, unheld): the caller reconciles instead."""
+        call_keys = transfer_keys(keys, worker_id)
+        args = (
+            limit,
+            trim_budget,
+            compact_step,
+            compact_slack,
+            token,
+            lease_ms,
+            own_slots,
+            (("3" if keep_ties else "2") if compare else "1") if listening else "",
+            window_ms,
+            _transfer_queue_json(keys),
+            upkeep_ms,
+            PERIODIC_GRACE_MS,
+            PERIODIC_LOW_WATER,
+            f"{worker_id}|{token}",
+            *keys.flow_affixes,
+        )
+        replicas: int | None = None
+        if self.wait_for_replicas:
+            try:
+                reply, replicas = self._run_waiting("transfer", call_keys, args)
+            except redis.ConnectionError:
+                if own_slots:
+                    raise
+                reply, replicas = self._run_waiting("transfer", call_keys, args)
+        else:
+            run = self._run if own_slots else self._run_idempotent
+            reply = run("transfer", call_keys, args)
+        moved, next_due, now_us, dead, lease_until, handed, registered, lateness, holder, attend = reply
+        self._clocks[keys.queue_name] = (int(now_us), time.monotonic())
+        result = TransferResult(
+            int(moved),
+            None if int(next_due) < 0 else int(next_due),
+            int(now_us),
+            int(dead),
+            int(lease_until) or None,
+            [(handed[i].decode(), handed[i + 1]) for i in range(0, len(handed), 2)],
+            bool(registered),
+            [int(late) for late in lateness],
+            (holder.decode() if isinstance(holder, bytes) else str(holder)) or None,
+            [name.decode() for name in attend],
+        )
+        if self.wait_for_replicas:
+            result.replicas = replicas
+            result.replicated = replicas is not None and replicas >= self.wait_for_replicas
+        return result
+
+    def schedule(self, keys: QueueKeys, op: str, name: str, *args: Any) -> Any:
+        """Change or read one schedule of the queue's periodic actors (schedule.lua: ``op``
+        is "start", "extend", "pause", "remove" or "check", ``args`` its arguments)."""
+        schedule_keys = (
+            *keys.schedule_keys,
+            keys.timeout_zset,
+            keys.backup_list,
+            keys.payloads,
+            keys.channel,
+            keys.ready,
+            keys.ready_msgs,
+            keys.idle,
+        )
+        if self.wait_for_replicas and op != "check":
+            return self._wait_checked("A schedule change", "schedule", schedule_keys, (op, name, *args))
+        return self._run("schedule", schedule_keys, (op, name, *args))
+
+    def release(self, keys: QueueKeys, token: str) -> int:
+        """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""
+        return int(self._run_idempotent("release", (keys.lease, keys.consumers, keys.idle, keys.channel), (token,)))
+
+    def cancel(self, keys: QueueKeys, message_ids: Sequence[str], *, by_key: bool = False) -> int:
+        """Unschedule messages by id (``by_key``: the messages holding these dedupe keys);
+        returns how many were scheduled. With ``wait_for_replicas``, raises
+        :class:`NotReplicated` (``reply``: that count) when too few replicas acknowledged
+        the cancel in time."""
+        cancel_keys = (keys.timeout_zset, keys.payloads, keys.dedupe, keys.keyed, keys.lane_of)
+        args = ("key" if by_key else "id", *message_ids)
+        if self.wait_for_replicas:
+            return int(self._wait_checked("Cancel", "cancel", cancel_keys, args))
+        return int(self._run("cancel", cancel_keys, args))
+
+    def clear(self, keys: QueueKeys, client: Any = None) -> Any:
+        """Returns how many were scheduled, or the pipeline when ``client`` is one."""
+        return self._run("clear", keys.scheduled_keys, (), client)
+
+    def enqueue(
+        self,
+        keys: QueueKeys,
+        entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str]],
+        window_ms: float,
+        client: Any = None,
+        replacing: str = "",
+    ) -> Any:
+        """Push ``(redis_message_id, data)`` pairs (or ``(…, lane)`` triples), skipping ids already queued, in flight
+        or enqueued within the last ``window_ms``; ``replacing`` as for :meth:`offer`.
+        Returns ``[queue length, ids pushed, server clock read or 0]``, or the pipeline
+        when ``client`` is one."""
+        clock_ms = "" if client is not None else self.server_now_ms(keys.queue_name)
+        args = _enqueue_args(keys, entries, window_ms, replacing, clock_ms)
+        reply = self._run_resending("enqueue", _enqueue_keys(keys), args, client)
+        if client is None:
+            self._read_clock(keys.queue_name, reply)
+        return reply
+
+    def _read_clock(self, queue_name: str, reply: Any) -> None:
+        """An enqueue that read the server's clock (TIME, when no estimate was fresh)
+        returns it: the next ones take the estimate from it (see :meth:`server_now_ms`),
+        so a process that only sends reads TIME about once per :data:`CLOCK_ESTIMATE_TTL`."""
+        if isinstance(reply, list) and len(reply) > 2 and int(reply[2]) > 0:
+            self._clocks[queue_name] = (int(reply[2]) * 1000, time.monotonic())
+
+    def fetch(self, keys: QueueKeys, worker_id: str, count: int, token: str = "", consumer: str = "") -> Fetched | None:
+        """Take up to ``count`` ready messages; with a ``token``, a short fetch registers
+        that consumer as idle (woken on its wake channel, see fetch.lua). ``consumer``
+        (default: ``token``) is recorded with each message fetched (running now). ``None``:
+        the queue is paused (nothing taken)."""
+        flat = self._run(
+            "fetch",
+            (
+                keys.ready,
+                keys.ready_msgs,
+                keys.acks(worker_id),
+                keys.heartbeats,
+                keys.idle,
+                keys.paused,
+                keys.fetched,
+                *keys.flow_keys,
+            ),
+            (
+                count,
+                worker_id,
+                token,
+                self._beat(keys.heartbeats),
+                f"{worker_id}|{consumer or token}",
+                self.server_now_ms(keys.queue_name),
+                *keys.flow_affixes,
+                keys.rate_prefix,
+                keys.wake_prefix,
+            ),
+        )
+        if flat is None:
+            return None
+        return Fetched.from_reply(flat)
+
+    def ack(
+        self,
+        keys: QueueKeys,
+        worker_id: str,
+        redis_message_id: str,
+        *,
+        retried: bool = False,
+        held: bool = False,
+        idle: IdleScore | None = None,
+    ) -> int:
+        """Forget a processed message; the history counts it as processed, or as retried
+        (``retried``: it failed and Retries scheduled a retry). ``held``: it was fetched
+        through lanes (:attr:`Fetched.held`), and its slots are given back. ``idle``: the
+        acking consumer's new score in the idle registry (see ack.lua)."""
+        call_keys = ack_keys(keys, worker_id, held)
+        args: tuple[Any, ...] = (
+            redis_message_id,
+            worker_id,
+            self._beat(keys.heartbeats),
+            "3" if retried else "1",
+            self.server_now_ms(keys.queue_name),
+            *((*keys.flow_affixes, keys.wake_prefix) if held else ()),
+        )
+        if idle is not None:
+            call_keys = (*call_keys, keys.idle, keys.ready)
+            args = (*args, "idle", idle.token, idle.score, idle.channel)
+        return int(self._run_idempotent("ack", call_keys, args))
+
+    def nack(
+        self,
+        keys: QueueKeys,
+        worker_id: str,
+        redis_message_id: str,
+        final: bytes | None = None,
+        *,
+        held: bool = False,
+    ) -> int:
+        """Move a fetched message to the dead letters (``held``: see :meth:`ack`)."""
+        args: tuple[Any, ...] = (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final)
+        if held:
+            args = (redis_message_id, worker_id, final or "", *keys.flow_affixes, keys.wake_prefix)
+        return int(
+            self._run_idempotent(
+                "nack",
+                (
+                    keys.acks(worker_id),
+                    keys.ready_msgs,
+                    keys.xq,
+                    keys.xq_msgs,
+                    keys.heartbeats,
+                    keys.fetched,
+                    *keys.history_keys,
+                    keys.lane_of,
+                    *((keys.flow, keys.levels, keys.idle) if held else ()),
+                ),
+                args,
+            )
+        )
+
+    def requeue(self, keys: QueueKeys, worker_id: str, redis_message_ids: Sequence[str]) -> int:
+        return int(
+            self._run_idempotent(
+                "requeue",
+                (
+                    keys.acks(worker_id),
+                    keys.ready_msgs,
+                    keys.ready,
+                    keys.idle,
+                    keys.channel,
+                    keys.fetched,
+                    *keys.flow_keys,
+                ),
+                (*keys.flow_affixes, *redis_message_ids),
+            )
+        )
+
+    def maintenance(
+        self, keys: QueueKeys, dead_workers: Sequence[str], *, dead_message_ttl_ms: float, expire_limit: int
+    ) -> tuple[int, int]:
+        requeued, expired = self._run(
+            "maintenance",
+            (
+                keys.ready,
+                keys.ready_msgs,
+                keys.xq,
+                keys.xq_msgs,
+                keys.legacy_dq,
+                keys.legacy_dq_msgs,
+                keys.fetched,
+                *keys.flow_keys,
+                *(k for w in dead_workers for k in (keys.acks(w), keys.legacy_dq_acks(w))),
+            ),
+            (dead_message_ttl_ms, expire_limit, *keys.flow_affixes),
+        )
+        return int(requeued), int(expired)
+
+    def bury_legacy(self, keys: QueueKeys, ids: Sequence[str]) -> int:
+        """Move undecodable entries of the built-in ``.DQ`` queue to the dead letters."""
+        return int(self._run("bury", (keys.legacy_dq, keys.legacy_dq_msgs, keys.xq, keys.xq_msgs), ids))
+
+    def peek(self, keys: QueueKeys, message_id: str, *, by_key: bool = False) -> tuple[int, bytes, str] | None:
+        """A scheduled message's due time (epoch ms), stored payload and message id, or
+        ``None``; ``by_key``: ``message_id`` is a dedupe key (the message holding it)."""
+        due, stored, found = self._run(
+            "peek", (keys.timeout_zset, keys.payloads, keys.dedupe), (message_id, "key" if by_key else "id")
+        )
+        return None if int(due) < 0 or stored is None else (int(due), stored, found.decode())
+
+    def reschedule(self, keys: QueueKeys, message_id: str, mode: str, value_ms: int) -> int | None:
+        """New due time ``"in"`` ms from the server's now or ``"at"`` epoch ms; returns it,
+        or ``None`` when the message is not scheduled."""
+        due = int(
+            self._run("reschedule", (keys.timeout_zset, keys.payloads, keys.channel), (message_id, mode, value_ms))
+        )
+        return None if due < 0 else due
+
+    def count(self, keys: QueueKeys, mode: str, value_ms: int = 0) -> int:
+        """Scheduled messages: ``"all"``, due ``"before"`` an epoch ms, or ``"overdue"``
+        by more than ``value_ms`` on the server clock."""
+        return int(self._run("count", (keys.timeout_zset,), (mode, value_ms)))
+
+    def bulk(self, keys: QueueKeys, action: str, batch: int, members: Sequence[bytes | str] = ()) -> int:
+        """``"promote"`` or ``"remove"`` up to ``batch`` of the earliest scheduled entries,
+        or those of ``members`` still scheduled (bulk.lua); returns how many."""
+        return int(
+            self._run(
+                "bulk",
+                (keys.timeout_zset, keys.payloads, keys.channel, keys.dedupe, keys.keyed, keys.lane_of),
+                (action, batch, *members),
+            )
+        )
+
+    def scan(
+        self, keys: QueueKeys, size: int, after: tuple[bytes, bytes] | None
+    ) -> tuple[list[tuple[bytes, int, bytes | None]], tuple[bytes, bytes] | None]:
+        """A page of ``(member, due, stored payload or None)`` after the cursor ``after``
+        (``(due, member)`` as bytes; ``None``: from the head), and the next cursor
+        (``None`` at the end)."""
+        due, member = after if after is not None else (b"", b"")
+        flat, next_due, next_member = self._run("scan", (keys.timeout_zset, keys.payloads), (size, due, member))
+        page = [(flat[i], int(float(flat[i + 1])), flat[i + 2]) for i in range(0, len(flat), 3)]
+        return page, ((next_due, next_member) if next_due else None)
+
+    def dead(self, keys: QueueKeys, action: str, batch: int, ids: Sequence[str] = ()) -> int:
+        """``"requeue"`` or ``"remove"`` dead letters, by id or the oldest ``batch``
+        (dead.lua); returns how many left the dead letters."""
+        return int(
+            self._run(
+                "dead",
+                (keys.xq, keys.xq_msgs, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *keys.flow_keys),
+                (action, batch, *keys.flow_affixes, *ids),
+            )
+        )
+
+    def stats(self, keys: QueueKeys, grace_ms: int, live_ms: int, client: Any = None) -> Any:
+        """One queue's counts (stats.lua's reply), or the pipeline when ``client`` is one."""
+        return self._run(
+            "stats",
+            (
+                keys.ready,
+                keys.ready_msgs,
+                keys.timeout_zset,
+                keys.xq,
+                keys.lease,
+                keys.consumers,
+                keys.legacy_dq,
+                keys.paused,
+                keys.flow,
+                keys.levels,
+            ),
+            (grace_ms, live_ms, keys.ring_prefix, keys.rate_prefix),
+            client,
+        )
+
+    def limits(
+        self, keys: QueueKeys, op: str, values: Sequence[int | None] = (), weights: Sequence[str | int] = ()
+    ) -> list[int]:
+        """``op`` "set" (``values``: concurrency, group concurrency, rate, window ms, group
+        rate; None: none), "update" (only the limits given change: see limits.lua), "clear"
+        or "get" a queue's limits, or "weights" (``weights``:
+        pairs of a group as hex and its weight) (limits.lua). Returns the
+        limits (-1: none), slots and groups in use, the lanes that waited for their group's
+        slot, the queue's starts in its rate window and the lanes waiting for their group's
+        rate."""
+        return [
+            int(v)
+            for v in self._run_idempotent(
+                "limits",
+                (keys.flow, keys.ready, keys.levels, keys.idle),
+                (
+                    op,
+                    *("" if v is None else v for v in (*values, *[None] * (5 - len(values)))),
+                    *keys.flow_affixes,
+                    keys.wake_prefix,
+                    keys.rate_prefix,
+                    *weights,
+                ),
+            )
+        ]
+
+    def shards(self, keys: QueueKeys, op: str, *args: Any) -> list[Any]:
+        """``op`` ("read", "set", "drop") on a queue's stored shard layout (shards.lua; its
+        reply is read by :class:`dramatiq_redisson.sharding._shards.ShardLayouts`)."""
+        return cast("list[Any]", self._run_idempotent("shards", (keys.shards,), (op, *args)))
+
+    def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
+        """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and
+        since when the queue is paused (epoch ms, server clock) or None."""
+        changed, since = self._run_idempotent("pause", (keys.paused,), (op,))
+        return bool(changed), None if int(since) < 0 else int(since)
+
+    def history(self, keys: QueueKeys, minutes: int, hours: int, client: Any = None) -> Any:
+        """The last ``minutes`` and ``hours`` of the queue's activity history (history.lua's
+        reply, parsed by :mod:`dramatiq_redisson.admin._history`), or the pipeline when ``client`` is one."""
+        return self._run("history", keys.history_keys, (minutes, hours), client)
+
+    def pending(self, keys: QueueKeys) -> int:
+        """Scheduled (but periodic ticks) + ready + in flight + built-in delayed messages of a
+        queue (pending.lua)."""
+        return int(self._run("pending", (keys.timeout_zset, keys.ready_msgs, keys.legacy_dq_msgs, keys.chains), ()))
+
+    def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
+        """Mark ``worker_id`` alive (runs on a full server too) and list the queue in the
+        namespace's registry; returns the server time, epoch ms. On a cluster the
+        registry lives in another slot: it is written by a command of its own."""
+        if not keys.reaches_namespace:
+            now_ms = int(self._run_idempotent("heartbeat", (keys.heartbeats,), (worker_id,)))
+            self.client.sadd(keys.registry, keys.queue_name)
+            return now_ms
+        return int(self._run_idempotent("heartbeat", (keys.heartbeats, keys.registry), (worker_id, keys.queue_name)))
+
+    def beat(self, keys: QueueKeys, worker_id: str) -> int:
+        """Mark the process of ``worker_id`` alive on the queue (its liveness beat; runs
+        on a full server too); returns the server time written, epoch ms."""
+        return int(self._run_idempotent("heartbeat", (keys.alive,), (worker_id,)))
+
+    def reap(
+        self,
+        keys: QueueKeys,
+        by_beat: Sequence[str],
+        by_connection: Sequence[str] = (),
+        *,
+        timeout_ms: int,
+        forget_ms: float,
+    ) -> tuple[int, int]:
+        """Put back the messages of dead workers, waking idle consumers for them: those
+        ``by_connection`` (every subscription gone), and those ``by_beat`` (checked again:
+        see reap.lua). Returns (messages put back, workers found dead)."""
+        workers = [*by_connection, *by_beat]
+        requeued, dead = self._run_idempotent(
+            "reap",
+            (
+                keys.alive,
+                keys.ready,
+                keys.ready_msgs,
+                keys.idle,
+                keys.channel,
+                keys.fetched,
+                *keys.flow_keys,
+                *map(keys.acks, workers),
+            ),
+            (timeout_ms, forget_ms, len(by_connection), *keys.flow_affixes, *workers),
+        )
+        return int(requeued), int(dead)
