@@ -10,7 +10,7 @@ from typing import Any
 
 import dramatiq
 
-from ._common import QUEUE
+from ._base import QUEUE
 from ._measure import REC_KEY
 
 #: One round trip: the start time is the server's clock (TIME), the same clock that

@@ -32,14 +32,16 @@ def worker_main(
     s)``: the bench actor inside Dramatiq's ``WindowRateLimiter``, see
     ``_actor.declare_rate_limited``) and ``work`` (``{"kind": "sleep" | "cpu", "ms": …}``:
     what the recording actor does after recording its start, see ``_actor.work_body``;
-    default nothing) and ``otel`` (add the tracing middleware, see ``_common.add_tracing``). Reports (pid,
+    default nothing) and ``otel`` (add the tracing middleware, see ``_brokers.add_tracing``). Reports (pid,
     the file ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
     import redis
     from dramatiq import Worker
 
     from ._actor import declare
-    from ._common import QUEUE, add_tracing, make_broker, product_origin, quiet_logging, script_names
+    from ._base import QUEUE, quiet_logging
+    from ._brokers import add_tracing, make_broker, script_names
     from ._measure import CommandCounter
+    from ._product import product_origin
 
     quiet_logging()
     opts = options or {}
@@ -100,7 +102,8 @@ def offer_main(kind: str, url: str, mode: str, n: int, out: Any) -> None:
     mode "bulk": ``broker.enqueue_many(messages, delay=…)`` (messages built beforehand;
     the rate with message construction included is reported too)."""
     from ._actor import declare
-    from ._common import HOUR_MS, make_broker, quiet_logging
+    from ._base import HOUR_MS, quiet_logging
+    from ._brokers import make_broker
 
     quiet_logging()
     broker = make_broker(kind, url)

@@ -10,12 +10,8 @@ from typing import Any
 from dramatiq.broker import Consumer
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._consumer import RedissonConsumer
-from dramatiq_redisson._message import queue_json
-from dramatiq_redisson._transfer_duty import TransferDuty
-from dramatiq_redisson.scripts._calls import TransferResult
 
-from ._common import reference_lua
+from ._internals import RedissonConsumer, TransferDuty, TransferResult, queue_json, reference_lua
 
 #: Redisson's batch size.
 REDISSON_BATCH = 100
@@ -23,7 +19,7 @@ REDISSON_BATCH = 100
 
 class LremTransferDuty(TransferDuty):
     def transfer(self) -> None:
-        broker: Any = self.broker
+        broker: Any = self.host  # an LremRedissonBroker
         for _ in range(20):
             k = self.keys
             moved, next_due, now_ms, _ = broker.reference_transfer(

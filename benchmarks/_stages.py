@@ -55,9 +55,9 @@ class StageTracer:
         self.source = threading.local()
 
     def install(self) -> None:
-        from dramatiq_redisson import _consumer
+        from ._internals import RedissonConsumer
 
-        consumer_class: Any = _consumer.RedissonConsumer
+        consumer_class: Any = RedissonConsumer
         tracer = self
         cache_name = "take" if hasattr(consumer_class, "take") else "_cache"
         original_cache = getattr(consumer_class, cache_name)

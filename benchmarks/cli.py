@@ -11,8 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._common import BROKER_KINDS, SIZES, Server, dumps, machine_info, product_origin, quiet_logging, use_product
+from ._base import BROKER_KINDS, SIZES, dumps, quiet_logging
 from ._measure import median_merge
+from ._product import machine_info, product_origin, use_product
+from ._server import Server
 from ._stages import ENV as STAGES_ENV
 
 
@@ -282,7 +284,7 @@ def _parser(scenarios: list[str]) -> argparse.ArgumentParser:
         default=[],
         metavar="PARAM=VALUE",
         help="override one of the size's parameters, e.g. --set lateness.rate=500 --set lateness.n=5000 "
-        "(see SIZES in benchmarks/_common.py); repeatable",
+        "(see SIZES in benchmarks/_base.py); repeatable",
     )
     parser.add_argument(
         "--jobs",

@@ -20,8 +20,10 @@ import time
 from bisect import bisect_left
 from typing import Any
 
-from ._common import HOUR_MS, QUEUE, Server, bulk_offer, make_broker, quiet_logging
+from ._base import HOUR_MS, QUEUE, quiet_logging
+from ._brokers import bulk_offer, make_broker
 from ._measure import pct
+from ._server import Server
 
 
 def main(argv: list[str] | None = None) -> int:

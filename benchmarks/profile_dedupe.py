@@ -15,7 +15,9 @@ import argparse
 import time
 from typing import Any
 
-from ._common import HOUR_MS, QUEUE, Server, make_broker, quiet_logging
+from ._base import HOUR_MS, QUEUE, quiet_logging
+from ._brokers import make_broker
+from ._server import Server
 
 #: Entries per streamed offer call while filling the backlog.
 FILL_CHUNK = 200
@@ -24,8 +26,7 @@ FILL_CHUNK = 200
 def _fill(broker: Any, actor: Any, count: int) -> None:
     """Schedule ``count`` keyed messages (key ``fill:<i>``), streamed in calls of
     :data:`FILL_CHUNK` entries."""
-    from dramatiq_redisson._ids import next_sort_keys
-    from dramatiq_redisson._message import encode_scheduled
+    from ._internals import encode_scheduled, next_sort_keys
 
     keys = broker.keys(QUEUE)
     for start in range(0, count, 50 * FILL_CHUNK):

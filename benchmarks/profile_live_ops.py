@@ -29,7 +29,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ._common import Server, dumps, quiet_logging
+from ._base import dumps, quiet_logging
+from ._server import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BEFORE = "594b58c"  # the last commit without the live-fleet operations
@@ -49,10 +50,13 @@ PAYLOAD = (
 
 
 def _git_source(rev: str, name: str) -> bytes:
-    # The scripts moved from dramatiq_redisson/lua/ to dramatiq_redisson/scripts/lua/ (issue 48)
-    for folder in ("dramatiq_redisson/scripts/lua", "dramatiq_redisson/lua"):
+    from ._internals import LUA_FOLDERS
+
+    for folder in LUA_FOLDERS:  # newest first: the scripts moved into scripts/lua/ (issue 48)
         out = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{rev}:{folder}/{name}.lua"], capture_output=True, timeout=10
+            ["git", "-C", str(ROOT), "show", f"{rev}:dramatiq_redisson/{folder}/{name}.lua"],
+            capture_output=True,
+            timeout=10,
         )
         if out.returncode == 0 and out.stdout:
             break
@@ -63,7 +67,7 @@ def _git_source(rev: str, name: str) -> bytes:
 
 def sources(before: str) -> dict[str, dict[str, bytes]]:
     """Variant -> script name -> source (includes written in)."""
-    from dramatiq_redisson.scripts._runner import expand_includes, load_source
+    from ._internals import expand_includes, load_source
 
     installed = {name: load_source(name) for name in ("fetch", "ack")}
     variants = {

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._common import HOUR_MS, QUEUE, Server, bulk_offer, make_broker, quiet_logging
+from ._base import HOUR_MS, QUEUE, quiet_logging
+from ._brokers import bulk_offer, make_broker
+from ._server import Server
 
 
 def _usage(server: Server, n: int) -> dict[str, float]:
@@ -35,9 +37,8 @@ def _usage(server: Server, n: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dramatiq_redisson._message import encode_scheduled
-
     from ._actor import declare
+    from ._internals import encode_scheduled
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_memory")
     parser.add_argument("--n", type=int, default=100_000)

@@ -16,7 +16,9 @@ import pstats
 import time
 from typing import Any
 
-from ._common import HOUR_MS, QUEUE, Server, make_broker, quiet_logging
+from ._base import HOUR_MS, QUEUE, quiet_logging
+from ._brokers import make_broker
+from ._server import Server
 
 
 def _measure(server: Server, label: str, fn: Any, n: int, top: int) -> None:
@@ -44,11 +46,12 @@ def lua_variants(server: Server) -> None:
     """Server µs per one-entry offer.lua call, and per variant with a piece removed."""
     import statistics
     import uuid
-    from pathlib import Path
 
     from dramatiq_redisson import QueueKeys
 
-    src = (Path(__file__).parent.parent / "dramatiq_redisson" / "scripts" / "lua" / "offer.lua").read_text()
+    from ._internals import lua_dir
+
+    src = (lua_dir() / "offer.lua").read_text()
     variants = {
         "return only (script call overhead)": "return {1}",
         "TIME only": "local t = redis.call('TIME') return {1}",

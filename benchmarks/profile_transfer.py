@@ -19,7 +19,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ._common import HOUR_MS, QUEUE, Server, bulk_offer, dumps, make_broker, quiet_logging
+from ._base import HOUR_MS, QUEUE, dumps, quiet_logging
+from ._brokers import bulk_offer, make_broker
+from ._server import Server
 
 BEFORE = "879be2a"  # the last commit with the per-entry transfer.lua
 
@@ -50,7 +52,7 @@ def _keys(k: Any) -> list[str]:
 
 
 def _args(limit: int = 100) -> list[int]:
-    from dramatiq_redisson._tuning import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
+    from ._internals import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET
 
     return [limit, TRIM_BUDGET, COMPACT_STEP, COMPACT_SLACK]
 

@@ -51,7 +51,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(dramatiq|redis|prometheus_client|opentelemetry|datetime|collections|typing|logging)(\..*)?"),
     (r"py:.*", r"(trace\.TracerProvider|TextMapPropagator|SkipMessage)"),
     (r"py:.*", r"(Message|Middleware|CollectorRegistry|RedisCluster|NoPermissionError|WSGIApp)"),
-    (r"py:.*", r"(dramatiq_redisson\.)?(dashboard\.)?_.*"),
+    (r"py:.*", r"(dramatiq_redisson\.)?(\w+\.)?_.*"),  # private modules, in the sub-packages too
     (r"py:.*", r"[A-Z][A-Z0-9_]+"),
     # Private helpers and the Protocols the handles take (the broker's internals).
     (r"py:.*", r"(QueueAdmin\.)?known|\w+Host|QueueJoinTimeout|Prometheus|channel|timeout_zset"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -19,7 +20,7 @@ from dramatiq.middleware import Middleware
 from redis.cluster import RedisCluster
 
 from ._held import HeldMessages
-from ._keys import QueueKeys, check_cluster_name
+from ._keys import QueueKeys
 from ._liveness import Liveness
 from ._logs import logger_for
 from ._message import prepare_scheduled
@@ -35,6 +36,7 @@ from ._settings import (
     BrokerSettings,
     checked_settings,
 )
+from ._start_gate import StartGate
 from ._tuning import HEARTBEAT_INTERVAL_MS
 from ._worker_threads import WorkerRegistry
 from .admin._dead_letters import DeadLetters
@@ -43,14 +45,13 @@ from .admin._history import History
 from .admin._queue_admin import QueueAdmin
 from .admin._running import RunningMessage
 from .admin._stats import OVERDUE_GRACE, Stats, WaitingLane
-from .connection._client import argument_problems, make_client
+from .connection._client import argument_problems, connect
 from .connection._permissions import acl_rule
 from .connection._primary_watch import PrimaryWatch
 from .connection._server import check_server
 from .connection._topology import topology_for
 from .flow._lanes import FLOW_OPTIONS, flow_option_problems
 from .flow._queue_limits import Limits
-from .metrics import adopt_middleware
 from .periodic._schedules import Schedules
 from .scripts._calls import IdleScore, Scripts
 from .sharding._shards import ShardRouter, shard_pairs
@@ -69,31 +70,6 @@ def _setting(name: str, *, settable: bool = True) -> Any:
         broker._settings = broker._settings.replace(**{name: value})
 
     return property(get, set_ if settable else None)
-
-
-def _connect(
-    url: str | None,
-    client: redis.Redis | RedisCluster | None,
-    cluster: bool,
-    namespace: str,
-    parameters: dict[str, Any],
-) -> tuple[redis.Redis | RedisCluster | None, dict[str, Any]]:
-    """The broker's client and the connection parameters left for Dramatiq's RedisBroker
-    (which makes a client from them when there is none): ``client`` as it is, or one made
-    from ``url`` (a cluster's from ``url`` or the ``host``/``port`` parameters).
-
-    Raises:
-      TypeError: ``cluster=True`` with a client for one server.
-      ValueError: On a cluster, a namespace with a hash tag; ``cluster=True`` against a
-        server without cluster mode (see :func:`dramatiq_redisson.connection._client.make_client`).
-    """
-    if client is not None and cluster and not isinstance(client, RedisCluster):
-        raise TypeError(f"cluster=True needs a redis.cluster.RedisCluster client, got {type(client).__name__}")
-    if cluster:
-        check_cluster_name("namespace", namespace)
-    if client is None and (url or cluster):
-        return make_client(url, cluster, parameters), {}
-    return client, parameters
 
 
 class RedissonBroker(RedisBroker):
@@ -206,7 +182,7 @@ class RedissonBroker(RedisBroker):
             shards=shard_pairs(shards),
         )
         owns_client = client is None
-        client, parameters = _connect(url, client, cluster, namespace, parameters)
+        client, parameters = connect(url, client, cluster, namespace, parameters)
         super().__init__(
             middleware=middleware,
             namespace=namespace,
@@ -260,8 +236,8 @@ class RedissonBroker(RedisBroker):
         self.held = HeldMessages()
         #: This process's Workers: how many threads each has free (see :mod:`._worker_threads`).
         self.workers = WorkerRegistry()
-        #: Queues whose consumers ran the permission probe (see :mod:`dramatiq_redisson.connection._permissions`).
-        self._permissions_checked: set[str] = set()
+        #: A consumer's checks before its first subscription: server, permissions (see :mod:`._start_gate`).
+        self.start_gate = StartGate(self)
         #: Called as ``listener(queue_name, lateness_ms)`` after each transfer this
         #: process's consumers run that moved messages: for each moved message, how late
         #: it moved (ms after its due time, server clock). Metrics hook in here.
@@ -270,15 +246,36 @@ class RedissonBroker(RedisBroker):
         self.schedules = Schedules(self)
         #: This process's liveness beats (see :mod:`._liveness`).
         self.liveness = Liveness(self, self._settings.liveness_timeout)
+        #: The shards of the queues named in ``shards`` (see :mod:`dramatiq_redisson.sharding._shards`).
+        self.shard_router = ShardRouter(self)
         #: The producer side: enqueue, enqueue_many, a retry's re-enqueue.
-        self.producer = Producer(self)
+        self.producer = self._build_producer()
         #: The read and admin side: counts, history, running now, pause, flush (see
         #: :mod:`dramatiq_redisson.admin._queue_admin`; the broker's methods of those names delegate to it).
         self.admin = QueueAdmin(self)
         #: Concurrency limits per queue and per group (see :mod:`dramatiq_redisson.flow._queue_limits`).
         self.limits = Limits(self)
-        #: The shards of the queues named in ``shards`` (see :mod:`dramatiq_redisson.sharding._shards`).
-        self.shard_router = ShardRouter(self)
+
+    def _build_producer(self) -> Producer:
+        """The producer, given what it uses: its sends go where the shard router says (it
+        knows nothing of sharding), and it reads the rest of the broker as a
+        ``_producer.ProducerHost``."""
+        return Producer(
+            self,
+            scripts=self.redisson_scripts,
+            client=self.client,
+            held=self.held,
+            keys=self.keys,
+            route=self.shard_router.target,
+            route_many=self.shard_router.targets,
+            check_server=self.check_server_if_reachable,
+            emit_before=self.emit_before,
+            emit_after=self.emit_after,
+            worker_id=self.broker_id,
+            retry_span=self.client_retry_span,
+            resend_lookup=self.resend_lookup,
+            logger_name=self.logger.name,
+        )
 
     @property
     def cluster(self) -> bool:
@@ -288,7 +285,7 @@ class RedissonBroker(RedisBroker):
     def _warn_of_shards_on_one_server(self) -> None:
         """Shards on one server work but gain nothing (docs/sharding-design.md): say so,
         once, when the broker is built."""
-        if not self.topology.cluster and any(count > 1 for _, count in self._settings.shards):
+        if not self.topology.spreads_shards and any(count > 1 for _, count in self._settings.shards):
             self.logger.warning(
                 "shards=%s on a single server gains nothing: every shard of a queue lives on this "
                 "one server, whose throughput and memory bound the queue as without shards, and "
@@ -354,7 +351,14 @@ class RedissonBroker(RedisBroker):
         """As Dramatiq's; Dramatiq's own ``Prometheus`` middleware becomes this package's
         (see :mod:`dramatiq_redisson.metrics`), which also exports the queue gauges and
         the transfer metrics."""
-        super().add_middleware(adopt_middleware(middleware), before=before, after=after)
+        dramatiq_prometheus = sys.modules.get("dramatiq.middleware.prometheus")
+        if dramatiq_prometheus is not None and type(middleware) is dramatiq_prometheus.Prometheus:
+            # Only then: the optional metrics module is loaded by who uses it, never by
+            # ``import dramatiq_redisson`` (the one import of it outside the CLI).
+            from .metrics import adopt_middleware
+
+            middleware = adopt_middleware(middleware)
+        super().add_middleware(middleware, before=before, after=after)
 
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
         if signal == "worker_boot" and args:
@@ -568,7 +572,6 @@ class RedissonBroker(RedisBroker):
         if len(shards) == 1:
             return DelayedQueue(self, self.keys(name))
         return ShardedDelayedQueue(
-            self,
             [DelayedQueue(self, self.keys(shard), queue_name=name) for shard in shards],
             functools.partial(self.shard_router.key_shard, name),
         )
@@ -581,7 +584,7 @@ class RedissonBroker(RedisBroker):
         shards = self.shards_of(name)
         if len(shards) == 1:
             return DeadLetters(self, self.keys(name))
-        return ShardedDeadLetters(self, [DeadLetters(self, self.keys(shard), queue_name=name) for shard in shards])
+        return ShardedDeadLetters([DeadLetters(self, self.keys(shard), queue_name=name) for shard in shards])
 
     # -- the read and admin side: thin delegates (see _queue_admin) ---------------------
 
@@ -610,13 +613,6 @@ class RedissonBroker(RedisBroker):
         for internal in self.shards_of(queue_name):  # a sharded queue's shards
             self.producer.forget_queue(internal)  # its next send lists it again
             self.admin.flush(internal)
-
-    def permissions_checked_for(self, queue_name: str) -> bool:
-        """Whether a consumer of this broker ran the permission probe for the queue."""
-        return queue_name in self._permissions_checked
-
-    def note_permissions_checked(self, queue_name: str) -> None:
-        self._permissions_checked.add(queue_name)
 
     def flush_all(self) -> None:
         """Drop all messages from all declared queues."""

@@ -1,11 +1,12 @@
 """The consumer returned by :meth:`RedissonBroker.consume`: fetch, ack, nack, requeue.
 
 :class:`RedissonConsumer` is Dramatiq's consumer interface over the ready queue (fetch.lua,
-ack.lua, nack.lua, requeue.lua), with the upkeep that belongs to fetching: reconciling
-its worker's ack set after a lost reply, heartbeats, the migration of the built-in
-broker's ``.DQ`` entries, and requeueing dead workers' messages. Its other duty, moving
-due messages to the ready queue, is :class:`._transfer_duty.TransferDuty`, which each
-tick runs first.
+ack.lua, nack.lua, requeue.lua). It is made of parts, each given what it uses: its
+transfer duty (``_transfer_duty.TransferDuty``: the lease, the transfers and its
+subscription), which each tick runs first, and which it feeds as its ``Sink``; its upkeep
+(``_upkeep.Upkeep``: reconciling its worker's ack set after a lost reply, heartbeats, the
+migration of the built-in broker's ``.DQ`` entries, requeueing dead workers' messages);
+and the error and back-off policy all of them share (``_backoff.Failures``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import random
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
@@ -27,25 +27,22 @@ from dramatiq.common import compute_backoff
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
+from ._backoff import Failures
 from ._errors import NotReplicated
-from ._leftovers import maintain, migrate_batch
-from ._liveness import Reaper
-from ._logs import CONNECTION_ERRORS, FailureLog, logger_for
-from ._transfer_duty import ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, TransferDuty
+from ._liveness import LivenessHost, Reaper
+from ._logs import CONNECTION_ERRORS, logger_for
+from ._transfer_duty import DutyHost, TransferDuty
+from ._upkeep import Upkeep, UpkeepHost
 from ._worker_threads import relist
-from .connection._client import Probe
 from .scripts._calls import IdleScore
 
 if TYPE_CHECKING:
     from ._held import HeldMessages
     from ._keys import QueueKeys
-    from ._liveness import Liveness
     from ._settings import BrokerSettings
     from ._worker_threads import WorkerThreads
-    from .connection._primary_watch import PrimaryWatch
-    from .connection._topology import Topology
-    from .periodic._schedules import Schedules
-    from .scripts._calls import Scripts
+    from .connection._commands import Commands
+    from .scripts._calls import Scripts, TransferResult
 
 #: An ack or nack that fails is tried again every FINISH_RETRY_PAUSE s, for up to
 #: FINISH_RETRY_FOR s, before it is left to Dramatiq's own retry (every 5 s): see _finish.
@@ -55,9 +52,6 @@ FINISH_RETRY_FOR = 30.0
 #: After a lost connection or a timeout, the consumer reconciles its ack set (and beats
 #: its heartbeat) again this soon (ms) instead of a ``safety_interval`` later.
 RECONCILE_AFTER_ERROR = 1000
-
-#: While the server is away, how often (ms) a failing consumer probes whether it is back.
-PROBE_INTERVAL = 50
 
 #: While its queue is paused, how often (ms) a consumer asks whether it was resumed (its
 #: fetch does): a resume starts processing within about this long.
@@ -84,44 +78,39 @@ BACKLOG_DEPTH = 1
 #: Numbers the consumers of a process, so that each has a token of its own.
 _consumer_numbers = itertools.count(1)
 
-_T = TypeVar("_T")
+
+class Freed(Protocol):
+    """What :attr:`RedissonConsumer.capacity_freed` is: set when a thread frees up, waited
+    on while every thread is busy (a ``threading.Event``, or a sharded queue's shared one)."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
-class ConsumerHost(Protocol):
-    """What a consumer and its transfer duty read of their broker: its connection
-    (client, topology, scripts), the state its consumers share (held ids, liveness,
-    schedules), its settings, its ack and nack, and a few checks done once per broker.
+class ConsumerHost(DutyHost, UpkeepHost, LivenessHost, Protocol):
+    """What a consumer reads of its broker: its worker id, a queue's keys, the scripts it
+    runs, the held ids, its client (where the server is, for its failure policy), its ack
+    and nack, and its settings; the rest of the broker is what its parts use (its
+    transfer duty's :class:`._transfer_duty.DutyHost`, its upkeep's
+    ``_upkeep.UpkeepHost``, its reaper's ``_liveness.LivenessHost``), passed on whole.
     Nothing else (``tests/test_shape.py`` checks it)."""
 
     broker_id: str
-    client: Any
-    namespace: str
+    client: Commands
     held: HeldMessages
-    liveness: Liveness
-    primary_watch: PrimaryWatch
     redisson_scripts: Scripts
-    schedules: Schedules
-    topology: Topology
 
     @property
     def settings(self) -> BrokerSettings: ...
-
-    @property
-    def server_version(self) -> tuple[int, int, int] | None: ...
 
     def keys(self, queue_name: str) -> QueueKeys: ...
 
     def do_ack(self, queue_name: str, redis_message_id: str, idle: IdleScore | None = None) -> int: ...
 
     def do_nack(self, queue_name: str, redis_message_id: str, final: bytes | None = None) -> int: ...
-
-    def check_server_if_reachable(self) -> None: ...
-
-    def permissions_checked_for(self, queue_name: str) -> bool: ...
-
-    def note_permissions_checked(self, queue_name: str) -> None: ...
-
-    def notify_transfer(self, queue_name: str, lateness_ms: list[int]) -> None: ...
 
 
 class RedissonConsumer(Consumer):
@@ -151,10 +140,10 @@ class RedissonConsumer(Consumer):
         timeout: int,
         *,
         threads: WorkerThreads | None = None,
+        freed: Freed | None = None,
     ) -> None:
         self.logger = logger_for(type(self))
         self.broker = broker
-        self.scripts = broker.redisson_scripts
         self.keys = broker.keys(queue_name)
         self.queue_name = queue_name
         self.worker_id = broker.broker_id
@@ -173,7 +162,8 @@ class RedissonConsumer(Consumer):
         #: Set by close(): a failing ack or nack is no longer retried here (see _finish).
         self.closing = False
         self.misses = 0
-        self.capacity_freed = threading.Event()
+        #: Set when a thread frees up (``freed``: one the consumers of a sharded queue share).
+        self.capacity_freed: Freed = threading.Event() if freed is None else freed
         #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
         self.registered = False
         #: The score it is listed with in the idle registry (what it could start then).
@@ -194,29 +184,38 @@ class RedissonConsumer(Consumer):
         self.next_start_at = 0.0
         #: The last fetch found the queue paused (see pause.lua): poll, start nothing.
         self.paused = False
-        self.migrate_legacy = True
-        self.next_maintenance_at = time.monotonic() + random.uniform(0, broker.settings.maintenance_interval / 1000)
-        self.next_housekeeping_at = time.monotonic() + broker.settings.safety_interval / 1000
-        self.checked_dead_workers: set[str] = set()
         #: Since when (monotonic s) upkeep has waited for a gap between due times.
         self.upkeep_deferred_since: float | None = None
 
-        # Error recovery (see _failed).
-        self.error_attempts = 0
-        self.probe = Probe(broker.client)
-        #: Logs failed calls: a server that is away once per process (see _logs).
-        self.failure_log = FailureLog(broker.client, self.logger, queue_name)
-        self.server_was_down = False  # a probe found the server refusing connections
-        self.failing_since: float | None = None
-        self.reconcile_due = True  # on (re)start: ids a lost reply left in our ack set
-        self.wakeup = threading.Event()
+        #: What failed calls do: the log, the back-off, the wait for the server (see _failed).
+        self.failures = Failures(broker.client, self.logger, queue_name)
         #: Puts back the messages of dead workers while this consumer holds the lease.
         self.reaper = Reaper(broker, queue_name)
-        self.joined = False  # beating for the queue (see _liveness)
-        self.schedules_reconciled = False
-        #: The queue's transfers, the lease and the subscriptions (see :mod:`._transfer_duty`).
-        self.transfers = self.transfer_duty_class(self)
+        #: The queue's transfers, the lease and the subscriptions (see ``_transfer_duty``).
+        self.transfers = self.transfer_duty_class(
+            broker,
+            self,
+            self.failures,
+            self.keys,
+            queue_name=queue_name,
+            token=self.token,
+            wake_channel=self.wake_channel,
+            worker_id=self.worker_id,
+            lapsed=self.reaper.lapsed,
+            logger_name=self.logger.name,
+        )
         self.timer = self.transfers.timer
+        #: What keeps it sound but delivers nothing now (see ``_upkeep``).
+        self.chores = Upkeep(
+            broker,
+            self.failures,
+            self.keys,
+            queue_name=queue_name,
+            worker_id=self.worker_id,
+            timer=self.timer,
+            reaper=self.reaper,
+            logger_name=self.logger.name,
+        )
         if threads is not None:
             threads.attach(self)
 
@@ -237,14 +236,15 @@ class RedissonConsumer(Consumer):
 
     def can_start(self, finishing: int = 0) -> int:
         """How many more messages to take now (``finishing``: as if that many of its
-        messages had finished; see :meth:`._worker_threads.WorkerThreads.can_start`)."""
+        messages had finished; see :meth:`._worker_threads.WorkerThreads.room`)."""
         free = max(0, self.free_slots + finishing)
-        return free if self.threads is None else self.threads.can_start(free, finishing)
+        return free if self.threads is None else self.threads.room(free, finishing)
 
     def backlog_room(self) -> int:
         """While every thread is busy and messages wait (:attr:`backlog`): how many more to
         queue behind its Worker's threads, up to :data:`BACKLOG_DEPTH` each."""
-        return self.free_slots if self.threads is None else self.threads.queue_room(self.free_slots, BACKLOG_DEPTH)
+        free = self.free_slots
+        return free if self.threads is None else self.threads.room(free, depth=BACKLOG_DEPTH)
 
     @property
     def long_jobs(self) -> bool:
@@ -255,10 +255,27 @@ class RedissonConsumer(Consumer):
         """A thread of its Worker finished a message: it may take another."""
         self.capacity_freed.set()
 
+    @property
+    def holds_lease(self) -> bool:
+        """Whether it holds its queue's transfer lease (as its last transfer found)."""
+        return self.timer.owner
+
     def lost_reply(self) -> None:
         """A call that may have taken messages into this worker's ack set lost its reply:
-        reconcile the ack set at the next upkeep (see :meth:`reconcile`)."""
-        self.reconcile_due = True
+        reconcile the ack set at the next upkeep (see ``Upkeep.reconcile``)."""
+        self.chores.lost_reply()
+
+    def transferred(self, result: TransferResult, own_slots: int) -> None:
+        """A transfer call of its duty ran, asked to hand off up to ``own_slots``: cache
+        what it handed off, note its listing, and attend the schedules it chained."""
+        if result.fetched:
+            self.take(result.fetched)
+        if result.moved and own_slots:
+            # Out of the idle registry (we fetch what moved), or listed in it with
+            # what we can start still.
+            self.note_idle(result.registered, own_slots - len(result.fetched))
+        if result.schedules:
+            self.chores.attend(result.schedules)
 
     def reset_backoff(self) -> None:
         """Something was announced on the queue: the next short fetch backs off from scratch."""
@@ -297,13 +314,13 @@ class RedissonConsumer(Consumer):
                 depth = self.backlog_room() if can == 0 and self.backlog else 0
                 if depth > 0:
                     if not self._fetch(depth, listed=False):
-                        self._recovered()
+                        self.failures.recovered()
                     continue
                 if self.registered and (can == 0 or (self.idle_score > 0 and now < self.idle_poll_at)):
                     # Listed as idle: a wake-up ends the wait; no polling. Listed at 0
                     # (every thread busy), it waits the same way: the ack that frees a
                     # thread lists it again, or wakes it when messages wait (ack.lua).
-                    self._recovered()
+                    self.failures.recovered()
                     wait = self.timeout / 1000 if can == 0 else min(self.timeout / 1000, self.idle_poll_at - now)
                     self.transfers.wait(min(wait, self.timer.seconds_until_due()))
                     if self.registered:
@@ -311,9 +328,9 @@ class RedissonConsumer(Consumer):
                     continue
                 if can > 0:
                     if self._fetch(can):
-                        self._recovered()
+                        self.failures.recovered()
                         continue
-                    self._recovered()
+                    self.failures.recovered()
                     if self.paused:
                         self.transfers.wait(min(PAUSE_POLL_INTERVAL / 1000, self.timer.seconds_until_due()))
                         return None
@@ -326,11 +343,11 @@ class RedissonConsumer(Consumer):
                     # Every thread busy (or the prefetch full), and not listed: wait for a
                     # thread to free up, or for the timer. (The lease holder also hears its
                     # announcements every BUSY_LISTEN ms meanwhile.)
-                    self._recovered()
+                    self.failures.recovered()
                     self.capacity_freed.clear()
                     if self.can_start() == 0:
                         wait = min(self.timeout / 1000, self.timer.seconds_until_due())
-                        if self.timer.owner and self.transfers.pubsub is not None:
+                        if self.timer.owner and self.transfers.listening:
                             wait = min(wait, BUSY_LISTEN / 1000)
                         self.capacity_freed.wait(wait)
                         self.transfers.drain()
@@ -367,7 +384,7 @@ class RedissonConsumer(Consumer):
         # The dead letter keeps the message as it failed: Dramatiq's Retries has recorded
         # the final traceback (and the retry count) in its options by now.
         try:
-            final: bytes | None = message._message.encode()
+            final: bytes | None = message.encode()  # (the proxy's message's)
         except Exception:
             self.logger.exception("Could not encode failed message %r; its dead letter keeps it as fetched.", message)
             final = None
@@ -384,7 +401,7 @@ class RedissonConsumer(Consumer):
         if ids:
             self.logger.debug("Re-enqueueing %r on queue %r.", ids, self.queue_name)
             try:
-                self.scripts.requeue(self.keys, self.worker_id, ids)
+                self.broker.redisson_scripts.requeue(self.keys, self.worker_id, ids)
             except CONNECTION_ERRORS as e:
                 raise ConnectionClosed(e) from None
             finally:
@@ -392,19 +409,26 @@ class RedissonConsumer(Consumer):
                 # a reconciliation to put back: no longer held either way.
                 self.broker.held.discard(self.queue_name, ids)
 
+    def released(self, messages: Iterable[MessageProxy]) -> None:
+        """These messages, handed to Dramatiq, were requeued unprocessed by whoever holds
+        them (a sharded queue's consumer): no longer in flight here."""
+        for message in messages:
+            self.in_flight.pop(message.options["redis_message_id"], None)
+
     def close(self) -> None:
         self.closing = True
+        scripts = self.broker.redisson_scripts
         try:
             # Leave the idle registry and hand the transfer lease to another consumer now,
             # not when it would lapse.
-            self.scripts.release(self.keys, self.token)
+            scripts.release(self.keys, self.token)
         except (*CONNECTION_ERRORS, redis.ResponseError):
             pass  # the lease lapses by itself; a stale idle entry is skipped when woken
         try:
             cached = [redis_message_id for redis_message_id, _ in self.message_cache]
             self.message_cache.clear()
             if cached:
-                self.scripts.requeue(self.keys, self.worker_id, cached)
+                scripts.requeue(self.keys, self.worker_id, cached)
                 self.broker.held.discard(self.queue_name, cached)
         except (*CONNECTION_ERRORS, redis.ResponseError):
             # Unheld, they are requeued by this worker's next consumer on the queue
@@ -414,11 +438,8 @@ class RedissonConsumer(Consumer):
         finally:
             if self.threads is not None:
                 self.threads.detach(self)
-            self.transfers.close()
-            self.broker.liveness.unsubscribed(self.keys, self.token)
-            if self.joined:
-                self.joined = False
-                self.broker.liveness.leave(self.queue_name)
+            self.transfers.close()  # (and off the list of subscribed consumers)
+            self.chores.stop()
 
     # -- one tick of the timer -------------------------------------------------
 
@@ -427,14 +448,8 @@ class RedissonConsumer(Consumer):
         the upkeep (see :meth:`upkeep`)."""
         now = time.monotonic()
         self.transfers.listen(now)
-        if not self.joined:
-            # Not in __init__, which stays free of network calls (see TransferDuty.subscribe).
-            self.joined = True
-            self.broker.liveness.join(self.queue_name)
-            self.broker.primary_watch.start()
-        if not self.schedules_reconciled:
-            # The queue's periodic actors: stored, updated, resumed (see _periodic).
-            self.schedules_reconciled = self.guarded(self.broker.schedules.reconcile, self.queue_name) is not None
+        # Not in __init__, which stays free of network calls (see ``_start_gate``).
+        self.chores.start()
         self.transfers.transfer_if_due()
         if self.message_cache or self.timer.seconds_until_due() < UPKEEP_GAP / 1000:
             # Messages to hand to Dramatiq first, or a due time too close: upkeep waits for
@@ -448,64 +463,12 @@ class RedissonConsumer(Consumer):
 
     def upkeep(self, now: float) -> None:
         """What keeps the consumer sound but delivers nothing now: the subscription check,
-        reconciling, the legacy migration, the dead workers' check, the heartbeat and
-        maintenance. Run after the transfer, in a gap between due times (see :meth:`tick`),
-        so that none of it stands between a due message and its worker thread."""
+        then its :attr:`chores` (reconciling, the legacy migration, the dead workers'
+        check, the heartbeat and maintenance). Run after the transfer, in a gap between
+        due times (see :meth:`tick`), so that none of it stands between a due message and
+        its worker thread. A lost connection stops them all (see __next__)."""
         self.transfers.check_subscription_if_due(now)
-        # Each task below is on its own: a server error in one (say, a full server
-        # refusing a .DQ migration) is logged and retried later while the others, and
-        # fetching, go on. A lost connection stops them all (see __next__).
-        if self.reconcile_due and self.guarded(self.reconcile) is not None:
-            self.reconcile_due = False
-        if self.migrate_legacy:
-            # Cleared first: after a lost connection (raised past this line) the next
-            # attempt waits for housekeeping instead of every tick.
-            self.migrate_legacy = False
-            self.migrate_legacy = bool(self.guarded(self._migrate_legacy_batch))
-        if self.timer.owner:
-            self.guarded(self.reaper.check, now)
-        if now >= self.next_housekeeping_at:
-            # Keep this worker's heartbeat fresh while all its threads are busy, requeue
-            # what a lost fetch reply stranded in our ack set, and pick up legacy .DQ
-            # entries that built-in workers requeued meanwhile.
-            self.next_housekeeping_at = now + self.broker.settings.safety_interval / 1000
-            self.guarded(self.scripts.heartbeat, self.keys, self.worker_id)
-            self.reconcile_due = True
-            self.migrate_legacy = True
-        if now >= self.next_maintenance_at:
-            self.next_maintenance_at = now + self.broker.settings.maintenance_interval / 1000
-            self.guarded(self._maintain)
-            if self.timer.owner:
-                self.guarded(self.broker.schedules.attend_all, self.queue_name)
-
-    def guarded(self, task: Callable[..., _T], *args: Any) -> _T | None:
-        """Run one of the timer's tasks; a server error is logged and gives ``None``."""
-        try:
-            return task(*args)
-        except (redis.ResponseError, NotReplicated) as e:
-            self.failure_log.log(e)
-            return None
-
-    def reconcile(self) -> int:
-        """Requeue ids in this worker's ack set that no consumer of this process holds.
-
-        A fetch whose reply was lost (timeout, killed connection, a retried call) left
-        them there: nothing would run or ack them until this process died and its
-        heartbeat timed out. Returns how many were requeued."""
-        with self.broker.held.lock(self.queue_name):
-            in_ack_set = cast("set[bytes]", self.broker.client.smembers(self.keys.acks(self.worker_id)))
-            held = self.broker.held.snapshot(self.queue_name)
-            stranded = [i for i in (m.decode() for m in in_ack_set) if i not in held]
-            if not stranded:
-                return 0
-            requeued = int(self.scripts.requeue(self.keys, self.worker_id, stranded))
-        if requeued:
-            self.logger.warning(
-                "Requeued %d messages of queue %r that a lost fetch reply had left in this worker's ack set.",
-                requeued,
-                self.queue_name,
-            )
-        return requeued
+        self.chores.run(now)
 
     def _fetch(self, count: int, *, listed: bool = True) -> bool:
         """Fetch up to ``count`` ready messages into the cache; returns whether any came.
@@ -520,18 +483,19 @@ class RedissonConsumer(Consumer):
         something that wakes nobody (the built-in broker's producers during a migration,
         a script of an older version) must not wait longer than they used to."""
         token = self.token if self.transfers.wake_ready and listed else ""
-        with self.broker.held.lock(self.queue_name):
+        held = self.broker.held
+        with held.lock(self.queue_name):
             try:
-                fetched = self.scripts.fetch(self.keys, self.worker_id, count, token, self.token)
+                fetched = self.broker.redisson_scripts.fetch(self.keys, self.worker_id, count, token, self.token)
             except CONNECTION_ERRORS:
                 # The script may have run: its ids would be stranded in our ack set.
-                self.reconcile_due = True
+                self.chores.lost_reply()
                 raise
             if fetched is None:
                 self._note_paused(True)
                 self.registered = False
                 return False
-            self.broker.held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
+            held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
         self._note_paused(False)
         self.backlog = fetched.more
         self.answer_wake = False
@@ -567,59 +531,18 @@ class RedissonConsumer(Consumer):
         if registered:
             self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.settings.safety_interval) / 1000
 
-    # -- subscription and failures -------------------------------------------------
+    # -- failures ---------------------------------------------------------------------
 
     def _failed(self, error: Exception) -> None:
         """A call failed: log it, back off, and let ``__next__`` return so Dramatiq's
-        consumer thread stays responsive."""
-        if self.failing_since is None:
-            self.failing_since = time.monotonic()
+        consumer thread stays responsive (see ``Failures.failed``)."""
         if isinstance(error, CONNECTION_ERRORS):
             # A call whose reply was lost may run on the server after the first
             # reconciliation that follows (a stalled server works off its buffered
             # commands in its own order): reconcile again soon, not a safety interval later.
-            self.next_housekeeping_at = min(self.next_housekeeping_at, time.monotonic() + RECONCILE_AFTER_ERROR / 1000)
-        self.failure_log.log(error)
-        self.error_attempts, backoff_ms = compute_backoff(
-            self.error_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
-        )
-        if isinstance(error, redis.BusyLoadingError):
-            # Back, and loading its data: it answers LOADING at once (nothing to run), and
-            # serves as soon as the load ends. Ask again soon rather than back off.
-            self.wakeup.wait(min(backoff_ms, PROBE_INTERVAL) / 1000)
-        elif isinstance(error, CONNECTION_ERRORS):
-            self._wait_for_server(backoff_ms / 1000)
-        else:
-            self.wakeup.wait(backoff_ms / 1000)
-
-    def _wait_for_server(self, seconds: float) -> None:
-        """Back off ``seconds`` after a lost connection, but end the wait as soon as a server
-        that refused connections accepts them again (probed every :data:`PROBE_INTERVAL`
-        ms; a probe is a TCP connect, nothing for the server to run): delivery resumes
-        within about that long of a restarted server's return, whatever the back-off."""
-        deadline = time.monotonic() + seconds
-        while True:
-            accepting = self.probe.accepting()
-            if accepting and self.server_was_down:
-                self.server_was_down = False
-                self.transfers.resubscribe_at = 0.0  # subscribe again at once, too
-                return
-            if accepting is False:
-                self.server_was_down = True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self.wakeup.wait(remaining if accepting is None else min(PROBE_INTERVAL / 1000, remaining))
-
-    def _recovered(self) -> None:
-        if self.failing_since is not None:
-            self.failure_log.outage.reached()
-            self.logger.debug(
-                "Calls on queue %r work again after %.1f s.", self.queue_name, time.monotonic() - self.failing_since
-            )
-            self.failing_since = None
-            self.error_attempts = 0
-            self.server_was_down = False
+            self.chores.soon(RECONCILE_AFTER_ERROR / 1000)
+        if self.failures.failed(error):
+            self.transfers.resubscribe_now()  # the server is back: subscribe again at once, too
 
     # -- messages ----------------------------------------------------------------
 
@@ -648,7 +571,7 @@ class RedissonConsumer(Consumer):
             except (*CONNECTION_ERRORS, redis.ResponseError):
                 # Unheld, the next reconciliation requeues it (and it is nacked then).
                 self.broker.held.discard(self.queue_name, (redis_message_id,))
-                self.reconcile_due = True
+                self.chores.lost_reply()
                 raise
             return None
         # The ack must name the entry this message was fetched as.
@@ -689,25 +612,6 @@ class RedissonConsumer(Consumer):
                 self.threads.freed(None if handed_at is None else ended - handed_at)
             else:
                 self.capacity_freed.set()
-
-    # -- legacy .DQ migration and maintenance ---------------------------------------
-
-    def _migrate_legacy_batch(self) -> bool:
-        """Move one batch of the built-in broker's ``.DQ`` messages into the delayed queue
-        (see :func:`._leftovers.migrate_batch`). Returns whether more may remain."""
-        more, migrated = migrate_batch(self.broker.client, self.scripts, self.keys, self.logger)
-        if migrated:
-            self.timer.force()
-        return more
-
-    def _maintain(self) -> None:
-        """Requeue the unacked messages of dead workers; expire old dead letters (see
-        :func:`._leftovers.maintain`)."""
-        cutoff = int(self.timer.server_now_ms() - self.broker.settings.heartbeat_timeout)
-        if maintain(
-            self.broker, self.scripts, self.keys, self.worker_id, cutoff, self.checked_dead_workers, self.logger
-        ):
-            self.migrate_legacy = True
 
 
 def consumer_token(broker_id: str) -> str:

@@ -6,7 +6,7 @@ ack set with no consumer to run or ack them; the built-in broker leaves them the
 until the whole process dies and its heartbeat times out. Consumers register every id
 they fetch here and forget it once it is acked, nacked or requeued, so an id in the
 ack set that is not held is stranded and can be requeued at once (see
-``RedissonConsumer.reconcile``).
+``_upkeep.Upkeep.reconcile``).
 
 The registry lives on the broker, not the consumer: when Dramatiq restarts a consumer
 after an error, the messages the old one handed out are still running in worker

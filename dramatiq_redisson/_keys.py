@@ -22,7 +22,7 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue:{N}``               LIST     members in offer order (backup list)
 ``redisson_delay_queue_channel:{N}``       channel  due time (decimal ms) of a new head; "0": ready
 ``redisson_delay_queue_msgs:{N}``          HASH     message id -> sort key + payload (compact
-                                                    with JSON: see ``lua/_body.lua``)
+                                                    with JSON: see ``lua/include/ready_body.lua``)
 ``redisson_delay_queue_compact:{N}``       LIST     backup list being rebuilt (compaction)
 ``redisson_delay_queue_cursor:{N}``        STRING   read position of a compaction pass, or
                                                     "-" (PX) until the next upkeep tick
@@ -35,11 +35,11 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_holds:{N}``         ZSET     dedupe key -> end of its throttle window
                                                     (epoch ms; ``dedupe_ttl``), after its
                                                     message moved
-``redisson_delay_queue_held:{N}``          HASH     dedupe key -> the encoded message that
-                                                    moved, while its window lasts
+``redisson_delay_queue_held:{N}``          HASH     throttle copies: dedupe key -> the encoded
+                                                    message that moved, while its window lasts
 ``redisson_delay_queue_schedules:{N}``     HASH     schedule name -> its definition (JSON: actor,
                                                     spec, args, kwargs, catch-up policy,
-                                                    anchor, version; see ``_periodic.py``)
+                                                    anchor, version; see ``periodic/_schedules.py``)
 ``redisson_delay_queue_chains:{N}``        HASH     schedule name -> the member of its next tick,
                                                     scheduled in the ZSET (one per schedule)
 ``redisson_delay_queue_schedule_state:{N}``  HASH   "<name>|t": the next tick times after the
@@ -59,7 +59,7 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
                                                     ms>|<worker id>|<consumer token>" of each
                                                     message in flight ("running now")
 ``redisson_delay_queue_minutes:{N}``       STRING   activity history per minute: a ring of
-                                                    u32 slots (see ``lua/_history.lua``)
+                                                    u32 slots (see ``lua/include/record_history.lua``)
 ``redisson_delay_queue_hours:{N}``         STRING   activity history per hour: the same ring
 ``redisson_delay_queue_lease:{N}``         STRING   "<consumer token> <expiry, epoch ms>":
                                                     the consumer that runs transfers (PX)
@@ -112,7 +112,7 @@ ready queue.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: The lane of messages with neither a priority nor a group: the queue's ready list.
 PLAIN_LANE = "0:"
@@ -155,6 +155,16 @@ def channels_pattern(namespace_glob: str) -> str:
     return f"redisson_delay_queue_channel:{{{namespace_glob}:*}}"
 
 
+#: What the two layouts differ in (see the module), by ``QueueKeys.cluster``: the prefix
+#: of the queue's own keys, the end of a worker's ack set of the queue, and what follows
+#: the name of the namespace's heartbeat set; templates of the namespace ``ns``, the
+#: queue ``q`` and the queue's hash tag ``tag`` (``{ns:Q}``).
+_LAYOUTS: dict[bool, tuple[str, str, str]] = {
+    False: ("{ns}:{q}", "{q}", ""),
+    True: ("{tag}", "{tag}", ".{tag}"),
+}
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """The names of every key that belongs to one queue; ``cluster``: the cluster layout."""
@@ -162,6 +172,16 @@ class QueueKeys:
     namespace: str
     queue_name: str
     cluster: bool = False
+    #: The prefix of the queue's own keys: ``ns:Q``, or its hash tag on a cluster.
+    _base: str = field(init=False, repr=False, compare=False)
+    _acks_end: str = field(init=False, repr=False, compare=False)
+    _heartbeats_end: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        tag = f"{{{self.namespace}:{self.queue_name}}}"
+        parts = (t.format(ns=self.namespace, q=self.queue_name, tag=tag) for t in _LAYOUTS[bool(self.cluster)])
+        for name, value in zip(("_base", "_acks_end", "_heartbeats_end"), parts, strict=True):
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
     @property
     def name(self) -> str:
@@ -173,11 +193,6 @@ class QueueKeys:
         its heartbeat set): on one server; not in the cluster layout, where a script
         stays in the queue's slot and worker heartbeats are kept per queue."""
         return not self.cluster
-
-    @property
-    def _base(self) -> str:
-        """The prefix of the queue's own keys: ``ns:Q``, or its hash tag on a cluster."""
-        return f"{{{self.name}}}" if self.cluster else self.name
 
     # Ready queue (built-in layout; every key tagged ``{ns:Q}`` on a cluster).
     @property
@@ -205,9 +220,7 @@ class QueueKeys:
         return f"{self._base}.DQ.msgs"
 
     def acks(self, worker_id: str) -> str:
-        if self.cluster:
-            return f"{self.namespace}:__acks__.{worker_id}.{self._base}"
-        return f"{self.namespace}:__acks__.{worker_id}.{self.queue_name}"
+        return f"{self.namespace}:__acks__.{worker_id}.{self._acks_end}"
 
     def legacy_dq_acks(self, worker_id: str) -> str:
         return f"{self.acks(worker_id)}.DQ"
@@ -215,9 +228,7 @@ class QueueKeys:
     @property
     def heartbeats(self) -> str:
         """Worker heartbeats: the namespace's set, or on a cluster the queue's own."""
-        if self.cluster:
-            return f"{heartbeats_key(self.namespace)}.{self._base}"
-        return heartbeats_key(self.namespace)
+        return f"{heartbeats_key(self.namespace)}{self._heartbeats_end}"
 
     @property
     def registry(self) -> str:
@@ -271,14 +282,16 @@ class QueueKeys:
         return f"redisson_delay_queue_holds:{{{self.name}}}"
 
     @property
-    def held(self) -> str:
-        """Dedupe key -> the encoded message that moved, while its throttle window lasts."""
+    def throttle_copies(self) -> str:
+        """Dedupe key -> a copy of the encoded message that moved, while its throttle window
+        lasts (returned to the sends it drops). The key's name on the server stays
+        ``redisson_delay_queue_held``: deployed queues keep their data."""
         return f"redisson_delay_queue_held:{{{self.name}}}"
 
     @property
     def dedupe_keys(self) -> tuple[str, str, str, str]:
-        """The dedupe-key index, in the order the scripts take it (lua/_dedupe.lua)."""
-        return (self.dedupe, self.keyed, self.holds, self.held)
+        """The dedupe-key index, in the order the scripts take it (lua/include/dedupe_split.lua)."""
+        return (self.dedupe, self.keyed, self.holds, self.throttle_copies)
 
     @property
     def schedules(self) -> str:
@@ -316,12 +329,12 @@ class QueueKeys:
 
     @property
     def minutes(self) -> str:
-        """The activity history's ring of per-minute counters (see lua/_history.lua)."""
+        """The activity history's ring of per-minute counters (see lua/include/record_history.lua)."""
         return f"redisson_delay_queue_minutes:{{{self.name}}}"
 
     @property
     def hours(self) -> str:
-        """The activity history's ring of per-hour counters (see lua/_history.lua)."""
+        """The activity history's ring of per-hour counters (see lua/include/record_history.lua)."""
         return f"redisson_delay_queue_hours:{{{self.name}}}"
 
     @property
@@ -358,7 +371,7 @@ class QueueKeys:
         closed) is dead, and its worker's messages run again elsewhere."""
         return f"redisson_delay_queue_subscribers:{{{self.name}}}"
 
-    # Flow control (priorities, groups, limits; see lua/_flow.lua and docs/flow-control-design.md).
+    # Flow control (priorities, groups, limits; see lua/include/flow_context.lua and docs/flow-control-design.md).
     # A lane is the ready list of one (priority, group); lane (0, no group) is :attr:`ready`.
 
     @property
@@ -366,7 +379,7 @@ class QueueKeys:
         """A HASH that exists while the queue's ready messages go through lanes (a
         priority, a group or a limit was used): the fetch then takes by priority and in
         turn over the groups. Fields: ``on``, and ``p<priority>``, the ids waiting in that
-        priority's lanes but the plain one (lua/_flow.lua keeps them)."""
+        priority's lanes but the plain one (lua/include/flow_context.lua keeps them)."""
         return f"redisson_delay_queue_flow:{{{self.name}}}"
 
     @property
@@ -415,7 +428,7 @@ class QueueKeys:
 
     @property
     def rate_prefix(self) -> str:
-        """Rate limits (``broker.limits``, lua/_flow.lua): the start log of the queue is this
+        """Rate limits (``broker.limits``, lua/include/flow_context.lua): the start log of the queue is this
         prefix, ``q`` and ``}`` (:meth:`rate_log`), a group's ``g``, the group as hex and
         ``}``; the lanes waiting for their group's rate are the ZSET :attr:`deferred`. The
         scripts build them from this prefix, passed in ARGV."""
@@ -430,12 +443,12 @@ class QueueKeys:
     @property
     def deferred(self) -> str:
         """Lane id -> when its group may start a message again (epoch ms, server clock): the
-        lanes held back off their rings by their group's rate limit."""
+        lanes waiting off their rings for their group's rate limit."""
         return f"{self.rate_prefix}deferred}}"
 
     @property
     def flow_keys(self) -> tuple[str, str, str]:
-        """The flow keys a pushing or fetching script takes, in this order (lua/_flow.lua)."""
+        """The flow keys a pushing or fetching script takes, in this order (lua/include/flow_context.lua)."""
         return (self.flow, self.levels, self.lane_of)
 
     @property
@@ -470,7 +483,7 @@ class QueueKeys:
             self.legacy_dq_acks(worker_id),
             *self.scheduled_keys,
             self.holds,
-            self.held,
+            self.throttle_copies,
             self.sent,
             *self.schedule_keys,
             self.paused,
@@ -540,12 +553,12 @@ def transfer_keys(keys: QueueKeys, worker_id: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def ack_keys(keys: QueueKeys, worker_id: str, held: bool) -> tuple[str, ...]:
+def ack_keys(keys: QueueKeys, worker_id: str, uses_slots: bool) -> tuple[str, ...]:
     return (
         keys.acks(worker_id),
         keys.ready_msgs,
         keys.heartbeats,
         keys.fetched,
         *keys.history_keys,
-        *((keys.flow, keys.levels, keys.idle) if held else ()),
+        *((keys.flow, keys.levels, keys.idle) if uses_slots else ()),
     )

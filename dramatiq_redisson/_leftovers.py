@@ -1,12 +1,13 @@
 """What a queue's consumer picks up that others left, in its upkeep (off the due path, see
-:meth:`._consumer.RedissonConsumer.upkeep`): Dramatiq's built-in ``RedisBroker`` delayed
+``_upkeep.Upkeep``): Dramatiq's built-in ``RedisBroker`` delayed
 messages (its ``<queue>.DQ`` list), moved into the delayed queue at their original eta so
 that a deployment that switches brokers keeps them (:func:`migrate_batch`); the unacked
 messages of dead workers, and old dead letters (:func:`maintain`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+import logging
+from typing import TYPE_CHECKING, Protocol, cast
 
 from dramatiq.message import Message
 
@@ -15,6 +16,8 @@ from ._message import encode_scheduled, prepare_scheduled
 
 if TYPE_CHECKING:
     from ._keys import QueueKeys
+    from ._settings import BrokerSettings
+    from .connection._commands import Commands
     from .scripts._calls import Scripts
 
 #: Legacy ``.DQ`` entries migrated per batch.
@@ -24,7 +27,17 @@ MIGRATION_BATCH_SIZE = 100
 EXPIRE_LIMIT = 1000
 
 
-def migrate_batch(client: Any, scripts: Scripts, keys: QueueKeys, logger: Any) -> tuple[bool, int]:
+class MaintenanceHost(Protocol):
+    """What :func:`maintain` reads of the broker."""
+
+    client: Commands
+    namespace: str
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+
+def migrate_batch(client: Commands, scripts: Scripts, keys: QueueKeys, logger: logging.Logger) -> tuple[bool, int]:
     """Move one batch of ``.DQ`` messages into the delayed queue; an entry without a
     message, or one that does not decode, goes to the dead letters. Returns whether more
     may remain, and how many moved."""
@@ -59,7 +72,13 @@ def migrate_batch(client: Any, scripts: Scripts, keys: QueueKeys, logger: Any) -
 
 
 def maintain(
-    broker: Any, scripts: Scripts, keys: QueueKeys, worker_id: str, cutoff_ms: int, checked: set[str], logger: Any
+    broker: MaintenanceHost,
+    scripts: Scripts,
+    keys: QueueKeys,
+    worker_id: str,
+    cutoff_ms: int,
+    checked: set[str],
+    logger: logging.Logger,
 ) -> bool:
     """Requeue the unacked messages of workers whose heartbeat is older than ``cutoff_ms``
     (server epoch ms; this worker aside) and expire old dead letters; drop a dead worker's

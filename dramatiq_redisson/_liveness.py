@@ -53,6 +53,7 @@ from .connection._topology import numsub_counts
 if TYPE_CHECKING:
     from ._keys import QueueKeys
     from ._settings import BrokerSettings
+    from .connection._commands import Commands
     from .connection._topology import Topology
     from .scripts._calls import Scripts
 
@@ -116,7 +117,7 @@ class LivenessHost(Protocol):
     """What the liveness beats and a queue's reaper read of their broker."""
 
     broker_id: str
-    client: Any
+    client: Commands
     liveness: Liveness
     redisson_scripts: Scripts
     topology: Topology

@@ -29,8 +29,8 @@ from typing import Any
 
 import redis
 from dramatiq.logging import get_logger
-from redis.cluster import RedisCluster
 
+from .connection._client import server_address
 from .connection._permissions import DOCS, is_permission_error
 
 #: The prefix of every logger's name: the public package.
@@ -61,26 +61,6 @@ def reason(error: BaseException) -> str:
     """``error``'s text as a clause: without the closing period redis-py's messages end
     with (``"… Connection refused."``), so that a sentence can go on after it."""
     return str(error).strip().rstrip(".") or type(error).__name__
-
-
-def server_address(client: Any) -> str:
-    """Where ``client`` connects, for a log line: ``redis://host:port/db`` (``rediss://``
-    with TLS), ``unix:///path``, ``the Sentinel service 'name'``, or the cluster's startup
-    nodes. Never a password."""
-    if isinstance(client, RedisCluster):
-        nodes = ", ".join(sorted(node.name for node in client.get_nodes())) or "?"
-        return f"the cluster at {nodes}"
-    pool = getattr(client, "connection_pool", None)
-    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
-    connection_class = getattr(pool, "connection_class", None)
-    service = getattr(pool, "service_name", None)
-    if service is not None:
-        return f"the Sentinel service {service!r}"
-    db = kwargs.get("db", 0)
-    if connection_class is redis.UnixDomainSocketConnection:
-        return f"unix://{kwargs.get('path', '?')}?db={db}"
-    scheme = "rediss" if connection_class is redis.SSLConnection else "redis"
-    return f"{scheme}://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
 
 
 class Outage:

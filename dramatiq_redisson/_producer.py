@@ -7,16 +7,19 @@ written). How a bulk send is cut into calls (:func:`pack`) and how their outcome
 sorted out (:func:`sort_outcomes`) are plain functions, testable without a server.
 
 It may import the leaf modules (messages, keys, errors, ids) and the script wrappers;
-the broker is reached only through the instance it is given.
+never the sharding package (a send's shard comes from the ``route`` it is given). The
+broker builds it with what it uses: the scripts, the client, the held ids, the calls it
+makes of the broker and the few members it reads at each send (:class:`ProducerHost`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import redis
 from dramatiq.actor import Actor
@@ -38,14 +41,15 @@ from ._message import (
     prepare_scheduled,
     validate_delay,
 )
+from ._queue_names import base_queue
 from .connection._permissions import check_permissions, is_permission_error
 from .flow._lanes import message_lane
 from .scripts._runner import Outcomes, Unanswered
-from .sharding._shards import ShardRouter, base_queue
 
 if TYPE_CHECKING:
     from ._held import HeldMessages
     from ._settings import BrokerSettings
+    from .connection._commands import Commands
     from .scripts._calls import Scripts
 
 #: Most messages one script call of :meth:`RedissonBroker.enqueue_many` carries (keeps
@@ -220,7 +224,7 @@ def not_replicated_error(
 
 
 def memory_full_error(
-    client: Any,
+    client: Commands,
     error: redis.exceptions.OutOfMemoryError,
     *,
     enqueued: list[Message[Any]],
@@ -259,7 +263,7 @@ def memory_full_error(
     )
 
 
-def enqueue_error(client: Any, prepared: list[Message[Any]], outcome: Sorted) -> EnqueueError:
+def enqueue_error(client: Commands, prepared: list[Message[Any]], outcome: Sorted) -> EnqueueError:
     """The error of a bulk send some of whose calls failed; the first error is the cause."""
     lists = {
         "enqueued": [prepared[i] for i in outcome.enqueued],
@@ -283,19 +287,13 @@ def enqueue_error(client: Any, prepared: list[Message[Any]], outcome: Sorted) ->
 
 
 class ProducerHost(Protocol):
-    """What the producer reads of its broker: its connection and scripts, its settings,
-    the ids its consumers hold (a retry of one), what a resent offer looks up, its
-    middleware and their signals, and the once-per-broker server check."""
+    """What the producer reads of its broker at each send, as it is then: its settings
+    (some may be set after the broker is built), the server's version (known once the
+    server was checked), its actors (a lane's defaults) and its middleware (whether any
+    implements a hook)."""
 
-    broker_id: str
-    client: Any
     actors: dict[str, Actor[..., Any]]
-    client_retry_span: int | None
-    held: HeldMessages
-    logger: Any
     middleware: list[Middleware]
-    redisson_scripts: Scripts
-    resend_lookup: str
 
     @property
     def settings(self) -> BrokerSettings: ...
@@ -303,24 +301,67 @@ class ProducerHost(Protocol):
     @property
     def server_version(self) -> tuple[int, int, int] | None: ...
 
-    def keys(self, queue_name: str) -> QueueKeys: ...
 
-    @property
-    def shard_router(self) -> ShardRouter: ...
+#: Where one send goes: ``route(queue_name, options, in_flight)`` -> the internal queue
+#: name (a sharded queue's shard; a retry's, the shard its copy in flight runs from).
+Route = Callable[[str, dict[str, Any], str], str]
 
-    def check_server_if_reachable(self) -> None: ...
-
-    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None: ...
-
-    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None: ...
+#: Where a batch of sends goes: ``route_many([(queue_name, options), ...], run)`` -> their
+#: internal queue names (runs of ``run`` messages any shard may take go to one shard).
+RouteMany = Callable[[Sequence[tuple[str, dict[str, Any]]], int], list[str]]
 
 
 class Producer:
-    """Sends for one broker (its client, scripts, middleware and options)."""
+    """Sends for one broker.
 
-    def __init__(self, broker: ProducerHost) -> None:
-        self.broker = broker
-        self.logger = broker.logger
+    Args:
+      host: What it reads of the broker at each send (:class:`ProducerHost`).
+      scripts: The broker's script wrappers (offer, offer_one, enqueue and their bulk calls).
+      client: The broker's client: the queue registry's ``SADD``, the memory figures of a
+        refused write, the permission probe of a refused send.
+      held: The ids this process's consumers hold (a retry's copy in flight).
+      keys: A queue's keys, by its internal name.
+      route, route_many: Where sends go (the broker's shard router).
+      check_server: The once-per-broker server check, unless the server cannot be asked.
+      emit_before, emit_after: The broker's middleware signals.
+      worker_id: The broker's id (the permission probe's token).
+      retry_span: How long (ms) the client retries a command (None: unbounded).
+      resend_lookup: Where offer_one.lua looks for a resent member that came due.
+      logger_name: The logger it logs to (its broker's).
+    """
+
+    def __init__(
+        self,
+        host: ProducerHost,
+        *,
+        scripts: Scripts,
+        client: Commands,
+        held: HeldMessages,
+        keys: Callable[[str], QueueKeys],
+        route: Route,
+        route_many: RouteMany,
+        check_server: Callable[[], None],
+        emit_before: Callable[..., None],
+        emit_after: Callable[..., None],
+        worker_id: str,
+        retry_span: int | None,
+        resend_lookup: str,
+        logger_name: str,
+    ) -> None:
+        self.host = host
+        self.scripts = scripts
+        self.client = client
+        self.held = held
+        self.keys = keys
+        self.route = route
+        self.route_many = route_many
+        self.check_server = check_server
+        self.emit_before = emit_before
+        self.emit_after = emit_after
+        self.worker_id = worker_id
+        self.retry_span = retry_span
+        self.resend_lookup = resend_lookup
+        self.logger = logging.getLogger(logger_name)
         #: Queues this process listed in the queue registry (see :meth:`register_queue`).
         self.registered: set[str] = set()
 
@@ -328,13 +369,12 @@ class Producer:
         """Whether any middleware implements ``signal`` (else emitting it is a no-op): only
         the base class's own no-op method, looked up as ``emit_before`` does, counts as none."""
         base = getattr(Middleware, signal)
-        return any(getattr(getattr(m, signal), "__func__", None) is not base for m in self.broker.middleware)
+        return any(getattr(getattr(m, signal), "__func__", None) is not base for m in self.host.middleware)
 
     # -- one message ---------------------------------------------------------------
 
     def enqueue(self, message: Message[Any], delay: Any) -> Message[Any]:
         """:meth:`RedissonBroker.enqueue` (see there)."""
-        broker = self.broker
         in_flight = ""  # the redis id of the copy being processed, for a retry
         if isinstance(message, MessageProxy):
             delay_ms = self._redelivery_delay(message, delay)
@@ -344,17 +384,17 @@ class Producer:
             delay_ms = validate_delay(delay)
             dedupe = dedupe_options(message.options, delay_ms)
         message, sort_key = prepare(message, delay_ms)
-        keys = broker.keys(broker.shard_router.target(message.queue_name, message.options, in_flight))
+        keys = self.keys(self.route(message.queue_name, message.options, in_flight))
         self.logger.debug(
             "Enqueueing message %r on queue %r (delay %r ms).", message.message_id, keys.queue_name, delay_ms
         )
         estimate = eta_estimate(delay_ms)
-        broker.check_server_if_reachable()
+        self.check_server()
         self._emit_before_enqueue(message, delay, estimate)
         due = self._write(keys, message, sort_key, delay_ms, in_flight, dedupe)
         if in_flight:
             # Its ack counts it as retried in the history (see _history.py).
-            broker.held.mark_retried(in_flight)
+            self.held.mark_retried(in_flight)
         if isinstance(due, Message):
             # Kept out by its dedupe key: nothing was written; the message holding the key.
             self.logger.debug(
@@ -368,7 +408,7 @@ class Producer:
         if estimate is not None:
             # The due time the offer stored (server clock), as the built-in broker's eta.
             message.options["eta"] = due if due is not None else estimate
-        broker.emit_after("enqueue", message, delay)
+        self.emit_after("enqueue", message, delay)
         return message
 
     def _write(
@@ -390,13 +430,13 @@ class Producer:
                 due = self._send(keys, message, sort_key, delay_ms, dedupe=dedupe)
         except redis.exceptions.OutOfMemoryError as e:
             if not in_flight:
-                raise memory_full_error(self.broker.client, e, enqueued=[], failed=[message], unknown=[]) from e
+                raise memory_full_error(self.client, e, enqueued=[], failed=[message], unknown=[]) from e
             # A retry refused by a full server would be lost once the worker acks the
             # message: let it take the place of the copy being processed instead.
             try:
                 due = self._send(keys, message, sort_key, delay_ms, replacing=in_flight, dedupe=dedupe)
             except redis.exceptions.OutOfMemoryError as again:
-                raise memory_full_error(self.broker.client, again, enqueued=[], failed=[message], unknown=[]) from again
+                raise memory_full_error(self.client, again, enqueued=[], failed=[message], unknown=[]) from again
             self.logger.warning(
                 "Server full: the retry of message %r took the place of its copy in flight on queue %r.",
                 message.message_id,
@@ -418,11 +458,11 @@ class Producer:
         The option is taken off again before the message is encoded: the stored and
         transferred copies carry none (a Worker would delay them again)."""
         if eta is None:
-            self.broker.emit_before("enqueue", message, delay)
+            self.emit_before("enqueue", message, delay)
             return
         message.options["eta"] = eta
         try:
-            self.broker.emit_before("enqueue", message, delay)
+            self.emit_before("enqueue", message, delay)
         finally:
             message.options.pop("eta", None)
 
@@ -439,7 +479,7 @@ class Producer:
         ttl), else pushed (unless already there). Returns the due time the offer stored
         (epoch ms, server clock), ``None`` (immediate, or a message that had already come
         due and moved), or the message holding its dedupe key (nothing was written)."""
-        scripts = self.broker.redisson_scripts
+        scripts = self.scripts
         lane = self.lane(message)
         if delay_ms:
             data = encode_scheduled(message, sort_key)
@@ -465,7 +505,7 @@ class Producer:
             return int(due) if int(due) >= 0 else None
         redis_id = message.options["redis_message_id"]
         reply = scripts.enqueue(
-            keys, [(redis_id, message.encode(), lane)], self.broker.settings.dedupe_window, replacing=replacing
+            keys, [(redis_id, message.encode(), lane)], self.host.settings.dedupe_window, replacing=replacing
         )
         pushed = int(reply[1])
         if not pushed:
@@ -475,40 +515,40 @@ class Producer:
     def lane(self, message: Message[Any]) -> str:
         """The message's lane (flow control, see :mod:`dramatiq_redisson.flow._lanes`): from its options, or its
         actor's when this process declared the actor. Raises ValueError on a bad option."""
-        actor = self.broker.actors.get(message.actor_name)
+        actor = self.host.actors.get(message.actor_name)
         defaults = actor.options if actor is not None else {}
-        return message_lane(message.options, defaults, self.broker.settings.max_priority)
+        return message_lane(message.options, defaults, self.host.settings.max_priority)
 
     def _resend_lookup(self, delay_ms: int) -> str:
         """Where offer_one.lua looks for a resent member that already came due: nowhere
         ("") when the delay outlasts every automatic retry of the call by the client (and
         :data:`RESEND_MARGIN_MS`): the member cannot have moved before a resend of this
         call runs, and the payload hash then tells a resend (one command less per send)."""
-        span = self.broker.client_retry_span
+        span = self.retry_span
         if span is not None and delay_ms > span + RESEND_MARGIN_MS:
             return ""
-        return self.broker.resend_lookup
+        return self.resend_lookup
 
     def _log_duplicates(self, queue_name: str, redis_ids: list[str]) -> None:
         self.logger.info(
             "Not enqueued again on queue %r, already there (queued, in flight or sent within the last %d ms): %s",
             queue_name,
-            self.broker.settings.dedupe_window,
+            self.host.settings.dedupe_window,
             ", ".join(redis_ids),
         )
 
     def _explain_permissions(self, keys: QueueKeys, error: redis.ResponseError) -> None:
         """A send was refused by ACL: raise one :class:`MissingPermission` naming everything
         the user lacks (returns when the probe finds nothing missing)."""
-        broker = self.broker
+        host = self.host
         try:
             check_permissions(
-                broker.client,
+                cast("redis.Redis", self.client),  # the broker's, a Redis or a RedisCluster
                 keys,
-                worker_id=broker.broker_id,
+                worker_id=self.worker_id,
                 subscribe=False,
-                wait_for_replicas=bool(broker.settings.wait_for_replicas),
-                server_version=broker.server_version,
+                wait_for_replicas=bool(host.settings.wait_for_replicas),
+                server_version=host.server_version,
             )
         except MissingPermission as missing:
             raise missing from error
@@ -527,7 +567,7 @@ class Producer:
             return
         self.registered.add(keys.queue_name)
         try:
-            self.broker.client.sadd(keys.registry, keys.queue_name)
+            self.client.sadd(keys.registry, keys.queue_name)
         except redis.RedisError as e:
             self.logger.debug("Could not list queue %r in %r: %s", keys.queue_name, keys.registry, e)
 
@@ -603,7 +643,7 @@ class Producer:
                 # replicas have it; sending it again is safe, and acking the copy in
                 # flight before a replica has the retry could lose both in a failover.
                 if time.monotonic() >= deadline:
-                    self.broker.held.release(keys.queue_name, in_flight)
+                    self.held.release(keys.queue_name, in_flight)
                     self.logger.error(
                         "Could not re-enqueue message %r on queue %r (%s); its copy in flight will be requeued "
                         "instead of acked.",
@@ -626,7 +666,7 @@ class Producer:
 
     def enqueue_many(self, messages: Iterable[Message[Any]], delay: Any) -> list[Message[Any]]:
         """:meth:`RedissonBroker.enqueue_many` (see there)."""
-        broker = self.broker
+        settings = self.host.settings
         delay_ms = validate_delay(delay)
         messages = list(messages)
         lanes = [self.lane(m) for m in messages]  # checked before anything is written
@@ -638,21 +678,20 @@ class Producer:
             sort_keys = [""] * len(messages)
             prepared = [prepare(m, None)[0] for m in messages]
         estimate = eta_estimate(delay_ms)
-        broker.check_server_if_reachable()
+        self.check_server()
         if self._hooked("before_enqueue"):
             for message in prepared:
                 self._emit_before_enqueue(message, delay, estimate)
-        router = broker.shard_router
-        targets = router.targets([(m.queue_name, m.options) for m in prepared], BULK_CHUNK_SIZE)
-        packed = pack(prepared, sort_keys, dedupes, delay_ms, broker.keys, lanes=lanes, targets=targets)
+        targets = self.route_many([(m.queue_name, m.options) for m in prepared], BULK_CHUNK_SIZE)
+        packed = pack(prepared, sort_keys, dedupes, delay_ms, self.keys, lanes=lanes, targets=targets)
         if packed.scheduled:
-            outcomes = broker.redisson_scripts.offer_calls(packed.scheduled)
+            outcomes = self.scripts.offer_calls(packed.scheduled)
         elif packed.ready:
-            outcomes = broker.redisson_scripts.enqueue_bulk(packed.ready, broker.settings.dedupe_window)
+            outcomes = self.scripts.enqueue_bulk(packed.ready, settings.dedupe_window)
         else:
             outcomes = []
         for queue_name in dict.fromkeys(targets):
-            self.register_queue(broker.keys(queue_name))
+            self.register_queue(self.keys(queue_name))
         outcome = sort_outcomes(packed, outcomes, delay_ms)
         for first, count, pushed in outcome.duplicates:
             self.logger.info(
@@ -661,7 +700,7 @@ class Producer:
                 count - pushed,
                 count,
                 prepared[first].queue_name,
-                broker.settings.dedupe_window,
+                settings.dedupe_window,
             )
         if estimate is not None:
             # Each message's eta: the due time its call stored, else (not known to be
@@ -670,22 +709,18 @@ class Producer:
                 message.options["eta"] = outcome.dues.get(i, estimate)
         if self._hooked("after_enqueue"):
             for i in outcome.enqueued:
-                broker.emit_after("enqueue", prepared[i], delay)
+                self.emit_after("enqueue", prepared[i], delay)
         for i, holder in outcome.kept.items():
             prepared[i] = holder
         if outcome.errors:
-            raise enqueue_error(broker.client, prepared, outcome)
+            raise enqueue_error(self.client, prepared, outcome)
         replicas = outcomes.replicas if isinstance(outcomes, Outcomes) else None
-        if (
-            broker.settings.wait_for_replicas
-            and outcomes
-            and (replicas is None or replicas < broker.settings.wait_for_replicas)
-        ):
+        if settings.wait_for_replicas and outcomes and (replicas is None or replicas < settings.wait_for_replicas):
             error = NotReplicated.describe(
                 f"Enqueueing {len(prepared)} message(s)",
                 replicas,
-                broker.settings.wait_for_replicas,
-                broker.settings.wait_timeout,
+                settings.wait_for_replicas,
+                settings.wait_timeout,
             )
             raise not_replicated_error(error, enqueued=[prepared[i] for i in outcome.enqueued], failed=[], unknown=[])
         return prepared

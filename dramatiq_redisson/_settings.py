@@ -192,7 +192,7 @@ _QUEUE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9._-]*")
 
 
 def _shards(settings: BrokerSettings) -> str | None:
-    from .sharding._shards import MAX_SHARDS
+    from ._queue_names import MAX_SHARDS
 
     for pair in settings.shards:
         name, count = pair if isinstance(pair, tuple) and len(pair) == 2 else (pair, None)

@@ -1,41 +1,42 @@
-"""A consumer's transfer duty: the lease, the subscription, the transfer timer's ticks.
+"""A consumer's transfer duty: the lease, the transfer timer's ticks, the transfers.
 
 :class:`TransferDuty` moves the queue's due messages to its ready queue. Of all consumers
 of a queue, the one holding the transfer lease (see transfer.lua) listens to the queue's
 channel and transfers at the due time the last transfer returned, when an earlier due
 time is announced, and at least every third of the lease (which renews it); the others
-stand by and take the lease over when it lapses. Each consumer also listens on its own
-wake channel, which ends its idle wait when an enqueue or transfer makes messages ready
-for it. Subscriptions are re-made with back-off when lost; while unsubscribed, the duty
-polls.
+stand by and take the lease over when it lapses. Its pub/sub (the consumer's wake channel,
+and the queue's channel while it holds the lease) is its ``_subscription.Subscription``,
+whose every call returns what it heard, which the duty acts on (:meth:`TransferDuty.act`).
 
-It works for one :class:`._consumer.RedissonConsumer` (its host): messages a transfer
-hands off go into the host's cache (:meth:`RedissonConsumer.take`), wake-ups end its idle
-wait (:meth:`RedissonConsumer.woken`), failures go to its log (:class:`._logs.FailureLog`).
+It works for one consumer, given as a :class:`Sink`: what the consumer can start, where the
+messages a transfer hands off go, and what it hears (wake-ups, announcements). Its
+failures follow the consumer's policy (``_backoff.Failures``); what it uses of the broker
+is its :class:`DutyHost`. It imports nothing of the consumer.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import random
-import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
-from dramatiq.common import compute_backoff
 
-from ._errors import MissingPermission, NotReplicated
-from ._logs import CONNECTION_ERRORS, FailureLog, reason
+from ._errors import NotReplicated
+from ._logs import CONNECTION_ERRORS
+from ._subscription import ANNOUNCED, DROPPED, FORCE, WOKEN, Subscription
 from ._timer import TransferTimer
 from ._tuning import COMPACT_SLACK, COMPACT_STEP, TRIM_BUDGET, UPKEEP_INTERVAL_MS
-from .connection._permissions import check_permissions
 
 if TYPE_CHECKING:
-    from ._consumer import ConsumerHost
+    from ._backoff import Failures
+    from ._held import HeldMessages
     from ._keys import QueueKeys
-    from ._liveness import Reaper
+    from ._liveness import Liveness
+    from ._settings import BrokerSettings
+    from ._start_gate import StartGate
+    from .connection._topology import Topology
     from .scripts._calls import Scripts, TransferResult
 
 #: Most transfer calls in one tick before the consumer hands back control.
@@ -46,44 +47,6 @@ MAX_TRANSFER_CALLS_PER_TICK = 20
 #: later (its threads share one interpreter lock with it), so the holder leans on the
 #: others, and yet no process runs most of the work.
 KEEP_TIES = 0.3
-
-#: Longest back-off (ms) between two re-subscription attempts after the pub/sub
-#: connection was lost. The first attempt is immediate.
-MAX_RESUBSCRIBE_BACKOFF = 1000
-
-#: While not subscribed, a consumer hears no announcements, so it transfers at least
-#: this often (ms) instead of every ``safety_interval``.
-UNSUBSCRIBED_TRANSFER_INTERVAL = 250
-
-#: Longest back-off (ms) after a failed call (lost connection, server error) before the
-#: consumer tries again; the consumer itself never stops.
-MAX_ERROR_BACKOFF = 2000
-
-#: First back-off (ms) after a failure; it doubles (with jitter) up to the maxima above.
-ERROR_BACKOFF_FACTOR = 100
-
-#: How often (s) a subscribed consumer asks the server it sends its commands to whether it
-#: lists the subscription (PUBSUB NUMSUB of its wake channel, and of the queue's channel
-#: while it holds the lease): one that is missing twice in a row is made again there. A
-#: subscription can be lost without an error on its connection (after a failover it may
-#: sit on a node that is no longer the primary), and then announcements never arrive.
-SUBSCRIPTION_CHECK_INTERVAL = 1.0
-
-#: A check finds counts another consumer of this process took on the same server less
-#: than this long ago (s) good enough (one call per server per check interval, not one
-#: per consumer; see _liveness.SubscriptionCounts); below the interval, so that a
-#: consumer's two checks in a row never read the same counts.
-SHARED_COUNTS_FOR = 0.9 * SUBSCRIPTION_CHECK_INTERVAL
-
-#: A wait that ends at the transfer timer's deadline listens on its subscription until this
-#: many ms before it, then sleeps the rest (see TransferDuty.wait).
-POLL_MARGIN_MS = 1
-
-
-class SubscriptionGone(redis.ConnectionError):
-    """The server answers, but no longer holds this consumer's subscription (it was moved
-    by a failover, or the server dropped it): logged per queue, unlike a server that is
-    away (see :mod:`._logs`)."""
 
 
 def lapsed_renewal(lease_until_ms: int, taken_at_ms: int, lease_ms: int) -> int | None:
@@ -96,113 +59,179 @@ def lapsed_renewal(lease_until_ms: int, taken_at_ms: int, lease_ms: int) -> int 
     return None
 
 
-_T = TypeVar("_T")
-
-
-class DutyOwner(Protocol):
-    """What a transfer duty reads of the consumer it works for: its names and keys, how
-    it takes fetched messages and counts what it can start, its idle registration and back-off,
-    its failure log and its queue's reaper (and, through ``broker``, the
-    :class:`._consumer.ConsumerHost`). Nothing else (``tests/test_shape.py`` checks it)."""
-
-    broker: ConsumerHost
-    keys: QueueKeys
-    failure_log: FailureLog
-    logger: Any
-    queue_name: str
-    reaper: Reaper
-    scripts: Scripts
-    token: str
-    wake_channel: str
-    worker_id: str
+class Sink(Protocol):
+    """The consumer a transfer duty works for, as the duty sees it: what it can take,
+    where the messages a transfer hands off go, and what it hears. Nothing else
+    (``tests/test_shape.py`` checks it)."""
 
     @property
-    def long_jobs(self) -> bool: ...
+    def long_jobs(self) -> bool:
+        """Whether its jobs take time (transfers then place messages by idle threads)."""
+        ...
 
-    def can_start(self, finishing: int = 0) -> int: ...
+    def can_start(self, finishing: int = 0) -> int:
+        """How many messages it can start now."""
+        ...
 
-    def take(self, fetched: list[tuple[str, bytes | None]]) -> None: ...
+    def transferred(self, result: TransferResult, own_slots: int) -> None:
+        """A transfer call ran, asked to hand off up to ``own_slots``: take what it handed
+        off, note its listing in the idle registry, attend its schedules."""
+        ...
 
-    def note_idle(self, registered: bool, score: int = 0) -> None: ...
+    def lost_reply(self) -> None:
+        """A transfer's reply was lost: it may have handed messages into the ack set."""
+        ...
 
-    def woken(self) -> None: ...
+    def note_idle(self, registered: bool, score: int = 0) -> None:
+        """Its listing in the idle registry (here: dropped with the subscription)."""
+        ...
 
-    def lost_reply(self) -> None: ...
+    def woken(self) -> None:
+        """A wake-up came (or the wake channel was subscribed): fetch now."""
+        ...
 
-    def reset_backoff(self) -> None: ...
+    def reset_backoff(self) -> None:
+        """Something was announced on the queue: a short fetch backs off from scratch."""
+        ...
 
-    def guarded(self, task: Callable[..., _T], *args: Any) -> _T | None: ...
+
+class DutyHost(Protocol):
+    """What a transfer duty and its subscription use of the broker: the scripts, the held
+    ids, the transfer listeners, and (its subscription's) topology, liveness and start
+    gate; and its six settings (``transfer_lease``, ``safety_interval``,
+    ``transfer_batch_size``, ``dedupe_window``, ``wait_for_replicas``, ``wait_timeout``).
+    Nothing else (``tests/test_shape.py`` checks it)."""
+
+    held: HeldMessages
+    liveness: Liveness
+    redisson_scripts: Scripts
+    start_gate: StartGate
+    topology: Topology
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    def notify_transfer(self, queue_name: str, lateness_ms: list[int]) -> None: ...
 
 
 class TransferDuty:
-    """The transfers, lease and subscriptions of one consumer (see the module)."""
+    """The transfers and lease of one consumer, and its subscription (see the module).
 
-    def __init__(self, consumer: DutyOwner) -> None:
-        self.consumer = consumer
-        self.broker = consumer.broker
-        self.logger = consumer.logger  # one logger per consumer, as before the split
-        self.scripts = consumer.scripts
-        self.keys = consumer.keys
-        self.queue_name = consumer.queue_name
-        self.token = consumer.token
-        self.wake_channel = consumer.wake_channel
-        self.timer = TransferTimer(self.broker.settings.safety_interval, lease_ms=self.broker.settings.transfer_lease)
-        self.pubsub: Any = None
-        #: The wake channel's subscription is confirmed: fetches may register as idle.
-        self.wake_ready = False
-        #: Subscribed to the queue's channel (while holding the transfer lease).
-        self.announcements = False
-        self.resubscribe_attempts = 0
-        self.lost_with_server = False  # the last lost subscription went with the server
-        self.resubscribe_at = 0.0
-        self.next_poll_transfer_at = 0.0
-        self.next_subscription_check_at = 0.0
+    Parameters:
+      host: The broker (see :class:`DutyHost`).
+      sink: The consumer it works for.
+      failures: The consumer's error and back-off policy.
+      keys: The consumer's queue.
+      queue_name: Its name.
+      token: The consumer's name in the lease and the registries.
+      wake_channel: The consumer's wake channel.
+      worker_id: The consumer's worker (its ack set).
+      lapsed: Called ``lapsed(holder_token, renewed_ms=...)`` when the duty took over a
+        lease whose holder stopped renewing it (the queue's reaper).
+      logger_name: The consumer's logger (one logger per consumer).
+    """
+
+    def __init__(
+        self,
+        host: DutyHost,
+        sink: Sink,
+        failures: Failures,
+        keys: QueueKeys,
+        *,
+        queue_name: str,
+        token: str,
+        wake_channel: str,
+        worker_id: str,
+        lapsed: Callable[..., None],
+        logger_name: str,
+    ) -> None:
+        self.host = host
+        self.sink = sink
+        self.failures = failures
+        self.keys = keys
+        self.queue_name = queue_name
+        self.token = token
+        self.worker_id = worker_id
+        self.lapsed = lapsed
+        self.logger = logging.getLogger(logger_name)
+        self.timer = TransferTimer(host.settings.safety_interval, lease_ms=host.settings.transfer_lease)
+        #: The consumer's pub/sub (see ``_subscription``).
+        self.subscription = Subscription(
+            host, failures, keys, token=token, wake_channel=wake_channel, worker_id=worker_id, logger_name=logger_name
+        )
         #: How often (ms) a transfer also does the backup list's upkeep (a sharded queue's
-        #: shards take turns: see _sharded_consumer).
+        #: shards take turns: see ``sharding._consumer``).
         self.upkeep_ms = UPKEEP_INTERVAL_MS
-        #: Consecutive checks that found the subscription missing on the server.
-        self.subscription_missing = 0
-        self.failures = 0
-        self.pause = threading.Event()  # never set: an interruptible sleep
         #: While standing by: the holder's token and when its lease ends (server epoch
         #: ms), as the last transfer call saw them over a connection that has not failed
         #: since (see :meth:`_took_over`).
         self.standing_by: tuple[str, int] | None = None
 
-    def listen(self, now: float) -> None:
-        """(Re)subscribe when due, poll while unsubscribed, and act on what was announced."""
-        if self.pubsub is None and now >= self.resubscribe_at:
-            self.subscribe()
-        if self.pubsub is None and now >= self.next_poll_transfer_at:
-            # No announcements reach us while unsubscribed: poll instead.
-            self.next_poll_transfer_at = now + UNSUBSCRIBED_TRANSFER_INTERVAL / 1000
+    # -- what the subscription heard -------------------------------------------------
+
+    def act(self, heard: int) -> None:
+        """Act on what the subscription heard (the bits of ``_subscription``)."""
+        if not heard:
+            return
+        if heard & DROPPED:
+            self.standing_by = None  # the server may have restarted: a lapse says nothing
+            self.sink.note_idle(False)
+        if heard & WOKEN:
+            self.sink.woken()
+        if heard & ANNOUNCED:
+            self.sink.reset_backoff()
+            due_ms = self.subscription.take_announced()
+            if due_ms > 0:  # 0: a message is ready (enqueue.lua); fetching is enough
+                self.timer.announce(due_ms)
+        if heard & FORCE:
             self.timer.force()
-        self.drain()
+
+    @property
+    def wake_ready(self) -> bool:
+        """The wake channel's subscription is confirmed: fetches may register as idle."""
+        return self.subscription.wake_ready
+
+    @property
+    def listening(self) -> bool:
+        """Subscribed: an announcement or a wake-up ends an idle wait."""
+        return self.subscription.pubsub is not None
+
+    def listen(self, now: float) -> None:
+        """(Re)subscribe when due, poll while unsubscribed, and act on what was heard."""
+        self.act(self.subscription.listen(now, self.timer.owner))
+
+    def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for an announcement or a wake-up, and act on it (see
+        ``Subscription.wait``)."""
+        self.act(self.subscription.wait(seconds, self.timer.seconds_until_due()))
+
+    def drain(self) -> None:
+        """Act on every pub/sub item already received."""
+        self.act(self.subscription.drain())
+
+    def handle(self, item: dict[str, Any] | None) -> None:
+        """Act on one pub/sub item."""
+        self.act(self.subscription.handle(item))
 
     def check_subscription_if_due(self, now: float) -> None:
-        """Every :data:`SUBSCRIPTION_CHECK_INTERVAL`, while subscribed: is the subscription
-        still listed where our commands go? (Upkeep: run off the due path.)"""
-        if self.pubsub is not None and self.wake_ready and now >= self.next_subscription_check_at:
-            self.next_subscription_check_at = now + SUBSCRIPTION_CHECK_INTERVAL
-            self._check_subscription()
+        """Is the subscription still listed where our commands go? (Upkeep: run off the
+        due path; see ``Subscription.check_if_due``.)"""
+        self.act(self.subscription.check_if_due(now))
 
-    def _check_subscription(self) -> None:
-        """Ask the server the consumer's commands go to whether it lists our subscription
-        (see :data:`SUBSCRIPTION_CHECK_INTERVAL`); subscribe again where it is now when it
-        was missing at two checks in a row. Errors are left to the other calls."""
-        channels = [self.wake_channel, self.keys.channel] if self.announcements else [self.wake_channel]
-        try:
-            counts = self.broker.liveness.subscriptions(self.keys, channels, SHARED_COUNTS_FOR)
-        except (*CONNECTION_ERRORS, redis.ResponseError):
-            return
-        if all(counts.get(channel, 0) > 0 for channel in channels):
-            self.subscription_missing = 0
-            return
-        self.subscription_missing += 1
-        if self.subscription_missing >= 2:
-            self.subscription_failed(
-                SubscriptionGone("the server lists no subscription of this consumer (moved by a failover?)")
-            )
+    def resubscribe_now(self) -> None:
+        """The server is back: subscribe at the next tick, whatever the back-off."""
+        self.subscription.resubscribe_now()
+
+    def close(self) -> None:
+        self.subscription.close()
+
+    def share_upkeep(self, shards: int) -> None:
+        """The duty is one of a sharded queue's ``shards``, which take turns at the backup
+        list's upkeep (trim and compaction, in the transfer script): it does it every
+        ``shards`` upkeep intervals, so that together they do it as often as one queue."""
+        self.upkeep_ms = UPKEEP_INTERVAL_MS * shards
+
+    # -- the transfers ---------------------------------------------------------------
 
     def transfer_if_due(self) -> None:
         """Transfer when the timer says so; a server error (or too few replicas) is logged
@@ -214,104 +243,10 @@ class TransferDuty:
         except (redis.ResponseError, NotReplicated) as e:
             # NotReplicated: the transfer went through, but too few replicas have it
             # yet: transfer (and wait) again soon rather than at the next due time.
-            self.consumer.failure_log.log(e)
-            self.failures, backoff_ms = compute_backoff(
-                self.failures, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_ERROR_BACKOFF
-            )
-            self.timer.retry_in(backoff_ms)
+            self.failures.log(e)
+            self.timer.retry_in(self.failures.transfers.step())
         else:
-            self.failures = 0
-
-    def close(self) -> None:
-        if self.pubsub is not None:
-            _close_quietly(self.pubsub)
-            self.pubsub = None
-
-    def subscribe(self) -> None:
-        """Subscribe to the consumer's wake channel, and to the queue's channel while
-        holding the lease; on failure, try again later (see :meth:`subscription_failed`).
-
-        The first subscription checks the server and the user's permissions first."""
-        # Refuse a server the broker cannot run on before anything is written: the first
-        # tick subscribes before the first fetch. Once per broker (again while the server
-        # cannot be asked); UnsupportedServer stops this consumer. Not in __init__, which
-        # Dramatiq's consumer thread runs before it publishes the consumer: it stays free
-        # of network calls, as the built-in consumer's.
-        self.broker.check_server_if_reachable()
-        if not self.broker.permissions_checked_for(self.queue_name):
-            self._check_permissions()
-        channels = [self.wake_channel]
-        if self.timer.owner:
-            channels.append(self.keys.channel)
-        pubsub: Any = None
-        topology = self.broker.topology
-        try:
-            # On a cluster: sharded pub/sub, on the node that owns the queue's slot (its
-            # channels share the queue's hash tag).
-            pubsub = topology.pubsub(self.keys.channel)
-            topology.subscribe(pubsub, *channels)
-        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
-            if pubsub is not None:
-                _close_quietly(pubsub)
-            self.subscription_failed(e)
-            return
-        self.pubsub = pubsub
-        self.announcements = self.timer.owner
-        # Listed while subscribed: a process that dies drops the subscription (see _liveness).
-        self.broker.liveness.subscribed(self.keys, self.token)
-        self.consumer.failure_log.outage.reached()
-        if self.resubscribe_attempts and not self.lost_with_server:
-            self.logger.info("Subscribed to %r again.", self.keys.channel)
-        self.resubscribe_attempts = 0
-        self.lost_with_server = False
-        self.subscription_missing = 0  # a miss counts against this subscription only
-        self.timer.force()  # anything announced while we were away is unknown
-
-    def _check_permissions(self) -> None:
-        """Once per queue and broker, before the first subscription: name everything the
-        Redis user may not do, in one error, instead of failing call by call."""
-        try:
-            check_permissions(
-                self.broker.client,
-                self.keys,
-                worker_id=self.consumer.worker_id,
-                wait_for_replicas=bool(self.broker.settings.wait_for_replicas),
-                server_version=self.broker.server_version,
-            )
-        except MissingPermission as e:
-            self.logger.error("%s", e)
-        except (*CONNECTION_ERRORS, redis.ResponseError):
-            return  # unknown yet: checked again at the next subscription
-        self.broker.note_permissions_checked(self.queue_name)
-
-    def subscription_failed(self, error: Exception) -> None:
-        """Drop the subscription only; fetching goes on, and the timer polls until a
-        re-subscription (immediate, then with back-off) succeeds."""
-        if self.pubsub is not None:
-            _close_quietly(self.pubsub)
-            self.pubsub = None
-        # Wake-ups no longer reach us: fetch (and back off) as without a subscription.
-        self.wake_ready = self.announcements = False
-        self.standing_by = None  # the server may have restarted: a lapse says nothing
-        self.consumer.note_idle(False)
-        # On a cluster the slot may have moved (failover, migration): subscribe where it is now.
-        self.broker.topology.follow(error)
-        if isinstance(error, redis.ResponseError):
-            self.consumer.failure_log.log(error)  # a refused channel: rate-limited, with its reason
-        elif isinstance(error, CONNECTION_ERRORS) and not isinstance(error, SubscriptionGone):
-            # The server is away: the process says so once, for every queue (see _logs).
-            self.lost_with_server = True
-            self.consumer.failure_log.outage.failed(error)
-        elif self.resubscribe_attempts == 0:
-            self.logger.warning(
-                "Lost the subscription to %r (%s); subscribing again.", self.keys.channel, reason(error)
-            )
-        attempts, backoff_ms = compute_backoff(
-            self.resubscribe_attempts, factor=ERROR_BACKOFF_FACTOR, max_backoff=MAX_RESUBSCRIBE_BACKOFF
-        )
-        self.resubscribe_at = time.monotonic() + (backoff_ms / 1000 if self.resubscribe_attempts else 0)
-        self.resubscribe_attempts = attempts
-        self.timer.force()
+            self.failures.transfers.reset()
 
     def _took_over(self, result: TransferResult) -> None:
         """Remember the holder while standing by; on taking over a lease that lapsed (its
@@ -328,110 +263,9 @@ class TransferDuty:
             return
         holder, lease_until = self.standing_by
         self.standing_by = None
-        renewed_ms = lapsed_renewal(lease_until, result.server_now_us // 1000, self.broker.settings.transfer_lease)
+        renewed_ms = lapsed_renewal(lease_until, result.server_now_us // 1000, self.host.settings.transfer_lease)
         if holder != self.token and renewed_ms is not None:
-            self.consumer.reaper.lapsed(holder, renewed_ms=renewed_ms)
-
-    def _follow_lease(self) -> None:
-        """Subscribe to the queue's announcements on taking the lease, unsubscribe on
-        losing it (only the holder times transfers, so only it needs them)."""
-        if self.pubsub is None or self.announcements == self.timer.owner:
-            return
-        topology = self.broker.topology
-        try:
-            if self.timer.owner:
-                # Its confirmation forces a transfer.
-                topology.subscribe(self.pubsub, self.keys.channel)
-                self.logger.debug("Took the transfer lease of queue %r.", self.queue_name)
-            else:
-                topology.unsubscribe(self.pubsub, self.keys.channel)
-                self.logger.debug("Another consumer holds the transfer lease of queue %r.", self.queue_name)
-        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
-            self.subscription_failed(e)
-            return
-        self.announcements = self.timer.owner
-
-    def wait(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for an announcement or a wake-up (sleep while unsubscribed,
-        no longer than until the next re-subscription or poll).
-
-        A wait that ends at the timer's deadline ends on time: a socket's timeout is
-        rounded up to whole milliseconds (``poll``), which woke the timer 0.6-0.9 ms late
-        here. So it listens until :data:`POLL_MARGIN_MS` before the deadline and sleeps
-        the rest (a sleep is precise to about 0.1 ms); what arrives meanwhile is handled
-        right after."""
-        if self.pubsub is None:
-            now = time.monotonic()
-            self.pause.wait(max(0.0, min(seconds, self.resubscribe_at - now, self.next_poll_transfer_at - now)))
-            return
-        deadline = time.monotonic() + seconds
-        timed = seconds > 0 and seconds >= self.timer.seconds_until_due() - 0.0001
-        listen = math.floor(seconds * 1000 - POLL_MARGIN_MS) / 1000 if timed else seconds
-        try:
-            item = self.pubsub.get_message(timeout=listen) if listen > 0 else None
-            self.handle(item)
-        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
-            self.subscription_failed(e)
-            return
-        if timed and item is None:
-            remaining = deadline - time.monotonic()
-            if remaining > 0:
-                time.sleep(remaining)
-        self.drain()
-
-    def drain(self) -> None:
-        """Handle every pub/sub item already received."""
-        if self.pubsub is None:
-            return
-        try:
-            for _ in range(1000):
-                if self.pubsub is None:
-                    return  # dropped by the server while draining (see _handle)
-                item = self.pubsub.get_message(timeout=0)
-                if item is None:
-                    return
-                self.handle(item)
-        except (*CONNECTION_ERRORS, redis.ResponseError) as e:
-            self.subscription_failed(e)
-
-    def handle(self, item: dict[str, Any] | None) -> None:
-        """Act on one pub/sub item: a (lost) subscription, a wake-up, an announcement."""
-        if item is None:
-            return
-        kind = item["type"]
-        if isinstance(kind, bytes):
-            kind = kind.decode()
-        if kind in ("ssubscribe", "smessage", "sunsubscribe"):
-            kind = kind[1:]  # sharded pub/sub (cluster): the same meaning
-        channel = item.get("channel")
-        if isinstance(channel, bytes):
-            channel = channel.decode()
-        if kind == "unsubscribe" and (channel == self.wake_channel or self.announcements):
-            # Not asked for: the server dropped the subscription (on a cluster, the
-            # queue's slot moved to another node). Subscribe again where it is now.
-            self.subscription_failed(SubscriptionGone(f"the server unsubscribed {channel!r}"))
-            return
-        if kind == "subscribe":
-            if channel == self.wake_channel:
-                self.wake_ready = True  # from now on a wake-up cannot be missed
-                self.consumer.woken()  # fetch (and register) again
-            # (Re)subscribed: anything announced while we were away is unknown.
-            self.timer.force()
-        elif kind == "message" and channel == self.wake_channel:
-            if item["data"] == b"-1":
-                self.timer.force()  # the lease holder left: take the lease over
-            else:
-                self.consumer.woken()
-        elif kind == "message":
-            try:
-                due_ms = int(item["data"])
-            except (TypeError, ValueError):
-                self.logger.warning("Ignoring malformed announcement %r on %r.", item["data"], self.keys.channel)
-                self.timer.force()
-                return
-            self.consumer.reset_backoff()
-            if due_ms > 0:  # 0: a message is ready (enqueue.lua); fetching is enough
-                self.timer.announce(due_ms)
+            self.lapsed(holder, renewed_ms=renewed_ms)
 
     def transfer(self) -> None:
         """Run the transfer script until no full batch moves (or another consumer holds
@@ -442,76 +276,65 @@ class TransferDuty:
         back would only delay them); :class:`NotReplicated` is raised at the end, so the
         caller transfers, and waits, again soon."""
         unreplicated: TransferResult | None = None
+        held = self.host.held
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
+            settings = self.host.settings  # (read at use: a broker's settings can be set)
             # What its Worker's idle threads can start now, within its free prefetch.
-            own_slots = self.consumer.can_start()
-            compare = own_slots > 0 and self.consumer.long_jobs
+            own_slots = self.sink.can_start()
+            compare = own_slots > 0 and self.sink.long_jobs
             # A tie with the idlest other consumer goes either way, at random (KEEP_TIES): a
             # share for both when both are idle at every due time (say, CPU-bound jobs
             # shorter than the gap between them).
             keep_ties = compare and random.random() < KEEP_TIES
-            with self.broker.held.lock(self.queue_name):
+            with held.lock(self.queue_name):
                 started = self.timer.clock()
                 try:
-                    result = self.scripts.transfer(
+                    result = self.host.redisson_scripts.transfer(
                         self.keys,
-                        limit=self.broker.settings.transfer_batch_size,
+                        limit=settings.transfer_batch_size,
                         trim_budget=TRIM_BUDGET,
                         compact_step=COMPACT_STEP,
                         compact_slack=COMPACT_SLACK,
                         token=self.token,
-                        lease_ms=self.broker.settings.transfer_lease,
+                        lease_ms=settings.transfer_lease,
                         own_slots=own_slots,
-                        worker_id=self.consumer.worker_id,
-                        listening=self.wake_ready,
+                        worker_id=self.worker_id,
+                        listening=self.subscription.wake_ready,
                         compare=compare,
                         keep_ties=keep_ties,
-                        window_ms=self.broker.settings.dedupe_window,
+                        window_ms=settings.dedupe_window,
                         upkeep_ms=self.upkeep_ms,
                     )
                 except CONNECTION_ERRORS:
                     # It may have run and handed messages off into our ack set.
-                    self.consumer.lost_reply()
+                    self.sink.lost_reply()
                     self.standing_by = None
                     raise
-                self.broker.held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
+                held.add(self.queue_name, (i for i, data in result.fetched if data is not None))
             self.timer.record(result, started)
             self._took_over(result)
             if not result.replicated:
                 unreplicated = result
-            if result.fetched:
-                self.consumer.take(result.fetched)
-            if result.moved and own_slots:
-                # Out of the idle registry (we fetch what moved), or listed in it with
-                # what we can start still.
-                self.consumer.note_idle(result.registered, own_slots - len(result.fetched))
+            # What it handed off, the idle registry's listing, the schedules it chained.
+            self.sink.transferred(result, own_slots)
             if result.moved:
                 self.logger.debug("Moved %d scheduled messages to queue %r.", result.moved, self.queue_name)
-                self.broker.notify_transfer(self.queue_name, result.lateness_ms)
-            if result.schedules:
-                self.consumer.guarded(self.broker.schedules.attend, self.keys, result.schedules)
+                self.host.notify_transfer(self.queue_name, result.lateness_ms)
             if result.dead:
                 self.logger.error(
                     "Moved %d scheduled entries without a message to the dead letters of queue %r.",
                     result.dead,
                     self.queue_name,
                 )
-            if result.moved + result.dead < self.broker.settings.transfer_batch_size:
+            if result.moved + result.dead < settings.transfer_batch_size:
                 break
         else:
             self.timer.force()
-        self._follow_lease()
+        self.act(self.subscription.follow_lease(self.timer.owner, self.queue_name))
         if unreplicated is not None:
             raise NotReplicated.describe(
                 "A transfer",
                 unreplicated.replicas,
-                self.broker.settings.wait_for_replicas,
-                self.broker.settings.wait_timeout,
+                settings.wait_for_replicas,
+                settings.wait_timeout,
             )
-
-
-def _close_quietly(pubsub: Any) -> None:
-    try:
-        pubsub.close()
-    except Exception:  # pragma: no cover - closing a broken socket
-        pass

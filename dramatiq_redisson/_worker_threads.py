@@ -101,10 +101,12 @@ class WorkerThreads:
         messages held had finished)."""
         return max(0, self.threads - self.busy() + finishing)
 
-    def can_start(self, free: int, finishing: int = 0) -> int:
-        """How many messages a consumer with ``free`` prefetch slots should take now: what
-        the idle threads can start, within ``free``."""
-        return min(free, self.idle(finishing))
+    def room(self, free: int, finishing: int = 0, depth: float = 0) -> int:
+        """How many messages a consumer with ``free`` prefetch slots (``free >= 0``) should
+        take now, within ``free``: what the idle threads can start (``finishing``: as if
+        that many of the messages held had finished), plus, with ``depth``, up to that
+        many per thread queued behind them (while every thread of the fleet is busy)."""
+        return min(free, max(0, math.ceil(self.threads * (1 + depth)) - self.busy() + finishing))
 
     def takes_time(self, handed_at: Mapping[str, float]) -> bool:
         """Whether jobs take time: recent ones held a thread :data:`SPREAD_JOBS_FROM` or
@@ -127,11 +129,6 @@ class WorkerThreads:
             self.job_seconds += JOB_TIME_WEIGHT * (held_for - self.job_seconds)
         for holder in self._holders:
             holder.thread_freed()
-
-    def queue_room(self, free: int, depth: float) -> int:
-        """How many more messages to queue behind the threads, up to ``depth`` per thread
-        (within ``free`` prefetch slots)."""
-        return max(0, min(free, math.ceil(self.threads * (1 + depth)) - self.busy()))
 
     @property
     def long_jobs(self) -> bool:

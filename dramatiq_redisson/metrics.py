@@ -31,7 +31,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from dramatiq.middleware import Middleware
 
@@ -45,13 +45,13 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-    from ._broker import RedissonBroker
     from .admin._stats import Stats
     from .flow._queue_limits import QueueLimits
     from .periodic._schedules import ScheduleInfo
 
 __all__ = [
     "LATENESS_BUCKETS",
+    "MetricsBroker",
     "Prometheus",
     "StatsCollector",
     "TransferMetrics",
@@ -63,6 +63,38 @@ __all__ = [
     "prometheus_middleware_class",
     "serve",
 ]
+
+
+class _ScheduleReader(Protocol):
+    def list(self) -> list[ScheduleInfo]: ...
+
+
+class _LimitReader(Protocol):
+    def get(self, queue_name: str) -> QueueLimits: ...
+
+
+class MetricsBroker(Protocol):
+    """What the exporters read of a :class:`~dramatiq_redisson.RedissonBroker` (every
+    ``broker`` parameter of this module is one): its stats, known queues, schedules and
+    limits at scrape time, and its transfer listeners. A Protocol, so that this optional
+    module does not import the broker back (the broker loads this module only to adopt
+    Dramatiq's own ``Prometheus``)."""
+
+    @property
+    def transfer_listeners(self) -> list[Callable[[str, list[int]], None]]: ...
+
+    @property
+    def schedules(self) -> _ScheduleReader: ...
+
+    @property
+    def limits(self) -> _LimitReader: ...
+
+    def known_queues(self) -> list[str]: ...
+
+    def stats(self, queue_name: str | None = None, *, overdue_grace: int = OVERDUE_GRACE) -> Stats: ...
+
+    def close(self) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +203,7 @@ class StatsCollector:
 
     def __init__(
         self,
-        broker: RedissonBroker,
+        broker: MetricsBroker,
         *,
         queues: Sequence[str] | None = None,
         overdue_grace: int = OVERDUE_GRACE,
@@ -417,7 +449,7 @@ class TransferMetrics:
             histogram.observe(max(0, ms) / 1000)
 
 
-def instrument_transfers(broker: RedissonBroker, registry: CollectorRegistry | None = None) -> TransferMetrics:
+def instrument_transfers(broker: MetricsBroker, registry: CollectorRegistry | None = None) -> TransferMetrics:
     """Count ``broker``'s transfers in this process (see :class:`TransferMetrics`); once per
     broker: a second call returns the listener already added."""
     for listener in broker.transfer_listeners:
@@ -493,7 +525,7 @@ def _dramatiq_cli_broker_path() -> str | None:
     return None
 
 
-def _load_broker() -> RedissonBroker:
+def _load_broker() -> MetricsBroker:
     from dramatiq.cli import import_broker
 
     path = os.environ.get(BROKER_ENV) or _dramatiq_cli_broker_path()
@@ -502,12 +534,13 @@ def _load_broker() -> RedissonBroker:
             f"Cannot tell which broker to read: not run by the dramatiq command's fork_process; set {BROKER_ENV}."
         )
     _, broker = import_broker(path)
-    # The broker module imports this one (for adopt_middleware), so this one does not
-    # import it back: a RedissonBroker cannot exist unless its module has been loaded.
+    # The broker module imports this one (for adopt_middleware, when it is given Dramatiq's
+    # own Prometheus), so this one does not import it back: a RedissonBroker cannot exist
+    # unless its module has been loaded.
     broker_module = sys.modules.get(f"{__package__}._broker")
     if broker_module is None or not isinstance(broker, broker_module.RedissonBroker):
         raise RuntimeError(f"{path!r} is a {type(broker).__name__}, not a RedissonBroker.")
-    return cast("RedissonBroker", broker)
+    return cast("MetricsBroker", broker)
 
 
 def exposition_server() -> int:
@@ -546,7 +579,7 @@ def exposition_server() -> int:
 
 
 def make_registry(
-    broker: RedissonBroker,
+    broker: MetricsBroker,
     *,
     queues: Sequence[str] | None = None,
     overdue_grace: int = OVERDUE_GRACE,
@@ -572,7 +605,7 @@ def make_registry(
 
 
 def make_wsgi_app(
-    broker: RedissonBroker,
+    broker: MetricsBroker,
     *,
     queues: Sequence[str] | None = None,
     overdue_grace: int = OVERDUE_GRACE,
@@ -588,7 +621,7 @@ def make_wsgi_app(
 
 
 def serve(
-    broker: RedissonBroker,
+    broker: MetricsBroker,
     host: str = "127.0.0.1",
     port: int = 9191,
     *,

@@ -55,7 +55,7 @@ from dramatiq.message import Message
 
 from ._errors import needs_extra
 from ._message import validate_delay
-from .sharding._shards import base_queue
+from ._queue_names import base_queue
 
 try:
     from opentelemetry import context as otel_context

@@ -13,8 +13,8 @@ from redis.backoff import ConstantBackoff, DecorrelatedJitterBackoff, Exponentia
 from redis.retry import Retry
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._consumer import PROBE_INTERVAL, RedissonConsumer
-from dramatiq_redisson._transfer_duty import ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF
+from dramatiq_redisson._backoff import ERROR_BACKOFF_FACTOR, MAX_ERROR_BACKOFF, PROBE_INTERVAL
+from dramatiq_redisson._consumer import RedissonConsumer
 from dramatiq_redisson.connection._client import client_retry_span_ms
 
 
@@ -86,7 +86,7 @@ def consumer(broker: RedissonBroker) -> Iterator[RedissonConsumer]:
     broker.declare_queue("default")
     consumer = broker.consume("default", prefetch=1, timeout=1000)
     assert isinstance(consumer, RedissonConsumer)
-    consumer.wakeup = RecordedWaits()  # type: ignore[assignment]
+    consumer.failures.wakeup = RecordedWaits()  # type: ignore[assignment]
     yield consumer
     consumer.close()
 
@@ -100,7 +100,7 @@ def _ladder(attempt: int) -> tuple[float, float]:
 
 
 def test_failed_calls_back_off_doubling_to_the_cap_and_a_working_call_resets_it(consumer: RedissonConsumer) -> None:
-    waits: RecordedWaits = consumer.wakeup  # type: ignore[assignment]
+    waits: RecordedWaits = consumer.failures.wakeup  # type: ignore[assignment]
     for _ in range(9):
         consumer._failed(redis.ResponseError("ERR something the server refused"))
     assert len(waits.waits) == 9
@@ -110,7 +110,7 @@ def test_failed_calls_back_off_doubling_to_the_cap_and_a_working_call_resets_it(
     assert max(waits.waits) <= MAX_ERROR_BACKOFF / 1000
     assert waits.waits[-1] >= MAX_ERROR_BACKOFF / 2000  # at the cap
 
-    consumer._recovered()
+    consumer.failures.recovered()
     consumer._failed(redis.ResponseError("ERR again"))
     low, high = _ladder(1)
     assert low <= waits.waits[-1] <= high
@@ -119,19 +119,19 @@ def test_failed_calls_back_off_doubling_to_the_cap_and_a_working_call_resets_it(
 def test_a_loading_server_is_asked_again_within_a_probe_interval_whatever_the_back_off(
     consumer: RedissonConsumer,
 ) -> None:
-    waits: RecordedWaits = consumer.wakeup  # type: ignore[assignment]
+    waits: RecordedWaits = consumer.failures.wakeup  # type: ignore[assignment]
     for _ in range(6):
         consumer._failed(redis.BusyLoadingError("LOADING Redis is loading the dataset in memory"))
     assert all(w <= PROBE_INTERVAL / 1000 for w in waits.waits), waits.waits
-    assert consumer.error_attempts == 6  # the ladder still climbs: a later error of another kind backs off
+    assert consumer.failures.calls.attempts == 6  # the ladder still climbs: a later error of another kind backs off
 
 
 def test_a_lost_connection_backs_off_but_probes_the_server_meanwhile(consumer: RedissonConsumer) -> None:
     # The session server accepts connections: the probe says so, and the wait is cut into
     # probe intervals (ended early only after the server was seen down).
-    waits: RecordedWaits = consumer.wakeup  # type: ignore[assignment]
-    consumer.error_attempts = 5  # the next back-off is 1-2 s
+    waits: RecordedWaits = consumer.failures.wakeup  # type: ignore[assignment]
+    consumer.failures.calls.attempts = 5  # the next back-off is 1-2 s
     consumer._failed(redis.ConnectionError("Connection reset by peer"))
     assert waits.waits, "no wait"
     assert all(w <= PROBE_INTERVAL / 1000 + 1e-9 for w in waits.waits), waits.waits
-    assert consumer.server_was_down is False
+    assert consumer.failures.server_was_down is False

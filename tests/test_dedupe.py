@@ -180,7 +180,7 @@ def test_throttle_window_drops_sends_after_the_message_moved_until_ttl_ends(
     assert queue.size() == 0 and redis_client.llen(keys.ready) == 1
     window_end = redis_client.zscore(keys.holds, "tick")
     assert window_end is not None and moved_at - 50 <= window_end - ttl <= moved_at
-    assert 0 < redis_client.pttl(keys.holds) <= ttl and 0 < redis_client.pttl(keys.held) <= ttl
+    assert 0 < redis_client.pttl(keys.holds) <= ttl and 0 < redis_client.pttl(keys.throttle_copies) <= ttl
     assert queue.get_by_key("tick") is None
     assert assert_index_exact(redis_client, keys) == {}
     # In the window, keep and replace sends write nothing and return the message that ran.
@@ -194,7 +194,7 @@ def test_throttle_window_drops_sends_after_the_message_moved_until_ttl_ends(
     assert wait_for(lambda: server_ms(redis_client) > window_end + 5, timeout=5)
     later = keyed.send_with_options(args=(3,), delay=HOUR, dedupe_key="tick", dedupe_ttl=ttl)
     assert later.message_id != first.message_id and queue.size() == 1
-    assert redis_client.zscore(keys.holds, "tick") is None and not redis_client.hexists(keys.held, "tick")
+    assert redis_client.zscore(keys.holds, "tick") is None and not redis_client.hexists(keys.throttle_copies, "tick")
     assert assert_index_exact(redis_client, keys) == {"tick": later.message_id}
 
 
@@ -235,7 +235,7 @@ def test_ended_windows_are_trimmed_by_later_moves(
     queue.promote(keyed.send_with_options(args=(9,), delay=HOUR, dedupe_key="t", dedupe_ttl=HOUR).message_id)
     assert move_due(broker) == 1
     assert sorted(k.decode() for k in redis_client.zrange(keys.holds, 0, -1)) == ["t", "w4"]
-    assert sorted(redis_client.hkeys(keys.held)) == [b"t", b"w4"]
+    assert sorted(redis_client.hkeys(keys.throttle_copies)) == [b"t", b"w4"]
     assert_index_exact(redis_client, keys)
 
 
@@ -464,7 +464,7 @@ def test_key_released_when_the_message_moves_is_promoted_cleared_or_removed(
     move_due(broker)
     assert redis_client.zcard(keys.holds) == 1
     broker.flush("default")
-    assert redis_client.exists(keys.dedupe, keys.keyed, keys.holds, keys.held) == 0
+    assert redis_client.exists(keys.dedupe, keys.keyed, keys.holds, keys.throttle_copies) == 0
 
 
 def test_offering_a_keyed_message_again_without_its_key_releases_it(

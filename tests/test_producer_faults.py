@@ -742,7 +742,7 @@ def test_on_a_full_server_a_retry_takes_the_place_of_its_copy_in_flight(
     assert memory_limit.scard(keys.acks(broker.broker_id)) == 0
 
 
-OFFER_STRUCTURES = ("timeout_zset", "backup_list", "payloads", "dedupe", "keyed", "holds", "held")
+OFFER_STRUCTURES = ("timeout_zset", "backup_list", "payloads", "dedupe", "keyed", "holds", "throttle_copies")
 
 
 @pytest.mark.parametrize("structure", OFFER_STRUCTURES)

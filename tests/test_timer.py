@@ -11,8 +11,8 @@ import pytest
 
 from dramatiq_redisson import RedissonBroker, _consumer
 from dramatiq_redisson._consumer import MAX_UPKEEP_DEFER
+from dramatiq_redisson._subscription import POLL_MARGIN_MS
 from dramatiq_redisson._timer import ERROR_MARGIN, TransferTimer
-from dramatiq_redisson._transfer_duty import POLL_MARGIN_MS
 from dramatiq_redisson.scripts._calls import TransferResult
 
 
@@ -182,6 +182,31 @@ def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: Redisson
     consumer.close()
 
 
+def test_the_earliest_of_the_announcements_heard_at_once_moves_the_timer(broker: RedissonBroker) -> None:
+    # Given a consumer whose timer has nothing due for a while (standing by: another
+    # consumer holds the lease for 10 s)
+    consumer = broker.consume("default", prefetch=1, timeout=100)
+    try:
+        consumer.timer.record(
+            TransferResult(moved=0, next_due_ms=None, server_now_us=10**9, dead=0, lease_until_ms=10**6 + 10_000)
+        )
+        now_ms = consumer.timer.server_now_ms()
+        # When its subscription hears three announcements in one drain, the earliest second
+        subscription = consumer.transfers.subscription
+        heard = 0
+        for due_ms in (now_ms + 5000, now_ms + 2000, 0):
+            heard |= subscription.handle({"type": "message", "data": str(due_ms).encode()})
+        consumer.misses = 5
+        consumer.transfers.act(heard)
+        # Then the timer is due at the earliest, the next short fetch backs off from
+        # scratch, and nothing is left over for the next drain
+        assert consumer.timer.seconds_until_due() == pytest.approx(2.0, abs=0.1)
+        assert consumer.misses == 0
+        assert subscription.take_announced() == 0
+    finally:
+        consumer.close()
+
+
 def test_timer_retries_a_failed_transfer_after_the_back_off_not_at_once(timer: TransferTimer, clock: FakeClock) -> None:
     # Given a forced transfer (a new timer) that failed
     assert timer.is_due()
@@ -308,13 +333,13 @@ def test_a_wait_for_the_timer_ends_at_its_deadline_not_a_rounded_millisecond_lat
         _settled(consumer)
         consumer.transfers.handle({"type": "message", "data": str(consumer.timer.server_now_ms() + 11).encode()})
         listened: list[float] = []
-        get_message = consumer.transfers.pubsub.get_message
+        get_message = consumer.transfers.subscription.pubsub.get_message
 
         def spy(timeout: float = 0.0) -> Any:
             listened.append(timeout)
             return get_message(timeout=timeout)
 
-        monkeypatch.setattr(consumer.transfers.pubsub, "get_message", spy)
+        monkeypatch.setattr(consumer.transfers.subscription.pubsub, "get_message", spy)
         seconds = consumer.timer.seconds_until_due()
         deadline = time.monotonic() + seconds
         # When the consumer waits for it

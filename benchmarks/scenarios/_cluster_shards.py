@@ -13,9 +13,11 @@ from collections import Counter
 from typing import Any
 
 from .._actor import declare
-from .._common import HOUR_MS, Workers, bulk_offer, make_broker
+from .._base import HOUR_MS
+from .._brokers import bulk_offer, make_broker
 from .._measure import REC_KEY, analyze, read_records, wait_records
 from .._server import Server, ServerGroup
+from .._workers import Workers
 from ._shared import Ctx, _ratio
 from .saturation import offer_stage
 
@@ -25,7 +27,7 @@ SHARDED_QUEUE = "bench-sharded"
 #: Part (e) numbers its messages from here (part (d)'s run from 0).
 SATURATION_SEQS = 1_000_000
 
-#: Parts (e) and (f) per size (kept here rather than in _common.SIZES, as operations'
+#: Parts (e) and (f) per size (kept here rather than in _base.SIZES, as operations'
 #: and periodic's: only they read them). A ``cluster.shard_saturation`` or
 #: ``cluster.shard_memory`` of the size (``--set``, a whole value) takes precedence; None
 #: skips the part. (e): ``n`` messages offered as fast as possible, ``chunk`` per

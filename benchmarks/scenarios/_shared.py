@@ -7,18 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .._actor import declare
-from .._common import (
-    PRODUCT_KINDS,
-    QUEUE,
-    Server,
-    Workers,
-    add_tracing,
-    bulk_offer,
-    due_of,
-    make_broker,
-    script_names,
-)
+from .._base import PRODUCT_KINDS, QUEUE
+from .._brokers import add_tracing, bulk_offer, due_of, make_broker, script_names
 from .._measure import classify_slowlog, longest_call
+from .._server import Server
+from .._workers import Workers
 
 
 class Ctx:
@@ -38,7 +31,7 @@ class Ctx:
 
     def producer(self, kind: str, *, otel: bool = False) -> tuple[Any, Any]:
         """A producer's broker and the bench actor; ``otel``: with the tracing middleware
-        (see ``_common.add_tracing``; ``broker.bench_otel`` says whether it was added)."""
+        (see ``_brokers.add_tracing``; ``broker.bench_otel`` says whether it was added)."""
         broker = make_broker(kind, self.server.url)
         broker.bench_otel = add_tracing(broker) if otel else False
         return broker, declare(broker)

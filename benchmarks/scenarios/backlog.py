@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .._common import HOUR_MS, QUEUE, bulk_offer, reference_lua, script_names
+from .._base import HOUR_MS, QUEUE
+from .._brokers import bulk_offer, script_names
+from .._internals import reference_lua
 from .._measure import analyze, classify_slowlog, longest_call, read_records, wait_records
 from ._shared import Ctx, _move_measure, _offer_due
 
@@ -13,7 +15,7 @@ from ._shared import Ctx, _move_measure, _offer_due
 def _fill_reference(ctx: Ctx, far: int, due: int) -> None:
     """Fill Redisson's structures directly: ``far`` entries due in 1 h offered first, then
     ``due`` entries already due. Members look like ours: 16-char key + a uuid-sized id."""
-    from .._common import queue_keys
+    from .._brokers import queue_keys
 
     keys = queue_keys("redisson")
     now = int(ctx.server.now_ms())
@@ -33,7 +35,7 @@ def _fill_reference(ctx: Ctx, far: int, due: int) -> None:
 
 def _reference(ctx: Ctx, level: int, p: dict[str, Any]) -> dict[str, Any]:
     """Redisson's original transfer (reference .lua), called in a loop by this process."""
-    from .._common import queue_keys
+    from .._brokers import queue_keys
 
     keys = queue_keys("redisson")
     ctx.server.flush()

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from .._common import PRODUCT_KINDS, QUEUE
+from .._base import PRODUCT_KINDS, QUEUE
 from .._measure import inversions
 from ._shared import Ctx, _move_measure
 

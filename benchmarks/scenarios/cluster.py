@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._actor import declare
-from .._common import HOUR_MS, NAMESPACE, Workers, make_broker
+from .._base import HOUR_MS, NAMESPACE
+from .._brokers import make_broker
 from .._measure import REC_KEY, analyze, median_merge, pct, read_records, wait_records
 from .._server import Server, ServerGroup
+from .._workers import Workers
 from ._cluster_shards import cluster_shards, memory_rows, saturation_rows, shard_memory, shard_params, shard_targets
 from ._shared import Ctx, _ratio
 

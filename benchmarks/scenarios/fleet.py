@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .._common import Workers, due_of, script_names
+from .._brokers import due_of, script_names
 from .._measure import REC_KEY, CommandCounter, analyze, counter_slots, read_records, wait_records
+from .._workers import Workers
 from ._shared import Ctx, _r, _ratio, _top_level_usec
 
 FLEET_MODES = ("immediate", "delayed")

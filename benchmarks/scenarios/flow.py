@@ -25,8 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._actor import declare
-from .._common import PRODUCT_KINDS, QUEUE, Workers, make_broker
+from .._base import PRODUCT_KINDS, QUEUE
+from .._brokers import make_broker
 from .._measure import REC_KEY, analyze, pct, read_records, wait_records
+from .._workers import Workers
 from ._shared import Ctx, _r
 
 #: Backlog messages are numbered from here (as head-of-line's far ones); front ones from 0.

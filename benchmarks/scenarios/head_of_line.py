@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .._common import HOUR_MS, PRODUCT_KINDS, bulk_offer, due_of
+from .._base import HOUR_MS, PRODUCT_KINDS
+from .._brokers import bulk_offer, due_of
 from .._measure import analyze, read_records, wait_records
 from ._shared import Ctx, _add_ratio_rows, _lat_row
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from .._common import script_names
+from .._brokers import script_names
 from .._measure import analyze, classify_slowlog, read_records, server_work, wait_records
 from .._stages import analyze_stages
 from .._stages import enabled as stages_enabled
@@ -59,7 +59,7 @@ def lateness(ctx: Ctx, which: str = "lateness", *, profile: bool = False, otel: 
     ``profile``: also each script's calls and server time (SLOWLOG, which slows every
     command down: CPU and lateness are then not comparable with an unprofiled run).
     ``otel``: the producer and the workers of RedissonBroker run the tracing middleware
-    on OpenTelemetry's no-op API (``_common.add_tracing``)."""
+    on OpenTelemetry's no-op API (``_brokers.add_tracing``)."""
     p = ctx.p[which]
     pace = p.get("rate")  # offers per second, or None: as fast as one producer goes
     immediate = bool(p.get("immediate"))  # send() without a delay: "due" is the send time

@@ -5,11 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .._common import (
-    HOUR_MS,
-    Workers,
-    bulk_offer,
-)
+from .._base import HOUR_MS
+from .._brokers import bulk_offer
+from .._workers import Workers
 from ._shared import Ctx, _ratio
 
 

@@ -6,10 +6,8 @@ import statistics
 import time
 from typing import Any
 
-from .._common import (
-    QUEUE,
-    queue_keys,
-)
+from .._base import QUEUE
+from .._brokers import queue_keys
 from ._shared import Ctx, _ratio
 
 

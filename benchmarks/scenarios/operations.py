@@ -6,13 +6,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._common import HOUR_MS, QUEUE, member_message_id, script_names
+from .._base import HOUR_MS, QUEUE, member_message_id
+from .._brokers import script_names
 from .._measure import CommandCounter, classify_slowlog, counter_slots, longest_call, pct
 from .._server import SLOWLOG_THRESHOLD_US
 from ._shared import Ctx, _r, _top_level_usec
 
 #: Per size: messages scheduled (and dead letters), single-message calls per operation,
-#: stats() calls. (Kept here rather than in _common.SIZES: only this scenario reads them.)
+#: stats() calls. (Kept here rather than in _base.SIZES: only this scenario reads them.)
 OPERATIONS_SIZES: dict[str, dict[str, int]] = {
     "tiny": {"n": 2_000, "single": 100, "stats": 10, "dashboard_n": 2_000, "renders": 5},
     "small": {"n": 20_000, "single": 300, "stats": 20, "dashboard_n": 100_000, "renders": 20},
@@ -355,7 +356,7 @@ def operations(ctx: Ctx) -> dict[str, Any]:
     """The operator's operations (issue 8) over a full delayed queue: scan, promote_all,
     remove_all, dead letters' requeue_all and clear, stats, and get / reschedule / promote
     of one message: wall time, server calls, longest single server call, correctness."""
-    from dramatiq_redisson.admin._paging import BULK_STEP
+    from .._internals import BULK_STEP
 
     p = {**OPERATIONS_SIZES[ctx.size], "bulk_step": BULK_STEP}
     data: dict[str, Any] = {"params": p}
@@ -402,8 +403,9 @@ def _dashboard_pages(
     import io
     import wsgiref.util
 
-    from dramatiq_redisson.admin._delayed_queue import encode_cursor
     from dramatiq_redisson.dashboard import make_app
+
+    from .._internals import encode_cursor
 
     n, renders = p["dashboard_n"], p["renders"]
     keys = broker.keys(QUEUE)

@@ -31,8 +31,10 @@ import time
 from typing import Any
 
 from .._actor import TICK_KEY
-from .._common import PRODUCT_KINDS, QUEUE, Workers, due_of
+from .._base import PRODUCT_KINDS, QUEUE
+from .._brokers import due_of
 from .._measure import REC_KEY, analyze, pct, read_records, server_work
+from .._workers import Workers
 from ._shared import Ctx, _r, _ratio
 
 #: Per size: schedules, worker processes, the measured window (s), the settle period (s)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._common import bulk_offer
+from .._brokers import bulk_offer
 from .._measure import analyze, read_records, server_work, wait_records
 from ._shared import Ctx, _ratio
 

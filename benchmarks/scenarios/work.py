@@ -35,8 +35,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._common import Workers
 from .._measure import analyze, pct, read_records, server_work, wait_records
+from .._workers import Workers
 from ._shared import Ctx, _add_ratio_rows, _lat_row, send_paced
 
 #: The label of the simulated row.

@@ -117,37 +117,58 @@ class DeadLetters:
         Raises:
           ValueError: A negative ``start``, or a size that is not a positive int.
         """
-        check_page(start, size)
-        return self._load(self._newest(start, size))
+        return self.load(self.newest(start, size))
 
-    def _newest(self, start: int, size: int) -> list[tuple[bytes, float]]:
-        """``(redis id, time of death)`` of ``size`` dead letters from position ``start``,
-        newest first."""
+    def newest(self, start: int = 0, size: int = 25) -> list[tuple[str, int]]:
+        """The entries of :meth:`page`'s dead letters, without their messages: ``(redis
+        id, time of death in epoch ms)``, newest first. One read, O(log n + start + size).
+
+        Raises:
+          ValueError: A negative ``start``, or a size that is not a positive int.
+        """
+        check_page(start, size)
         # Ranks counted from the end, so the newest are read without knowing the size.
         entries = cast(
             "list[tuple[bytes, float]]",
             self.broker.client.zrange(self.keys.xq, -(start + size), -(start + 1), withscores=True),
         )
-        return entries[::-1]
+        return [(member.decode(), int(died)) for member, died in reversed(entries)]
 
-    def _oldest(self, count: int) -> list[tuple[bytes, float]]:
-        """``(redis id, time of death)`` of the oldest ``count`` dead letters, oldest first."""
+    def oldest(self, count: int) -> list[tuple[str, int]]:
+        """The entries of the oldest ``count`` dead letters (those :meth:`requeue_all`
+        takes first), as :meth:`newest` gives them, oldest first. One read."""
         if count <= 0:
             return []
-        return cast("list[tuple[bytes, float]]", self.broker.client.zrange(self.keys.xq, 0, count - 1, withscores=True))
+        entries = cast(
+            "list[tuple[bytes, float]]", self.broker.client.zrange(self.keys.xq, 0, count - 1, withscores=True)
+        )
+        return [(member.decode(), int(died)) for member, died in entries]
 
-    def _load(self, entries: list[tuple[bytes, float]]) -> list[tuple[int, Message[Any]]]:
-        """The dead letters of these ``(redis id, time of death)`` entries, in their order;
-        those gone meanwhile, or that cannot be decoded (logged), are left out."""
+    def load(self, entries: Sequence[tuple[str, int]]) -> list[tuple[int, Message[Any]]]:
+        """The dead letters of these ``(redis id, time of death)`` entries (as
+        :meth:`newest` and :meth:`oldest` give them), in their order, as ``(time of death,
+        message)``; those gone meanwhile, or that cannot be decoded (logged), are left
+        out. One read."""
         if not entries:
             return []
         stored = cast("list[bytes | None]", self.broker.client.hmget(self.keys.xq_msgs, [m for m, _ in entries]))
         result = []
         for (member, died), data in zip(entries, stored, strict=True):
-            message = None if data is None else self._decode(member.decode(), data)
+            message = None if data is None else self._decode(member, data)
             if message is not None:
-                result.append((int(died), message))
+                result.append((died, message))
         return result
+
+    def existing(self, redis_message_ids: Sequence[str]) -> list[str]:
+        """Those of these redis ids that are dead letters now, in their order (no search
+        by message id). One round trip."""
+        if not redis_message_ids:
+            return []
+        with self.broker.client.pipeline(transaction=False) as pipe:
+            for redis_id in redis_message_ids:
+                pipe.zscore(self.keys.xq, redis_id)
+            deaths = pipe.execute()
+        return [redis_id for redis_id, died in zip(redis_message_ids, deaths, strict=True) if died is not None]
 
     def get(self, id: str) -> tuple[int, Message[Any]] | None:
         """A dead letter and its time of death (epoch ms), or ``None``. ``id``: its redis
@@ -167,7 +188,8 @@ class DeadLetters:
     def find(self, id: str, *, limit: int | None = SEARCH_LIMIT) -> list[tuple[int, Message[Any]]]:
         """The dead letters ``id`` names, newest first, as ``(time of death in epoch ms,
         message)``: the one whose redis id it is, if any; else every one holding that
-        message id, looked for among the newest ``limit`` dead letters (``None``: all).
+        message id, looked for among the newest ``limit`` dead letters (``None``: all;
+        ``0``: none, the redis id only).
 
         A redis id is one read. A message id is searched a step of :data:`SEARCH_STEP`
         at a time: its members alone tell a scheduled message's (sort key + message id),

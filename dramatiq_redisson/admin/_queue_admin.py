@@ -15,8 +15,8 @@ from dramatiq.common import q_name
 
 from .._keys import PLAIN_LANE, QueueKeys, heartbeats_key, registry_key
 from .._message import epoch_ms
+from .._queue_names import base_queue
 from .._settings import BrokerSettings, is_int
-from ..sharding._shards import ShardRouter, base_queue
 from ._history import Counts, History, QueueHistory, check_window, parse, totals
 from ._running import RunningMessage, running
 from ._stats import OVERDUE_GRACE, QueueStats, Stats, WaitingLane
@@ -74,6 +74,20 @@ def _on(method: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
     return lambda client: method(*args, client=client)
 
 
+class QueueShards(Protocol):
+    """Which internal queues hold a queue's messages (the sharding package's router is
+    one): what :class:`QueueAdmin` folds over."""
+
+    def sharded(self, queue_name: str) -> bool:
+        """Whether this broker spreads ``queue_name`` over shards (its ``shards`` setting)."""
+
+    def consumed(self, queue_name: str) -> list[str]:
+        """Every shard's internal name by this broker's layout, shard 0 first."""
+
+    def stored_names(self, queue_name: str) -> list[str] | None:
+        """Every shard's internal name by the stored layout, read only (``None``: none)."""
+
+
 class AdminHost(Protocol):
     """What :class:`QueueAdmin` reads of its broker."""
 
@@ -83,7 +97,9 @@ class AdminHost(Protocol):
     broker_id: str
     queues: Mapping[str, Any]
     redisson_scripts: Scripts
-    shard_router: ShardRouter
+
+    @property
+    def shard_router(self) -> QueueShards: ...
 
     @property
     def settings(self) -> BrokerSettings: ...
@@ -141,17 +157,18 @@ class QueueAdmin:
         as the stored layout does when the registry lists shards of it; any other queue,
         itself. (The registry may still list a shard dropped from the layout, written by a
         process that stopped before it read the layout again: the layout decides.)"""
-        router = self.host.shard_router
         registered = self._registered()
-        out: dict[str, list[str]] = {}
-        for name in queue_names:
-            if router.sharded(name):
-                out[name] = router.consumed(name)
-                continue
-            listed = sorted(i for i in registered if i != name and base_queue(i) == name)
-            stored = router.layouts.read(name) if listed else None
-            out[name] = stored.names(name) if stored is not None else [name, *listed]
-        return out
+        return {name: self._shards(name, registered) for name in queue_names}
+
+    def _shards(self, name: str, registered: set[str]) -> list[str]:
+        """The internal queues of ``name`` (see :meth:`internal_names`): the one list every
+        read and operation of the queue folds over."""
+        router = self.host.shard_router
+        if router.sharded(name):
+            return router.consumed(name)
+        listed = sorted(i for i in registered if i != name and base_queue(i) == name)
+        stored = router.stored_names(name) if listed else None
+        return stored if stored is not None else [name, *listed]
 
     def stats(self, queue_name: str | None = None, *, overdue_grace: int = OVERDUE_GRACE) -> Stats:
         """Counts of one queue, or of every known queue (:meth:`known_queues`): ready, in
@@ -168,7 +185,8 @@ class QueueAdmin:
             raise ValueError(f"overdue_grace must be a non-negative int of ms, got {overdue_grace!r}")
         known = self.known_queues()
         bases = [self.known(queue_name, among=known)] if queue_name is not None else known
-        shards_of = self.internal_names(bases)
+        every = self.internal_names(known)  # the known queues' shards: one registry read
+        shards_of = {base: every[base] for base in bases}
         names = [internal for base in bases for internal in shards_of[base]]
         settings = self.host.settings
         live_ms = 3 * settings.transfer_lease
@@ -190,7 +208,7 @@ class QueueAdmin:
         # Live workers: over the heartbeat sets of every known queue (one set per
         # namespace on one server, one per queue on a cluster).
         beat_keys = sorted(
-            {self.host.keys(name).heartbeats for base in known for name in self.internal_names([base])[base]}
+            {self.host.keys(name).heartbeats for shards in every.values() for name in shards}
             or {heartbeats_key(self.host.namespace)}
         )
         with self.host.client.pipeline(transaction=False) as pipe:
@@ -385,7 +403,7 @@ class QueueAdmin:
             keys.sent,
             *keys.scheduled_keys,
             keys.holds,
-            keys.held,
+            keys.throttle_copies,
             *keys.schedule_keys,
             keys.paused,
             keys.fetched,

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .. import acl_rule
+from ..connection._acl_rule import rule_layout
 from ..connection._server import describe as describe_server
 from ..connection._server import parse_version
 from ._base import EXIT_OK, Command, Context, UsageError
@@ -18,7 +19,7 @@ def acl_rule_output(out: Output, rule: str, server: str, *, namespace: str, clus
     if out.json_mode:
         out.json({"server": server, "namespace": namespace, "cluster": cluster, "rule": rule, "command": command})
     else:
-        out.note(f"Least-privilege rule for {server}{' (on every node of the cluster)' if cluster else ''}:")
+        out.note(f"Least-privilege rule for {server}{rule_layout(cluster).aside}:")
         sys.stdout.write(command + "\n")
     return EXIT_OK
 

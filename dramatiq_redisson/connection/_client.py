@@ -8,8 +8,10 @@ neither the broker nor redis-py takes (the names read from redis-py itself, see
 against a server without cluster mode into an error that says what to change.
 :func:`client_retry_span_ms` bounds how long that client (or one passed in) may retry a
 command, which sizes the broker's ``dedupe_window``; :func:`close_client` closes what the
-broker opened. :class:`Probe` is the consumers' cheap check, while the server is away, of
-whether it is back.
+broker opened. :func:`connect` is the broker's start: the client it was given or one it
+makes. :func:`server_address` names where a client connects, for log lines.
+:class:`Probe` is the consumers' cheap check, while the server is away, of whether it is
+back.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import redis.cluster
 from redis.cluster import RedisCluster
 from redis.connection import ConnectionPool
 from redis.exceptions import RedisClusterException
+
+from .._keys import check_cluster_name
 
 
 def _keyword_names(*classes: type) -> set[str]:
@@ -96,6 +100,31 @@ def argument_problems(
             "set them on the client you pass"
         )
     return problems
+
+
+def connect(
+    url: str | None,
+    client: redis.Redis | RedisCluster | None,
+    cluster: bool,
+    namespace: str,
+    parameters: dict[str, Any],
+) -> tuple[redis.Redis | RedisCluster | None, dict[str, Any]]:
+    """The broker's client and the connection parameters left for Dramatiq's RedisBroker
+    (which makes a client from them when there is none): ``client`` as it is, or one made
+    from ``url`` (a cluster's from ``url`` or the ``host``/``port`` parameters).
+
+    Raises:
+      TypeError: ``cluster=True`` with a client for one server.
+      ValueError: On a cluster, a namespace with a hash tag; ``cluster=True`` against a
+        server without cluster mode (see :func:`make_client`).
+    """
+    if client is not None and cluster and not isinstance(client, RedisCluster):
+        raise TypeError(f"cluster=True needs a redis.cluster.RedisCluster client, got {type(client).__name__}")
+    if cluster:
+        check_cluster_name("namespace", namespace)
+    if client is None and (url or cluster):
+        return make_client(url, cluster, parameters), {}
+    return client, parameters
 
 
 def make_client(url: str | None, cluster: bool, parameters: dict[str, Any]) -> redis.Redis | RedisCluster:
@@ -209,6 +238,26 @@ def _backoff_total_ms(backoff: Any, retries: int) -> int:
         else:  # constant (or unknown): its value
             total += float(backoff.compute(failures))
     return math.ceil(1000 * total)
+
+
+def server_address(client: Any) -> str:
+    """Where ``client`` connects, for a log line: ``redis://host:port/db`` (``rediss://``
+    with TLS), ``unix:///path``, ``the Sentinel service 'name'``, or the cluster's startup
+    nodes. Never a password."""
+    if isinstance(client, RedisCluster):
+        nodes = ", ".join(sorted(node.name for node in client.get_nodes())) or "?"
+        return f"the cluster at {nodes}"
+    pool = getattr(client, "connection_pool", None)
+    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
+    connection_class = getattr(pool, "connection_class", None)
+    service = getattr(pool, "service_name", None)
+    if service is not None:
+        return f"the Sentinel service {service!r}"
+    db = kwargs.get("db", 0)
+    if connection_class is redis.UnixDomainSocketConnection:
+        return f"unix://{kwargs.get('path', '?')}?db={db}"
+    scheme = "rediss" if connection_class is redis.SSLConnection else "redis"
+    return f"{scheme}://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
 
 
 class Probe:

@@ -3,8 +3,10 @@
 A broker holds one :class:`Topology`, chosen by its client, and every part asks it
 instead of testing for a cluster itself:
 
-- **Key placement** (:meth:`Topology.keys`): the plain layout, or every key of a queue
-  under the queue's hash tag (names checked for ``{``/``}``); see :mod:`._keys`.
+- **Key placement** (:meth:`Topology.keys`, made once per queue): the plain layout, or
+  every key of a queue under the queue's hash tag (names checked for ``{``/``}``); see
+  ``dramatiq_redisson._keys``. Whether a queue's shards spread over several servers
+  (:attr:`Topology.spreads_shards`).
 - **Which connection runs a command on a key** (:meth:`Topology.node`,
   :meth:`Topology.by_node`), and what a failed or redirected call sent that way means
   (:meth:`Topology.follow`: on a cluster, reload the slot map and send again).
@@ -40,6 +42,13 @@ from ._client import client_retry_span_ms, close_client
 #: before the slot map is reloaded (a MOVED reply: not at all, the map is simply stale).
 REDIRECT_PAUSE = 0.1
 
+#: The hash slots of a cluster (one server: as many, all its own).
+SLOT_COUNT = 16384
+
+#: How many queues' :class:`QueueKeys` :meth:`Topology.keys` keeps (made once per queue,
+#: not per message; past this many names it starts over).
+KEYS_KEPT = 4096
+
 #: One call of :meth:`Topology.each`: given a client (a pipeline on one server, ``None``
 #: on a cluster: the cluster client routes it), it sends its command.
 Call = Callable[[Any], Any]
@@ -56,9 +65,13 @@ class Topology:
     runs_dispatch_script: ClassVar[bool] = True
     #: The command that counts a channel's subscribers (written whole: the ACL test reads it).
     numsub_command: ClassVar[tuple[str, str]] = ("PUBSUB", "NUMSUB")
+    #: A queue's shards can land on different servers (a cluster's masters), which is
+    #: what sharding gains; on one server they all share it.
+    spreads_shards: ClassVar[bool] = False
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self._keys: dict[tuple[str, str], QueueKeys] = {}
 
     def script_source(self, source: bytes) -> bytes:
         """A script's text as it runs here."""
@@ -68,13 +81,18 @@ class Topology:
         """Refuse a namespace or queue name this topology cannot place (``ValueError``)."""
 
     def keys(self, namespace: str, queue_name: str) -> QueueKeys:
-        """The key names of a queue (see :mod:`._keys`).
+        """The key names of a queue (see ``dramatiq_redisson._keys``), made once per queue.
 
         Raises:
           ValueError: A queue name this topology cannot place.
         """
-        self.check_name("queue name", queue_name)
-        return QueueKeys(namespace, queue_name, self.cluster)
+        keys = self._keys.get((namespace, queue_name))
+        if keys is None:
+            self.check_name("queue name", queue_name)
+            if len(self._keys) >= KEYS_KEPT:
+                self._keys.clear()
+            keys = self._keys[namespace, queue_name] = QueueKeys(namespace, queue_name, self.cluster)
+        return keys
 
     def node(self, key: str) -> redis.Redis:
         """A client whose connections reach the server that holds ``key``."""
@@ -140,6 +158,12 @@ class Topology:
         """Close the client's connections (only for a client the broker made)."""
         close_client(self.client)
 
+    def slot_ranges(self) -> list[tuple[int, int, str]]:
+        """Who serves each hash slot now, as ``(first slot, last slot, node name)``
+        ranges (CLUSTER SLOTS' shape, from the client's slot map: no round trip): on one
+        server, every slot is its own."""
+        return [(0, SLOT_COUNT - 1, "server")]
+
 
 class OneServer(Topology):
     """A single server, plain or behind Sentinel: every key on one connection pool."""
@@ -150,6 +174,7 @@ class Cluster(Topology):
 
     cluster = True
     runs_dispatch_script = False
+    spreads_shards = True
     numsub_command = ("PUBSUB", "SHARDNUMSUB")
 
     def script_source(self, source: bytes) -> bytes:
@@ -200,6 +225,22 @@ class Cluster(Topology):
     def each(self, calls: Sequence[Call]) -> list[Any]:
         """One call after another, each routed by the cluster client to its slot's node."""
         return [call(None) for call in calls]
+
+    def slot_ranges(self) -> list[tuple[int, int, str]]:
+        """Each primary's runs of slots, by the slot map the client holds (a slot that
+        no node serves is in no range)."""
+        slots = self.client.nodes_manager.slots_cache
+        ranges: list[tuple[int, int, str]] = []
+        for slot in range(SLOT_COUNT):
+            nodes = slots.get(slot)
+            if not nodes:
+                continue
+            name = str(nodes[0].name)
+            if ranges and ranges[-1][2] == name and ranges[-1][1] == slot - 1:
+                ranges[-1] = (ranges[-1][0], slot, name)
+            else:
+                ranges.append((slot, slot, name))
+        return ranges
 
 
 def topology_for(client: Any) -> Topology:

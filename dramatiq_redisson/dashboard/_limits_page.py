@@ -1,4 +1,4 @@
-"""The dashboard's Limits page, on :class:`._app.Dashboard`: every queue's concurrency and
+"""The dashboard's Limits page, on the app as ``_context.Pages``: every queue's concurrency and
 rate limits and what is in use now, a queue's waiting groups, and setting or clearing a
 queue's limits (with a confirmation; see docs/flow-control.md)."""
 
@@ -13,7 +13,7 @@ from ..flow._queue_limits import MAX_LIMIT, MAX_RATE, MAX_WINDOW_MS, QueueLimits
 from ._http import REFRESH_CHOICES, HTTPError, Request, refresh_arg
 
 if TYPE_CHECKING:
-    from ._app import Dashboard
+    from ._context import Pages
 
 #: The most waiting lanes the page lists for one queue (``waiting_groups``' default).
 WAITING_LIMIT = 100
@@ -21,7 +21,7 @@ WAITING_LIMIT = 100
 LIMIT_OPS = ("set", "clear")
 
 
-def page(dash: Dashboard, request: Request) -> str:
+def page(dash: Pages, request: Request) -> str:
     """Every known queue's limits and slots in use; with ``?queue=``, that queue's, its
     waiting groups and (unless read-only) the form that changes its limits."""
     refresh = refresh_arg(request)
@@ -56,7 +56,7 @@ def page(dash: Dashboard, request: Request) -> str:
     )
 
 
-def action(dash: Dashboard, request: Request, name: str) -> str:
+def action(dash: Pages, request: Request, name: str) -> str:
     """Set (``op=set``, with ``concurrency``, ``group_concurrency``, ``rate``,
     ``group_rate`` and ``per_ms``; empty: no limit of that kind) or clear (``op=clear``) a
     queue's limits, once confirmed."""

@@ -1,4 +1,4 @@
-"""The dashboard's live-fleet pages, on :class:`._app.Dashboard`: pause and resume a queue
+"""The dashboard's live-fleet pages, on the app as ``_context.Pages``: pause and resume a queue
 (with a confirmation), the messages running now, and a queue's activity charts (drawn by
 :mod:`._charts`)."""
 
@@ -14,7 +14,7 @@ from . import _charts
 from ._http import REFRESH_CHOICES, HTTPError, Request, refresh_arg
 
 if TYPE_CHECKING:
-    from ._app import Dashboard
+    from ._context import Pages
 
 #: The hourly chart's windows a visitor may pick (``?hours=``): a day, a week, 30 days.
 HISTORY_HOURS = (24, 168, 720)
@@ -45,7 +45,7 @@ def _window_text(hours: int) -> str:
     return "24 hours" if hours == 24 else f"{hours // 24} days"
 
 
-def activity(dash: Dashboard, request: Request, queue: str) -> dict[str, Any]:
+def activity(dash: Pages, request: Request, queue: str) -> dict[str, Any]:
     """The queue page's activity charts (``?hours=`` picks the hourly one's window), as
     template context."""
     hours_text = request.arg("hours", str(HISTORY_HOURS[0]))
@@ -73,7 +73,7 @@ def activity(dash: Dashboard, request: Request, queue: str) -> dict[str, Any]:
     }
 
 
-def queue_action(dash: Dashboard, request: Request, name: str, action: str) -> str:
+def queue_action(dash: Pages, request: Request, name: str, action: str) -> str:
     """Pause or resume a queue, once confirmed."""
     queue = dash.known_queue(name)
     if action not in QUEUE_ACTIONS:
@@ -113,7 +113,7 @@ def queue_action(dash: Dashboard, request: Request, name: str, action: str) -> s
     raise dash.back(request, page, flash)
 
 
-def running(dash: Dashboard, request: Request) -> str:
+def running(dash: Pages, request: Request) -> str:
     """The messages in flight, on every queue or on ``?queue=``, oldest first."""
     refresh = refresh_arg(request)
     started = time.perf_counter()

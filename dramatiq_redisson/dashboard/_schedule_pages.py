@@ -1,5 +1,5 @@
 """The dashboard's Schedules page and its actions (pause, resume, run now, remove), on
-:class:`._app.Dashboard`."""
+the app as ``_context.Pages``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .. import _format
 from ._http import HTTPError, Request
 
 if TYPE_CHECKING:
-    from ._app import Dashboard
+    from ._context import Pages
 
 SCHEDULE_ACTIONS = ("pause", "resume", "run", "remove")
 
@@ -30,7 +30,7 @@ def _read(read: Callable[[], _T]) -> _T:
         ) from None
 
 
-def page(dash: Dashboard, request: Request) -> str:
+def page(dash: Pages, request: Request) -> str:
     started = time.perf_counter()
     schedules = _read(dash.broker.schedules.list)
     return dash.render(
@@ -44,7 +44,7 @@ def page(dash: Dashboard, request: Request) -> str:
     )
 
 
-def action(dash: Dashboard, request: Request, action: str) -> str:
+def action(dash: Pages, request: Request, action: str) -> str:
     """Pause, resume, run now or remove the schedule the form names, once confirmed."""
     if action not in SCHEDULE_ACTIONS:
         raise HTTPError(HTTPStatus.NOT_FOUND, f"No action {action!r} on a schedule.")

@@ -21,7 +21,6 @@ from .._keys import QueueKeys
 from .._logs import logger_for
 from .._settings import is_int
 from ..scripts._calls import Scripts
-from ..sharding._shards import ShardRouter
 from ._lanes import check_group
 
 if TYPE_CHECKING:
@@ -59,7 +58,6 @@ class LimitsHost(Protocol):
 
     client: Any
     redisson_scripts: Scripts
-    shard_router: ShardRouter
     admin: QueueAdmin
 
     def keys(self, queue_name: str) -> QueueKeys: ...

@@ -65,6 +65,7 @@ from ._spec import (
 )
 
 if TYPE_CHECKING:
+    from ..connection._commands import Commands
     from ..scripts._calls import Scripts
 
 __all__ = [
@@ -282,7 +283,7 @@ class PeriodicHost(Protocol):
     """What the periodic actors' schedules read of their broker."""
 
     actors: dict[str, Actor[..., Any]]
-    client: Any
+    client: Commands
     namespace: str
     redisson_scripts: Scripts
 

@@ -241,6 +241,20 @@ class ScheduleSpec:
                 return list(found)
             width *= 2
 
+    def shortest_gap(self) -> int:
+        """The shortest time (ms) between two ticks (for cron, among its next
+        :data:`_GAP_PROBE` ticks after a fixed instant)."""
+        if self.every_ms is not None:
+            return self.every_ms
+        ticks = self._cron_ticks(_to_ms(_PROBE))
+        previous, gap = next(ticks), None
+        for _ in range(_GAP_PROBE):
+            tick = next(ticks)
+            gap = tick - previous if gap is None else min(gap, tick - previous)
+            previous = tick
+        assert gap is not None
+        return gap
+
     def _cron_ticks(self, after_ms: int) -> _CronTicks:
         assert self.cron is not None
         return _CronTicks(self.cron, _zone(self.tz), after_ms)
@@ -423,21 +437,6 @@ def _aware_ms(field: str, value: object) -> int:
     return _to_ms(value)
 
 
-def _shortest_gap(spec: ScheduleSpec) -> int:
-    """The shortest time between two ticks of ``spec`` (for cron, among its next
-    :data:`_GAP_PROBE` ticks after a fixed instant)."""
-    if spec.every_ms is not None:
-        return spec.every_ms
-    ticks = spec._cron_ticks(_to_ms(_PROBE))
-    previous, gap = next(ticks), None
-    for _ in range(_GAP_PROBE):
-        tick = next(ticks)
-        gap = tick - previous if gap is None else min(gap, tick - previous)
-        previous = tick
-    assert gap is not None
-    return gap
-
-
 def parse_policy(
     spec: ScheduleSpec | None,
     *,
@@ -471,7 +470,7 @@ def parse_policy(
             continue
         found[f"{field}_ms"] = ms
     if "jitter_ms" in found and spec is not None:
-        gap = _shortest_gap(spec)
+        gap = spec.shortest_gap()
         if found["jitter_ms"] >= gap:
             errors.append(
                 f"jitter: must be shorter than the shortest time between two ticks ({gap} ms for "

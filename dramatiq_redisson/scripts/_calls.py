@@ -19,9 +19,9 @@ import redis
 
 from .._keys import PLAIN_LANE, QueueKeys, ack_keys, transfer_keys
 from .._message import queue_json
+from .._queue_names import base_queue
 from .._tuning import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ..connection._topology import Topology
-from ..sharding._shards import base_queue
 from ._runner import ScriptRunner, load_source
 
 _NAMES = (

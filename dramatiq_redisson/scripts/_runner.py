@@ -24,13 +24,21 @@ from .._errors import NotReplicated
 from ..connection._topology import Topology, topology_for
 from ._direct_calls import DirectCalls
 
-#: A line ``-- include: _name.lua`` in a script stands for that file's text (shared
-#: Lua functions; Redis scripts cannot load one another).
-_INCLUDE = re.compile(rb"^-- include: (_[a-z_]+\.lua)$", re.MULTILINE)
+#: A line ``-- include: <name>.lua`` in a script stands for the text of
+#: ``lua/include/<name>.lua``: one shared Lua function, ``<name>``, and the local constants
+#: it alone needs (Redis scripts cannot load one another). An include names the includes
+#: it needs the same way; an indented line (inside a function's body: the flow's lazily
+#: made functions, see ``flow_lib.lua``) writes the text in at its indentation.
+_INCLUDE = re.compile(rb"^([ \t]*)-- include: ([a-z][a-z_]*\.lua)$", re.MULTILINE)
 
 
 def _read(file_name: str) -> bytes:
-    return resources.files(__package__).joinpath("lua", file_name).read_bytes()
+    return resources.files(__package__).joinpath("lua").joinpath(file_name).read_bytes()
+
+
+def read_include(file_name: str) -> bytes:
+    """The text of ``lua/include/<file_name>`` (one shared function), as stored."""
+    return resources.files(__package__).joinpath("lua").joinpath("include").joinpath(file_name).read_bytes()
 
 
 def load_source(name: str) -> bytes:
@@ -40,21 +48,35 @@ def load_source(name: str) -> bytes:
 
 def expand_includes(text: bytes) -> bytes:
     """A script's text with its includes written in: each include once, where it first
-    appears (an include may include another; ``_dedupe.lua`` needs ``_chunked.lua``,
-    which a script that includes both gets once)."""
-    seen: set[bytes] = set()
+    appears, its dependencies (the includes it names) before it; a later line for the same
+    include says it is included above. The result depends on the texts alone, so a
+    script's SHA is the same in every process.
 
-    def expand(text: bytes) -> bytes:
+    A function written in inside another function's body (an indented include line) is
+    seen only there: naming it again outside that body raises :class:`ValueError` (name it
+    outside first)."""
+    seen: dict[bytes, tuple[bytes, ...]] = {}
+
+    def expand(text: bytes, file_name: bytes, scope: tuple[bytes, ...]) -> bytes:
         def include(match: re.Match[bytes]) -> bytes:
-            file_name = match.group(1)
-            if file_name in seen:
-                return b"-- (" + file_name + b" is included above)"
-            seen.add(file_name)
-            return expand(_read(file_name.decode())).rstrip(b"\n")
+            indent, included = match.group(1), match.group(2)
+            inner = scope + (file_name,) if indent else scope
+            if included in seen:
+                if inner[: len(seen[included])] != seen[included]:
+                    raise ValueError(
+                        f"{included.decode()} is written in inside the body of {seen[included][-1].decode()} "
+                        f"and named again outside it (in {file_name.decode()}): include it outside first"
+                    )
+                return indent + b"-- (" + included + b" is included above)"
+            seen[included] = inner
+            body = expand(read_include(included.decode()), included, inner).rstrip(b"\n")
+            if indent:
+                body = b"\n".join(indent + line if line else line for line in body.split(b"\n"))
+            return body
 
         return _INCLUDE.sub(include, text)
 
-    return expand(text)
+    return expand(text, b"<script>", ())
 
 
 #: Replies of a cluster node that mean the call did not run there: the slot moved or is

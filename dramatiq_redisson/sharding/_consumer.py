@@ -24,16 +24,24 @@ import queue
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
 
 from .._consumer import ConsumerHost, RedissonConsumer
 from .._logs import CONNECTION_ERRORS, logger_for
-from .._tuning import UPKEEP_INTERVAL_MS
+from .._queue_names import shard_name
 from .._worker_threads import WorkerThreads
-from ._shards import shard_name
+
+if TYPE_CHECKING:
+    from .._keys import QueueKeys
+    from .._settings import BrokerSettings
+    from ..admin._queue_admin import QueueAdmin
+    from ..connection._commands import Commands
+    from ..flow._queue_limits import Limits
+    from ..scripts._calls import Scripts
+    from ._shards import ShardRouter
 
 #: After an unexpected error in a shard's thread, it waits this long (s) before going on.
 ERROR_PAUSE = 1.0
@@ -44,7 +52,26 @@ ERROR_PAUSE = 1.0
 DROP_AFTER = 3
 
 
-def _holds(broker: Any, name: str) -> bool:
+class ShardedHost(ConsumerHost, Protocol):
+    """What a sharded queue's consumer reads of its broker, besides what its shards'
+    consumers do (:class:`.ConsumerHost`, passed on whole): the shard layout, the queue's
+    limits, the admin side's flush (a drained shard's keys), and whether a shard holds
+    anything (its keys, a script, a count). Nothing else (``tests/test_shape.py``
+    checks it)."""
+
+    admin: QueueAdmin
+    client: Commands
+    limits: Limits
+    redisson_scripts: Scripts
+    shard_router: ShardRouter
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    def keys(self, queue_name: str) -> QueueKeys: ...
+
+
+def _holds(broker: ShardedHost, name: str) -> bool:
     """Whether the shard ``name`` holds a message: scheduled, ready, in flight or dead."""
     keys = broker.keys(name)
     return bool(broker.redisson_scripts.pending(keys) or broker.client.zcard(keys.xq))
@@ -85,6 +112,12 @@ class _Budget:
         self.members: list[ShardConsumer] = []
         self.freed = _Freed()
 
+    def join(self, member: ShardConsumer) -> None:
+        self.members.append(member)
+
+    def leave(self, member: ShardConsumer) -> None:
+        self.members.remove(member)
+
     def outstanding(self) -> int:
         return sum(c.holding for c in self.members)
 
@@ -104,12 +137,11 @@ class ShardConsumer(RedissonConsumer):
         *,
         threads: WorkerThreads | None = None,
     ) -> None:
-        super().__init__(broker, queue_name, prefetch, timeout, threads=threads)
+        super().__init__(broker, queue_name, prefetch, timeout, threads=threads, freed=budget.freed)
         self.budget = budget
-        self.capacity_freed = budget.freed  # type: ignore[assignment]
         #: Idle, this shard polls once every ``turns`` timeouts (see the module).
         self.turns = turns
-        budget.members.append(self)
+        budget.join(self)
 
     def spread(self, index: int, count: int) -> None:
         """This is shard ``index`` of ``count``: its share of the queue's periodic work.
@@ -120,7 +152,7 @@ class ShardConsumer(RedissonConsumer):
           unsharded queue (each moves 1/count of the messages, so a tick has as much to
           do as an unsharded queue's)."""
         self.turns = 1 if index == 0 else count - 1
-        self.transfers.upkeep_ms = UPKEEP_INTERVAL_MS * count
+        self.transfers.share_upkeep(count)
 
     def note_idle(self, registered: bool, score: int = 0) -> None:
         super().note_idle(registered, score)
@@ -158,7 +190,13 @@ class ShardedConsumer(Consumer):
     :meth:`_drop_drained`)."""
 
     def __init__(
-        self, broker: Any, queue_name: str, prefetch: int, timeout: int, *, threads: WorkerThreads | None = None
+        self,
+        broker: ShardedHost,
+        queue_name: str,
+        prefetch: int,
+        timeout: int,
+        *,
+        threads: WorkerThreads | None = None,
     ) -> None:
         self.logger = logger_for(type(self))
         self.broker = broker
@@ -205,7 +243,7 @@ class ShardedConsumer(Consumer):
             )
             self.threads.pop(name)[1].set()  # its thread closes it
             shard = self.shards.pop(name)
-            self.budget.members.remove(shard)
+            self.budget.leave(shard)
         self._limit(names)
         self._drop_drained(layout.retired)
 
@@ -232,7 +270,7 @@ class ShardedConsumer(Consumer):
         for suffix in retired:
             name = shard_name(self.queue_name, suffix)
             shard = self.shards.get(name)
-            if shard is None or not shard.timer.owner:
+            if shard is None or not shard.holds_lease:
                 continue
             try:
                 if _holds(broker, name) or not broker.shard_router.layouts.drop(self.queue_name, suffix, min_age):
@@ -244,7 +282,7 @@ class ShardedConsumer(Consumer):
                     continue
                 broker.admin.flush(name)
             except (*CONNECTION_ERRORS, redis.ResponseError) as e:
-                shard.failure_log.log(e)
+                shard.failures.log(e)
                 continue
             self.logger.info("Dropped the drained shard %r of queue %r.", name, self.queue_name)
             broker.shard_router.forget(self.queue_name)  # read the layout again at once
@@ -306,8 +344,7 @@ class ShardedConsumer(Consumer):
             mine = by_shard.get(id(shard))
             if mine:
                 shard.requeue(mine)
-                for message in mine:
-                    shard.in_flight.pop(message.options["redis_message_id"], None)
+                shard.released(mine)
 
     def close(self) -> None:
         self.stopping.set()

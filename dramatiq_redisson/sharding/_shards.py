@@ -2,11 +2,11 @@
 slots a queue spread over several Cluster masters uses.
 
 Shard 0 of queue ``Q`` is the queue itself (its keys carry ``{ns:Q}``, as without shards);
-shard ``j`` > 0 carries ``{ns:Q~j}``. Dramatiq's queue names allow ``[a-zA-Z0-9._-]``
-only, so a shard's name never clashes with a user's queue. The suffixes are chosen once,
-against the cluster's slot map as it is then, and stored (a later slot migration moves a
-shard with its slot, like any key): each new shard goes to the master that holds the
-fewest shards of the queue, on the slot farthest from the queue's other shards.
+shard ``j`` > 0 carries ``{ns:Q~j}`` (the names are the core's: ``_queue_names``). The
+suffixes are chosen once, against the cluster's slot map as it is then (the broker's
+``Topology.slot_ranges``), and stored (a later slot migration moves a shard with its
+slot, like any key): each new shard goes to the master that holds the fewest shards of
+the queue, on the slot farthest from the queue's other shards.
 Fixed suffixes spread badly: ``Q~1`` … ``Q~5`` beside ``Q`` put 3/1/2 or 4/1/1 shards
 on the three masters of a default split, for common queue names.
 """
@@ -21,18 +21,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from redis.crc import key_slot
 
 from .._logs import logger_for
+from .._queue_names import MAX_SHARDS, base_queue, shard_name
 
-#: Between a queue's name and a shard's suffix.
-SHARD_SEPARATOR = "~"
-
-#: The most shards a queue may have.
-MAX_SHARDS = 64
+if TYPE_CHECKING:
+    from .._held import HeldMessages
+    from .._keys import QueueKeys
+    from .._settings import BrokerSettings
+    from ..connection._topology import Topology
+    from ..scripts._calls import Scripts
 
 #: A layout read again that fails so (the server of shard 0 away: a failover of its
 #: master, a restart) keeps the layout known (see :meth:`ShardRouter.layout`).
@@ -48,16 +50,6 @@ UNREACHABLE = (
 CANDIDATES = 4096
 
 SLOTS = 16384
-
-
-def shard_name(queue_name: str, suffix: int) -> str:
-    """The internal queue name of shard ``suffix`` (0: the queue itself)."""
-    return queue_name if suffix == 0 else f"{queue_name}{SHARD_SEPARATOR}{suffix}"
-
-
-def base_queue(name: str) -> str:
-    """The queue a shard's name belongs to (a queue's own name: itself)."""
-    return name.split(SHARD_SEPARATOR, 1)[0]
 
 
 def shard_slot(namespace: str, queue_name: str, suffix: int) -> int:
@@ -249,6 +241,27 @@ def key_suffix(active: Sequence[int], key: str) -> int:
     return active[jump_hash(key_hash(key), len(active))]
 
 
+class RouterHost(Protocol):
+    """What :class:`ShardRouter` reads of its broker."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def redisson_scripts(self) -> Scripts: ...
+
+    @property
+    def held(self) -> HeldMessages: ...
+
+    @property
+    def topology(self) -> Topology: ...
+
+    def keys(self, queue_name: str) -> QueueKeys: ...
+
+
 class ShardRouter:
     """Which shard a send goes to, and which shards a consumer consumes, for the queues
     named in the broker's ``shards`` setting (a queue not named costs nothing: no read).
@@ -259,7 +272,7 @@ class ShardRouter:
     While shard 0's server cannot be reached, the layout known is kept: sends to the
     other shards go on (nobody can change the layout meanwhile: it is written there)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: RouterHost) -> None:
         self.broker = broker
         self.logger = logger_for(type(self))
         #: The last read again failed (logged once per failing spell).
@@ -357,6 +370,12 @@ class ShardRouter:
             runs[queue_name] = (first, count + 1)
         return out
 
+    def stored_names(self, queue_name: str) -> list[str] | None:
+        """Every shard's internal queue name by the stored layout, active ones first, read
+        and never written (``None``: the queue has no layout)."""
+        stored = self.layouts.read(queue_name)
+        return None if stored is None else stored.names(queue_name)
+
     def key_shard(self, queue_name: str, key: str) -> str:
         """The internal queue name a dedupe or group ``key``'s messages of ``queue_name``
         go to (as :meth:`target` routes them): by this broker's layout when it has the
@@ -374,11 +393,7 @@ class ShardRouter:
 
     def _owner(self) -> Callable[[int], str]:
         """Who serves each slot now: a cluster's masters, or the one server."""
-        client = self.broker.client
-        cache = getattr(getattr(client, "nodes_manager", None), "slots_cache", None)
-        if not cache:
-            return lambda slot: "server"
-        return lambda slot: str(cache[slot][0].name) if cache.get(slot) else ""
+        return slot_owner(self.broker.topology.slot_ranges())
 
 
 def _key_of(options: dict[str, Any]) -> str:

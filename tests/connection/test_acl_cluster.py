@@ -25,22 +25,24 @@ from redis.crc import key_slot
 from redis.exceptions import NoPermissionError, RedisClusterException
 
 from dramatiq_redisson import QueueKeys, RedissonBroker
-from dramatiq_redisson.connection._permissions import (
-    _CLUSTER_PROBE_SOURCE,
+from dramatiq_redisson.connection._acl_rule import (
     CLUSTER_CLIENT_COMMANDS,
     CLUSTER_COMMANDS,
     COMMANDS,
     NOT_ON_CLUSTER,
     SHARDED_PUBSUB,
+    channel_patterns,
+    key_patterns,
+)
+from dramatiq_redisson.connection._permissions import (
+    _CLUSTER_PROBE_SOURCE,
     MissingPermission,
     _client_calls,
     _routed_calls,
     acl_rule,
     acl_tokens,
-    channel_patterns,
     check_permissions,
     is_permission_error,
-    key_patterns,
     scratch_key,
 )
 from dramatiq_redisson.connection._topology import Cluster as ClusterTopology

@@ -128,11 +128,11 @@ def test_a_loading_server_is_asked_again_soon_not_after_a_back_off(broker: Redis
     still accepts connections waits the back-off."""
     consumer = broker.consume("default")
     try:
-        consumer.error_attempts = 6  # a back-off of seconds by now
+        consumer.failures.calls.attempts = 6  # a back-off of seconds by now
         began = time.monotonic()
         consumer._failed(redis.BusyLoadingError("Valkey is loading the dataset in memory"))
         assert time.monotonic() - began < 0.3
-        consumer.error_attempts = 6
+        consumer.failures.calls.attempts = 6
         began = time.monotonic()
         consumer._failed(redis.ConnectionError("Connection reset by peer"))
         assert time.monotonic() - began >= 0.5
@@ -188,7 +188,7 @@ def test_a_subscription_the_server_does_not_list_is_made_again_there_within_seco
     sit on a node that is no longer the primary, where no announcement arrives. The
     consumer asks its server every second; missing twice in a row, it subscribes again."""
     consumer = broker.consume("default", timeout=100)
-    duty = consumer.transfers
+    duty = consumer.transfers.subscription  # its pub/sub
     keys = broker.keys("default")
 
     def listed() -> dict[str, int]:

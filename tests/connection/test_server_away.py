@@ -14,7 +14,8 @@ import pytest
 from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._logs import FIRST_REMINDER, Outage, reason, server_address
+from dramatiq_redisson._logs import FIRST_REMINDER, Outage, reason
+from dramatiq_redisson.connection._client import server_address
 from tests.harness.faults.procs import ValkeyProcess
 from tests.helpers import wait_for
 

@@ -171,16 +171,17 @@ def _run(
     def stamp(i: int) -> None:  # runs in tests/proc_worker.py
         pass
 
-    # Where each send goes (the router picks a shard per send): kept, not changed.
-    router = broker.shard_router
+    # Where each send goes (the router picks a shard per send, the producer sends by
+    # the route it was given): kept, not changed.
+    sender = broker.producer
     chosen: list[str | None] = [None]
-    route = router.target
+    route = sender.route
 
     def target(queue_name: str, options: dict[str, Any], in_flight: str = "") -> str:
         name = chosen[0] = route(queue_name, options, in_flight)
         return name
 
-    router.target = target  # type: ignore[method-assign]
+    sender.route = target
 
     def now_ms() -> int:
         return server_ms(record_client)

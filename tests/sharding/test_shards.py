@@ -9,15 +9,9 @@ from collections import Counter
 
 import pytest
 
+from dramatiq_redisson._queue_names import MAX_SHARDS, base_queue, shard_name
 from dramatiq_redisson.sharding._consumer import _Freed
-from dramatiq_redisson.sharding._shards import (
-    MAX_SHARDS,
-    base_queue,
-    choose_suffixes,
-    shard_name,
-    shard_slot,
-    slot_owner,
-)
+from dramatiq_redisson.sharding._shards import choose_suffixes, shard_slot, slot_owner
 
 #: The split ``redis-cli --cluster create`` makes for three masters.
 THREE = slot_owner([(0, 5460, "m1"), (5461, 10922, "m2"), (10923, 16383, "m3")])

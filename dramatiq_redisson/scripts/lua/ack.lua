@@ -4,7 +4,7 @@
 -- KEYS[2]  HASH  <ns>:<queue>.msgs
 -- KEYS[3]  ZSET  <ns>:__heartbeats__
 -- KEYS[4]  HASH  redisson_delay_queue_fetched:{N}   redis message id -> fetch record
--- KEYS[5]  STRING redisson_delay_queue_minutes:{N}  activity history (see _history.lua)
+-- KEYS[5]  STRING redisson_delay_queue_minutes:{N}  activity history (see record_history.lua)
 -- KEYS[6]  STRING redisson_delay_queue_hours:{N}
 --
 -- ARGV[1]  redis message id
@@ -14,16 +14,16 @@
 -- ARGV[5]  optional: the caller's estimate of the server clock (epoch ms), from its last
 --          transfer's reply and a monotonic clock since: the history's minute and the
 --          heartbeat take it instead of a TIME call; "" or absent: TIME. (An estimate a
---          moment behind the server's at a minute's start is handled by _history.lua.)
+--          moment behind the server's at a minute's start is handled by record_history.lua.)
 --
--- A message fetched through lanes holds slots (fetch.lua's reply ended with "held"): the
--- caller then adds
--- KEYS[7]  HASH  redisson_delay_queue_flow:{N}     slots in use, blocked lanes (_flow.lua)
+-- A message fetched through lanes uses concurrency slots (fetch.lua's reply ended with
+-- "held"): the caller then adds
+-- KEYS[7]  HASH  redisson_delay_queue_flow:{N}     concurrency slots in use, blocked lanes (flow_context.lua)
 -- KEYS[8]  ZSET  redisson_delay_queue_levels:{N}
 -- KEYS[9]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
 -- ARGV[6]  the lanes' key prefix, ARGV[7] the rings', ARGV[8] the wake channels' prefix
 -- and the slots the fetch record names are given back: a lane of a group that was at its
--- limit returns to its ring, and an idle consumer is woken per slot freed (_wake.lua).
+-- limit returns to its ring, and an idle consumer is woken per slot freed (wake.lua).
 -- A repeated ack finds no record and gives nothing back.
 --
 -- A thread is free again (issue 46): a consumer listed in the idle registry with a score
@@ -41,11 +41,12 @@
 -- Returns: 1 if the message was in the ack set, else 0 (nothing is counted then: an
 --          ack repeated after a lost reply counts once).
 
--- include: _history.lua
--- include: _wake.lua
--- include: _flow.lua
+-- include: record_history.lua
+-- include: wake.lua
+-- include: flow_context.lua
+-- include: flow_lib.lua
 
-local held = ARGV[6] ~= nil and ARGV[6] ~= "idle"
+local uses_slots = ARGV[6] ~= nil and ARGV[6] ~= "idle" -- fetched through lanes
 local removed = redis.call("SREM", KEYS[1], ARGV[1])
 local now_ms = tonumber(ARGV[5] or "")
 if not now_ms and (removed == 1 or ARGV[3] ~= "0") then
@@ -54,7 +55,7 @@ if not now_ms and (removed == 1 or ARGV[3] ~= "0") then
 end
 if removed == 1 then
     redis.call("HDEL", KEYS[2], ARGV[1])
-    if held then
+    if uses_slots then
         local flow = flow_context(nil, KEYS[7], KEYS[8], nil, ARGV[6], ARGV[7])
         if flow_lib().release(flow, { redis.call("HGET", KEYS[4], ARGV[1]) }) > 0 then
             wake(KEYS[9], ARGV[8], 1)
@@ -66,9 +67,9 @@ end
 if ARGV[3] ~= "0" then
     redis.call("ZADD", KEYS[3], now_ms, ARGV[2])
 end
-local k, a = held and 10 or 7, held and 9 or 6
+local k, a = uses_slots and 10 or 7, uses_slots and 9 or 6
 if ARGV[a] == "idle" then
-    if held or redis.call("LLEN", KEYS[k + 1]) > 0 then
+    if uses_slots or redis.call("LLEN", KEYS[k + 1]) > 0 then
         redis.call("PUBLISH", ARGV[a + 3], "0") -- messages wait: its consumer fetches them
     else
         redis.call("ZADD", KEYS[k], "XX", ARGV[a + 2], ARGV[a + 1])

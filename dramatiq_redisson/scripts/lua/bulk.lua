@@ -28,8 +28,8 @@
 --
 -- Returns: the number of messages promoted or removed.
 
--- include: _member.lua
--- include: _dedupe.lua
+-- include: message_id_of.lua
+-- include: unkey.lua
 
 local zset, payloads, channel = KEYS[1], KEYS[2], KEYS[3]
 local dedupe, keyed = KEYS[4], KEYS[5]

@@ -16,9 +16,9 @@
 --
 -- Returns: the number of scheduled messages removed.
 
--- include: _member.lua
--- include: _chunked.lua
--- include: _dedupe.lua
+-- include: stored_key.lua
+-- include: variadic.lua
+-- include: unkey.lua
 
 local zset, payloads, dedupe, keyed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local by_key = ARGV[1] == "key"

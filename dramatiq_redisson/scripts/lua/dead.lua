@@ -6,7 +6,7 @@
 -- KEYS[4]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
 -- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
 -- KEYS[6]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
--- KEYS[7..9]      optional: the flow keys (flow, levels, lane_of; see _flow.lua); with them
+-- KEYS[7..9]      optional: the flow keys (flow, levels, lane_of; see flow_context.lua); with them
 --                 ARGV[3] and ARGV[4] are the lanes' and rings' key prefixes and the ids
 --                 start at ARGV[5]
 --
@@ -28,8 +28,10 @@
 --
 -- Returns: the number of dead letters requeued or removed.
 
--- include: _wake.lua
--- include: _flow.lua
+-- include: wake.lua
+-- include: flow_context.lua
+-- include: flow_on.lua
+-- include: flow_lib.lua
 
 local xq, xq_msgs, ready, ready_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local action, batch = ARGV[1], tonumber(ARGV[2])

@@ -6,7 +6,7 @@
 -- KEYS[3]  CHANNEL  redisson_delay_queue_channel:{N}
 -- KEYS[4]  ZSET     redisson_delay_queue_sent:{N}   redis message id -> enqueue time (epoch ms)
 -- KEYS[5]  ZSET     redisson_delay_queue_idle:{N}   consumer token -> messages it can start now
--- KEYS[6..8]        optional: the flow keys (flow, levels, lane_of; see _flow.lua). With
+-- KEYS[6..8]        optional: the flow keys (flow, levels, lane_of; see flow_context.lua). With
 --                   them, ARGV[4] and ARGV[5] are the lanes' and the rings' key prefixes
 --                   and the messages come in triples from ARGV[6]: id, encoded message,
 --                   lane ("" or "0:": the ready queue). A lane other than "0:" turns the
@@ -41,27 +41,27 @@
 -- the window (measured with 36-character ids; see the broker's dedupe_window).
 --
 -- Wake-ups: idle consumers (those whose last fetch came up short) are woken on their own
--- wake channels until what they can start covers the ids pushed (see _wake.lua), so one
+-- wake channels until what they can start covers the ids pushed (see wake.lua), so one
 -- message wakes one consumer, not the whole fleet. Without idle consumers it costs one
 -- ZRANGE.
 --
 -- Returns: {length of the ready queue afterwards, ids pushed by this call, the server
 --          clock this call read with TIME (epoch ms), or 0 when it read none}.
 
--- include: _wake.lua
+-- include: variadic.lua
+-- include: wake.lua
+-- include: record_lane.lua
+-- include: flow_context.lua
+-- include: flow_lib.lua
 
 local ready, ready_msgs, channel, sent, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local window = tonumber(ARGV[1])
 local in_flight = ARGV[2]
 
--- include: _flow.lua
-
 local flow, first, step = nil, 4, 2 -- flow: the flow keys were given (the context is made for a laned id)
 if KEYS[6] then
     flow, first, step = true, 6, 3
 end
-
--- include: _chunked.lua
 
 local TRIM_EVERY = 8
 local now_ms, read_ms = 0, 0
@@ -157,7 +157,7 @@ if flow then
 end
 if laned then
     -- Plain ids alone go the plain way below, even while the flow is on: the fetch takes
-    -- the ready list in turn as the plain lane (_flow.lua), so a plain send pays nothing.
+    -- the ready list in turn as the plain lane (flow_context.lua), so a plain send pays nothing.
     local lanes = {}
     for i = 1, #ids do
         lanes[i] = lane_of_id[ids[i]] or PLAIN_LANE

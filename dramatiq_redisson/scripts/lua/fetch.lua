@@ -8,7 +8,7 @@
 -- KEYS[6]  STRING redisson_delay_queue_paused:{N}      set while the queue is paused
 -- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}      redis message id -> fetch record
 -- KEYS[8]  HASH   redisson_delay_queue_flow:{N}        optional (with KEYS[9..10] and
---          ARGV[7..8]): the lanes' counts, limits and slots (_flow.lua); whether the
+--          ARGV[7..8]): the lanes' counts, limits and slots (flow_context.lua); whether the
 --          queue's messages go through lanes is its flag, the STRING ARGV[7] .. "on}",
 --          read with the pause in one MGET
 -- KEYS[9]  ZSET  redisson_delay_queue_levels:{N}       priorities with lanes in their ring
@@ -20,7 +20,7 @@
 -- ARGV[3]  the consumer's token, or "": a consumer that listens on its wake channel
 --          gives its token, and is listed in the idle registry with what it can start
 --          still, ARGV[1] minus what came (enqueue and transfer wake the consumer that can
---          start the most, see _wake.lua); 0 when every slot was filled: it is woken by
+--          start the most, see wake.lua); 0 when every slot was filled: it is woken by
 --          nobody until an ack raises its score (ack.lua).
 -- ARGV[4]  "0": leave the heartbeat alone (this process beat less than a heartbeat
 --          interval ago); else write it (ZREM + ZADD, server clock)
@@ -30,19 +30,20 @@
 -- ARGV[6]  optional: the caller's estimate of the server clock (epoch ms, see ack.lua),
 --          for the beat and the fetch records instead of a TIME call; "" or absent: TIME
 -- ARGV[7]  with KEYS[8]: the lanes' key prefix; ARGV[8] the rings'; ARGV[9] the rate
---          logs' (from _keys.py); ARGV[10] the wake channels' (see _wake.lua)
+--          logs' (from _keys.py); ARGV[10] the wake channels' (see wake.lua)
 --
 -- Lanes: when KEYS[8] exists, ids are taken by priority and in turn over the groups
--- (take in _flow.lua) instead of from the head of the ready queue, within the queue's
--- concurrency limits (a group at its limit waits off its ring). Each message taken holds a
--- slot of its queue and of its group: its fetch record ends with "|held" and, for an id
+-- (flow_take, include/flow_take.lua) instead of from the head of the ready queue, within the queue's
+-- concurrency limits (a group at its limit waits off its ring). Each message taken uses a
+-- concurrency slot of its queue and of its group: its fetch record ends with "|held" (the
+-- marker's stored name, see fetch_record.lua) and, for an id
 -- not in the plain lane, "|lane:<lane>" (a requeue puts it back there); the ack, nack,
 -- requeue and the liveness requeues give the slots back. Within the queue's rate limits
 -- (server clock): a fetch takes no more than the queue's rate allows now, and a group
 -- over its rate waits off its ring until it may start again. The consumer that comes up
 -- short is told how long to sleep ("wait:<ms>", below) if no other one sleeps for an
 -- earlier start already; when it fetches then and more could start, it wakes as many
--- idle consumers as that needs (_wake.lua): one sleeps, not the whole fleet.
+-- idle consumers as that needs (wake.lua): one sleeps, not the whole fleet.
 --
 -- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
 -- (enqueues do not wake it; it polls until the queue is resumed).
@@ -56,13 +57,14 @@
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
 --          no message (it is then dropped from the ack set too); or false (nil) when the
 --          queue is paused. Through lanes, one more element may end the list: its
---          words "held" (the messages hold slots: their acks and nacks give them back,
---          see ack.lua) and "wait:<ms>" (a rate limit holds messages back: this consumer
---          fetches again in that many ms, a wake-up aside). Without lanes, "more": it
+--          words "held" (the reply's word for: the messages use concurrency slots, their
+--          acks and nacks give them back, see ack.lua) and "wait:<ms>" (a rate limit keeps
+--          messages back: this consumer fetches again in that many ms, a wake-up aside). Without lanes, "more": it
 --          took ARGV[1] messages and more are ready.
 
--- include: _wake.lua
--- include: _flow.lua
+-- include: wake.lua
+-- include: flow_context.lua
+-- include: flow_lib.lua
 
 local ready, ready_msgs, acks, heartbeats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local idle, paused, fetched = KEYS[5], KEYS[6], KEYS[7]
@@ -119,7 +121,7 @@ else
     ids = redis.call("LPOP", ready, count)
 end
 if token ~= "" then
-    -- Listed with what it can start still (0: listening, every thread busy; see _wake.lua).
+    -- Listed with what it can start still (0: listening, every thread busy; see wake.lua).
     redis.call("ZADD", idle, count - (ids and #ids or 0), token)
 end
 local status = wait_ms and ("wait:" .. wait_ms) or nil
@@ -150,19 +152,19 @@ if #held > 0 then
             lane_at[ids[i]] = lanes[i]
         end
     end
-    local held_lanes = {}
+    local slot_lanes = {} -- the lanes whose concurrency slots the messages use
     for i = 1, #held do
         pairs[2 * i - 1] = held[i]
         if lanes then
-            held_lanes[i] = lane_at[held[i]]
-            pairs[2 * i] = flow_lib().record(record, held_lanes[i])
+            slot_lanes[i] = lane_at[held[i]]
+            pairs[2 * i] = flow_lib().record(record, slot_lanes[i])
         else
             pairs[2 * i] = record
         end
     end
     redis.call("HSET", fetched, unpack(pairs))
     if lanes then
-        flow_lib().hold(flow, held_lanes)
+        flow_lib().use_slots(flow, slot_lanes)
         status = status and ("held " .. status) or "held" -- the ack gives the slots back (ack.lua)
     end
 end

@@ -1,4 +1,4 @@
--- history: read a queue's activity history (the rings of _history.lua).
+-- history: read a queue's activity history (the rings of record_history.lua).
 --
 -- KEYS[1]  STRING redisson_delay_queue_minutes:{N}
 -- KEYS[2]  STRING redisson_delay_queue_hours:{N}
@@ -13,7 +13,8 @@
 --           first), the last hours' slots, the last active minute not yet added to its
 --           hour (0: none), that minute's slot}
 
--- include: _history.lua
+-- include: history_minute_at.lua
+-- include: history_hour_at.lua
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

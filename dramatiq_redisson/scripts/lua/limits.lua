@@ -12,7 +12,7 @@
 --          with "update": the same, but "" keeps the limit as it is and -1 removes it
 -- ARGV[7]  the lanes' key prefix, ARGV[8] the rings', ARGV[9] the wake channels', ARGV[10]
 --          the rate logs' (the queue's start log is ARGV[10] .. "q}", the lanes waiting
---          for their group's rate ARGV[10] .. "deferred}"; see _flow.lua)
+--          for their group's rate ARGV[10] .. "deferred}"; see flow_context.lua)
 -- ARGV[11..] with "weights": pairs of a group (as hex) and its weight (an int > 1)
 --
 -- "set" turns the queue's flow on (its messages go through lanes from now on; the ready
@@ -32,8 +32,9 @@
 --           queue rate or -1, window ms or -1, group rate or -1, the queue's starts in the
 --           current window (-1 without a queue rate), lanes waiting for their group's rate}
 
--- include: _wake.lua
--- include: _flow.lua
+-- include: wake.lua
+-- include: flow_context.lua
+-- include: flow_lib.lua
 
 local flow = flow_context(KEYS[2], KEYS[1], KEYS[3], nil, ARGV[7], ARGV[8], ARGV[10])
 local op = ARGV[1]

@@ -7,7 +7,7 @@
 -- KEYS[5]  LIST  <ns>:<queue>.DQ          the built-in broker's delay queue
 -- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs
 -- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[8..10]    the flow keys (flow, levels, lane_of; see _flow.lua)
+-- KEYS[8..10]    the flow keys (flow, levels, lane_of; see flow_context.lua)
 -- KEYS[11..] pairs of SETs per dead worker: <ns>:__acks__.<id>.<queue>, <ns>:__acks__.<id>.<queue>.DQ
 --          (unacked messages go back to the queue they were fetched from; the .DQ
 --          ones are then migrated to the delayed queue by the consumer)
@@ -17,16 +17,18 @@
 -- ARGV[3]  the lanes' key prefix, ARGV[4] the rings' (from _keys.py)
 --
 -- Lanes: while the queue's flow is on, each id of the ready queue goes back to the head of
--- the lane its fetch record names (the ready queue when it names none), and the slots the
--- records hold are given back (_flow.lua).
+-- the lane its fetch record names (the ready queue when it names none), and the concurrency
+-- slots its record says it uses are given back (flow_context.lua).
 --
 -- Memory: every growing write (LPUSH) follows a DEL of the ack set it empties, and
 -- expiry only deletes, so maintenance runs on a server at its maxmemory limit.
 --
 -- Returns: {messages requeued, dead letters expired}
 
--- include: _chunked.lua
--- include: _flow.lua
+-- include: variadic.lua
+-- include: flow_context.lua
+-- include: flow_on.lua
+-- include: flow_lib.lua
 
 local ready, ready_msgs, xq, xq_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call("TIME")
@@ -60,7 +62,7 @@ local function recover(acks, list, msgs)
     end
     if by_lane then
         flow_lib().put_back(flow, back, back_records)
-        flow_lib().release(flow, records) -- the slots they held (consumers poll: no wake-up here)
+        flow_lib().release(flow, records) -- the concurrency slots they used (consumers poll: no wake-up here)
     end
 end
 for k = 11, #KEYS, 2 do

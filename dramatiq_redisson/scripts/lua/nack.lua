@@ -6,7 +6,7 @@
 -- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs    dead letter id -> encoded message
 -- KEYS[5]  ZSET  <ns>:__heartbeats__
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   redis message id -> fetch record
--- KEYS[7]  STRING redisson_delay_queue_minutes:{N}  activity history (see _history.lua)
+-- KEYS[7]  STRING redisson_delay_queue_minutes:{N}  activity history (see record_history.lua)
 -- KEYS[8]  STRING redisson_delay_queue_hours:{N}
 -- KEYS[9]  HASH  redisson_delay_queue_lane_of:{N}   optional: the dead letter keeps the lane
 --                                                   its fetch record names (dead.lua's
@@ -17,7 +17,7 @@
 -- ARGV[3]  optional: the message as it failed (encoded, with the traceback Dramatiq
 --          recorded in its options), stored in place of the copy fetched ("": none)
 --
--- A message fetched through lanes holds slots (see ack.lua): the caller then adds
+-- A message fetched through lanes uses concurrency slots (see ack.lua): the caller then adds
 -- KEYS[10] HASH  redisson_delay_queue_flow:{N}, KEYS[11] ZSET its levels, KEYS[12] ZSET
 -- redisson_delay_queue_idle:{N}, and ARGV[4..6] the lanes', rings' and wake channels'
 -- prefixes; the slots are given back as an ack gives them.
@@ -27,9 +27,11 @@
 --
 -- Returns: 1 if the message was moved (and counted as failed), else 0.
 
--- include: _history.lua
--- include: _wake.lua
--- include: _flow.lua
+-- include: record_history.lua
+-- include: wake.lua
+-- include: record_lane.lua
+-- include: flow_context.lua
+-- include: flow_lib.lua
 
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

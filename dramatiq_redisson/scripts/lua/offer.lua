@@ -13,11 +13,11 @@
 -- KEYS[9]  HASH  redisson_delay_queue_dedupe:{N}  dedupe key -> scheduled message id
 -- KEYS[10] HASH  redisson_delay_queue_keyed:{N}   message id -> "<ttl ms>:<dedupe key>"
 -- KEYS[11] ZSET  redisson_delay_queue_holds:{N}   dedupe key -> end of its throttle window
--- KEYS[12] HASH  redisson_delay_queue_held:{N}    dedupe key -> encoded message that moved
---                                      (KEYS[9..12]: see _dedupe.lua)
+-- KEYS[12] HASH  redisson_delay_queue_held:{N}    throttle copies: dedupe key -> encoded message that moved
+--                                      (KEYS[9..12]: see dedupe_split.lua)
 -- KEYS[13] HASH  redisson_delay_queue_lane_of:{N}  optional (with KEYS[14..15]): message id ->
 --                                      lane, for a scheduled message not in the plain lane
--- KEYS[14] HASH   redisson_delay_queue_flow:{N}, KEYS[15] STRING its flag (see _flow.lua)
+-- KEYS[14] HASH   redisson_delay_queue_flow:{N}, KEYS[15] STRING its flag (see flow_context.lua)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose
@@ -26,7 +26,7 @@
 --          "abs": each time is an absolute due time in epoch ms (legacy migration);
 --          "bulk": one delay in ms for every entry (enqueue_many)
 -- rel/abs: ARGV[2..] repeated groups of 8:
---          time_ms, sort_key (see _member.lua), message_id, payload (see _body.lua),
+--          time_ms, sort_key (see key_len.lua), message_id, payload (see ready_body.lua),
 --          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed),
 --          dedupe key ("": none), dedupe mode ("keep", "replace" or "retry"), ttl in ms;
 --          with KEYS[13], groups of 9: the 9th the message's lane ("" or "0:": plain)
@@ -34,7 +34,7 @@
 --          message_id, sort_key .. payload (with KEYS[13], triples: the lane third)
 --
 -- Lanes: a scheduled message with a lane other than "0:" is recorded in KEYS[13] (its
--- transfer moves it to that lane) and turns the queue's flow on (_flow.lua); one
+-- transfer moves it to that lane) and turns the queue's flow on (flow_context.lua); one
 -- rescheduled without a lane loses its record.
 --
 -- A member is sort_key .. message_id: equal due times order by sort key (offer order).
@@ -83,14 +83,16 @@
 --          message)}, or {-3, "", encoded message} when a throttle window holds the key;
 --          bulk: {entries, their due time in epoch ms}.
 
--- include: _member.lua
--- include: _chunked.lua
--- include: _dedupe.lua
--- include: _flow.lua
+-- include: stored_key.lua
+-- include: variadic.lua
+-- include: dedupe_split.lua
+-- include: unkey.lua
+-- include: record_lane.lua
+-- include: flow_lib.lua
 
 local zset, backup, payloads, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local legacy_list, legacy_msgs, ready_msgs, sent = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local dedupe, keyed, holds, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local dedupe, keyed, holds, throttle_copies = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local lane_of = KEYS[13]
 local step = lane_of and 9 or 8 -- ARGV per rel/abs entry
 local laned = false -- a message with a lane was scheduled: the queue's flow goes on
@@ -253,13 +255,13 @@ else
             if holder then
                 holder_stored = redis.call("HGET", payloads, holder)
                 if not holder_stored then
-                    holder = nil -- never left stale (see _dedupe.lua); if it were, it is free
+                    holder = nil -- never left stale (see dedupe_split.lua); if it were, it is free
                 end
             else
                 local window_end = redis.call("ZSCORE", holds, key)
                 if window_end then
                     window_seen = true
-                    local body = redis.call("HGET", held, key) or ""
+                    local body = redis.call("HGET", throttle_copies, key) or ""
                     if tonumber(window_end) > now_ms then
                         window_body = body
                     end
@@ -333,7 +335,7 @@ else
                     end
                     if window_seen then
                         redis.call("ZREM", holds, key)
-                        redis.call("HDEL", held, key)
+                        redis.call("HDEL", throttle_copies, key)
                     end
                     redis.call("HSET", dedupe, key, message_id)
                     redis.call("HSET", keyed, message_id, ttl .. ":" .. key)

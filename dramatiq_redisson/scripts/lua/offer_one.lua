@@ -10,9 +10,9 @@
 -- KEYS[6]  HASH  <ns>:<queue>.msgs                  ready messages
 --
 -- ARGV[1]  delay in ms, added to the server clock
--- ARGV[2]  sort key (see _member.lua)
+-- ARGV[2]  sort key (see key_len.lua)
 -- ARGV[3]  message id
--- ARGV[4]  payload (see _body.lua)
+-- ARGV[4]  payload (see ready_body.lua)
 -- ARGV[5]  where a member that already came due is looked for (the offer of a prepared
 --          message sent again after its first call's reply was lost): "sent" in KEYS[5]
 --          only (the dedupe window covers the client's retry span: a member that moved
@@ -38,7 +38,7 @@
 -- Returns: the due time in epoch ms, -2 when the member had already moved to the ready
 --          queue, -4 when the message id is scheduled under another member.
 
--- include: _member.lua
+-- include: stored_key.lua
 
 local zset, backup, payloads, channel, sent, ready_msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sort_key, message_id, data, look = ARGV[2], ARGV[3], ARGV[4], ARGV[5]

@@ -12,7 +12,7 @@
 --          id}, or {-1, false, false} when the message is not scheduled (moved,
 --          cancelled, unknown; no message holds the key).
 
--- include: _member.lua
+-- include: stored_key.lua
 
 local message_id = ARGV[1]
 if ARGV[2] == "key" then

@@ -7,7 +7,7 @@
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[7..9]     the flow keys (flow, levels, lane_of; see _flow.lua)
+-- KEYS[7..9]     the flow keys (flow, levels, lane_of; see flow_context.lua)
 -- KEYS[10..] SET <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[6..]
 --
 -- ARGV[1]  liveness timeout (ms): a worker is dead when its last beat is more than this
@@ -22,8 +22,8 @@
 -- ARGV[6..] worker ids
 --
 -- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
--- record names (the ready queue when it names none), and the slots the records hold are
--- given back (_flow.lua): the idle consumers woken take them.
+-- record names (the ready queue when it names none), and the concurrency slots the records say their messages use are
+-- given back (flow_context.lua): the idle consumers woken take them.
 --
 -- Dead is relative to the newest beat, not to the server clock: when no process could beat
 -- (the server was stopped or unreachable for a while, every entry equally old) nobody is
@@ -38,9 +38,11 @@
 --
 -- Returns: {messages put back, dead workers}.
 
--- include: _wake.lua
--- include: _chunked.lua
--- include: _flow.lua
+-- include: variadic.lua
+-- include: wake.lua
+-- include: flow_context.lua
+-- include: flow_on.lua
+-- include: flow_lib.lua
 
 local alive, ready, ready_msgs, idle, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local timeout, forget = tonumber(ARGV[1]), tonumber(ARGV[2])

@@ -6,14 +6,14 @@
 -- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
 -- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
 -- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[7..9]      optional: the flow keys (see _flow.lua); with them ARGV[1] and ARGV[2] are
+-- KEYS[7..9]      optional: the flow keys (see flow_context.lua); with them ARGV[1] and ARGV[2] are
 --                 the lanes' and rings' key prefixes, and the ids start at ARGV[3]
 --
 -- ARGV[1..] redis message ids, in the order they were fetched
 --
 -- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
--- record names (the ready queue when it names none), and the slots the records hold are
--- given back (_flow.lua).
+-- record names (the ready queue when it names none), and the concurrency slots the records say their messages use are
+-- given back (flow_context.lua).
 --
 -- An id is put back only if this call removed it from the ack set: an id acked (or
 -- requeued) meanwhile is left alone, so a requeue never duplicates a message.
@@ -21,14 +21,15 @@
 -- Memory: each LPUSH follows its SREM (never grows memory), so requeues run on a
 -- server at its maxmemory limit.
 --
--- The messages put back wake as many idle consumers (see _wake.lua): a worker that
+-- The messages put back wake as many idle consumers (see wake.lua): a worker that
 -- shuts down hands its prefetched messages to idle ones at once.
 --
 -- Returns: the number of messages put back.
 
--- include: _wake.lua
-
--- include: _flow.lua
+-- include: wake.lua
+-- include: flow_context.lua
+-- include: flow_on.lua
+-- include: flow_lib.lua
 
 local flow, first = nil, 1
 if KEYS[7] then

@@ -18,7 +18,7 @@
 --
 -- Returns: the new due time (epoch ms), or -1 when the message is not scheduled.
 
--- include: _member.lua
+-- include: stored_key.lua
 
 local zset, payloads, channel = KEYS[1], KEYS[2], KEYS[3]
 local message_id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])

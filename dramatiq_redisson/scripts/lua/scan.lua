@@ -20,7 +20,7 @@
 --           gone), cursor due time, cursor member} — the cursor is the page's last
 --           entry ("" when the end was reached).
 
--- include: _member.lua
+-- include: message_id_of.lua
 
 local zset, payloads = KEYS[1], KEYS[2]
 local size, after_due, after_member = tonumber(ARGV[1]), ARGV[2], ARGV[3]

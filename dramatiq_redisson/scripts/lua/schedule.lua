@@ -22,7 +22,7 @@
 -- KEYS[7]  CHANNEL redisson_delay_queue_channel:{N}      a new earliest due time
 -- KEYS[8]  LIST  <ns>:<queue>                            ready queue
 -- KEYS[9]  HASH  <ns>:<queue>.msgs                       redis message id -> encoded message
--- KEYS[10] ZSET  redisson_delay_queue_idle:{N}           idle consumers (see _wake.lua)
+-- KEYS[10] ZSET  redisson_delay_queue_idle:{N}           idle consumers (see wake.lua)
 --
 -- ARGV[1] the operation, ARGV[2] the schedule's name, then per operation:
 --
@@ -66,8 +66,8 @@
 -- Reads and checks come before the first write: a key of the wrong type, a due time that
 -- is not a number or an unknown operation fails the call with nothing written.
 
--- include: _member.lua
--- include: _wake.lua
+-- include: message_id_of.lua
+-- include: wake.lua
 
 local schedules, chains, state, zset, backup, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local channel, ready, ready_msgs, idle = KEYS[7], KEYS[8], KEYS[9], KEYS[10]

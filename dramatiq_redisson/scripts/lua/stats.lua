@@ -8,7 +8,7 @@
 -- KEYS[6]  ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
 -- KEYS[7]  LIST  <ns>:<queue>.DQ        the built-in broker's delay queue (not yet migrated)
 -- KEYS[8]  STRING redisson_delay_queue_paused:{N}    since when the queue is paused
--- KEYS[9]  HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[10]: lanes (_flow.lua)
+-- KEYS[9]  HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[10]: lanes (flow_context.lua)
 -- KEYS[10] ZSET   redisson_delay_queue_levels:{N}    the priorities with waiting lanes
 --
 -- ARGV[1]  overdue grace (ms): entries due more than this long ago count as overdue
@@ -51,17 +51,17 @@ local reply = {
     paused and (tonumber(paused) or 0) or -1,
 }
 if KEYS[9] and redis.call("EXISTS", KEYS[9]) == 1 then
-    local held_back = tonumber(redis.call("HGET", KEYS[9], "blocked") or 0)
+    local off_ring = tonumber(redis.call("HGET", KEYS[9], "blocked") or 0)
     if ARGV[4] then
-        held_back = held_back + redis.call("ZCARD", ARGV[4] .. "deferred}")
+        off_ring = off_ring + redis.call("ZCARD", ARGV[4] .. "deferred}")
     end
-    reply[#reply + 1] = held_back
+    reply[#reply + 1] = off_ring
     local lanes = redis.call("HEXISTS", KEYS[9], "plain") == 1 and -1 or 0 -- the plain lane is none
     for _, priority in ipairs(redis.call("ZRANGE", KEYS[10], 0, -1)) do
         lanes = lanes + redis.call("LLEN", ARGV[3] .. priority .. "}")
     end
     reply[#reply + 1] = math.max(0, lanes)
-    -- Every priority's count in one read: a lane held back by its group's limit is in no
+    -- Every priority's count in one read: a lane off its ring for its group's limit is in no
     -- ring, so `levels` does not name every priority with waiting ids.
     local fields = {}
     for priority = 0, 255 do

@@ -4,7 +4,7 @@
 -- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 -- KEYS[2]  LIST  redisson_delay_queue:{N}           backup list, offer order
 -- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. payload (compact
---                                                    or encoded message: see _body.lua)
+--                                                    or encoded message: see ready_body.lua)
 -- KEYS[4]  LIST  redisson_delay_queue_compact:{N}   backup list being rebuilt by a compaction pass
 -- KEYS[5]  STRING redisson_delay_queue_cursor:{N}   read position of the compaction pass,
 --                                                    or "-" (PX) until the next upkeep tick
@@ -22,13 +22,13 @@
 -- KEYS[16] HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
 -- KEYS[17] HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
 -- KEYS[18] ZSET  redisson_delay_queue_holds:{N}     dedupe key -> end of its throttle window
--- KEYS[19] HASH  redisson_delay_queue_held:{N}      dedupe key -> encoded message that moved
+-- KEYS[19] HASH  redisson_delay_queue_held:{N}      throttle copies: dedupe key -> encoded message that moved
 -- KEYS[20] HASH  redisson_delay_queue_chains:{N}    schedule name -> member of its next tick
 -- KEYS[21] HASH  redisson_delay_queue_schedule_state:{N}  "<name>|t" the ticks after it, ...
 --                                                    (see schedule.lua)
 -- KEYS[22] STRING redisson_delay_queue_paused:{N}   set while the queue is paused: no hand-off
 -- KEYS[23] HASH  redisson_delay_queue_fetched:{N}   fetch records of handed-off messages
--- KEYS[24..26]    optional: the flow keys (flow, levels, lane_of; see _flow.lua), with
+-- KEYS[24..26]    optional: the flow keys (flow, levels, lane_of; see flow_context.lua), with
 --                 ARGV[15] and ARGV[16] the lanes' and rings' key prefixes
 --
 -- ARGV[1]  most entries to move in this call
@@ -45,7 +45,7 @@
 --          it takes the message on a tie
 -- ARGV[9]  dedupe window in ms (0 or absent: moved members are not remembered)
 -- ARGV[10] the queue's name as a JSON string (written back into compact payloads: see
---          _body.lua)
+--          ready_body.lua)
 -- ARGV[11] upkeep interval in ms: the backup list's head trim, the compaction check and
 --          the trim of the dedupe window's moved members run at most this often (a
 --          tick; KEYS[5] holds "-" until the next one), not on every call; 0: every call.
@@ -66,7 +66,7 @@
 -- same prepared message again after it ran and was acked (a resend after a lost reply,
 -- or after NotReplicated) does not schedule it a second time (see offer.lua).
 --
--- Dedupe keys (see _dedupe.lua): a moved (or dead-lettered) message that held a key
+-- Dedupe keys (see dedupe_split.lua): a moved (or dead-lettered) message that held a key
 -- releases it; one with a ttl keeps it taken for ttl ms more (a throttle window, with a
 -- copy of the moved message). This costs one EXISTS per call when the queue has no keyed
 -- message, and O(keyed moved messages) otherwise: no JSON is decoded.
@@ -94,7 +94,7 @@
 -- and a fetch, which short jobs would feel), one message at a time; a tie goes to the other consumer
 -- ("2") or to the caller ("3"): the caller picks either at random, for an even share
 -- between consumers that are both idle at every due time. The
--- rest wait in the ready queue and wake as many idle consumers (_wake.lua, the caller
+-- rest wait in the ready queue and wake as many idle consumers (wake.lua, the caller
 -- excepted), the one that can start the most first.
 --
 -- Periodic ticks (schedule.lua): a due member that is its schedule's chained tick (its
@@ -107,14 +107,14 @@
 -- schedule's catch-up policy (_periodic.py); so does a chain that ran out of upcoming
 -- times. Both, and a chain running low on times, are returned (the 10th value). Every
 -- other message (a retry of a tick, a tick run now by hand) moves as usual. A schedule's
--- policies (issue 50: jitter in "|t", overlap "skip", a limit; see _chain.lua) are read
+-- policies (issue 50: jitter in "|t", overlap "skip", a limit; see chain_step.lua) are read
 -- only for a due member whose message id starts with "periodic:": the other messages'
 -- path is unchanged.
 --
 -- Wake-ups: moved messages the caller does not take wake as many idle consumers (see
--- _wake.lua).
+-- wake.lua).
 --
--- The member of an entry is its sort key (_member.lua) followed by the message id; the
+-- The member of an entry is its sort key (key_len.lua) followed by the message id; the
 -- member is also the redis message id the entry gets in the ready queue.
 --
 -- Every step is a handful of variadic commands per call, not commands per entry:
@@ -138,20 +138,29 @@
 --           (server clock), in due order, the other holder's token or "" if the caller
 --           holds the lease, names of schedules to attend to (see Periodic ticks)}
 
--- Its duties, each in an include of its own: the lease (_lease.lua), periodic chaining
--- (_chain.lua), the backup list's upkeep (_upkeep.lua), dedupe keys (_dedupe.lua),
--- waking idle consumers (_wake.lua); this file moves the due entries, hands them off,
+-- Its duties, each in an include of its own: the lease (lease_renew.lua), periodic chaining
+-- (chain_step.lua), the backup list's upkeep (backup_upkeep.lua), dedupe keys (dedupe_split.lua),
+-- waking idle consumers (wake.lua); this file moves the due entries, hands them off,
 -- and puts the duties in order.
 
--- include: _member.lua
--- include: _body.lua
--- include: _wake.lua
--- include: _chunked.lua
--- include: _dedupe.lua
--- include: _lease.lua
--- include: _chain.lua
--- include: _upkeep.lua
--- include: _flow.lua
+-- include: key_len.lua
+-- include: message_id_of.lua
+-- include: ready_body.lua
+-- include: variadic.lua
+-- include: gather.lua
+-- include: unkey.lua
+-- include: trim_holds.lua
+-- include: expire_holds.lua
+-- include: lease_end_of.lua
+-- include: lease_other.lua
+-- include: lease_seen.lua
+-- include: lease_renew.lua
+-- include: chain_step.lua
+-- include: chain_write.lua
+-- include: backup_upkeep.lua
+-- include: wake.lua
+-- include: flow_context.lua
+-- include: flow_lib.lua
 
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ready, ready_msgs, xq, xq_msgs = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -166,7 +175,7 @@ local compare, keep_ties = ARGV[8] == "2" or ARGV[8] == "3", ARGV[8] == "3"
 local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
 local queue_json = ARGV[10]
 local upkeep_ms = tonumber(ARGV[11] or "0")
-local dedupe, keyed, holds, held = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+local dedupe, keyed, holds, throttle_copies = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 local chains, schedule_state = KEYS[20], KEYS[21]
 local grace, low_water = tonumber(ARGV[12] or "1000"), tonumber(ARGV[13] or "0")
 
@@ -199,7 +208,7 @@ if token ~= "" then
     lease_end = lease_end_of(state[1])
 end
 
--- Periodic ticks (see the header and _chain.lua): decided by reads only; the writes come
+-- Periodic ticks (see the header and chain_step.lua): decided by reads only; the writes come
 -- after the ZREM below, the call's first write.
 local chain = {
     chains = chains, state = schedule_state, zset = zset, backup = backup, payloads = payloads,
@@ -366,9 +375,9 @@ if #due > 0 then
     end
     if #windows > 0 then
         variadic("ZADD", holds, windows)
-        variadic("HSET", held, copies)
-        trim_holds(holds, held, now_ms)
-        expire_holds(holds, held, now_ms)
+        variadic("HSET", throttle_copies, copies)
+        trim_holds(holds, throttle_copies, now_ms)
+        expire_holds(holds, throttle_copies, now_ms)
     end
 end
 

@@ -222,7 +222,15 @@ def boot_fleet(
     every process recorded that it is ready."""
     processes = scenario.processes or size.processes
     commands = scenario.commands or size.commands
-    argv = python_module_argv("dramatiq", app, "--processes", str(processes), "--threads", str(size.threads))
+    # --worker-fork-timeout: the dramatiq CLI waits for every worker process to say it booted
+    # before it starts its fork processes (there are none here), for up to 30 s by default.
+    # A worker killed while it boots (a kill9 scenario picks any child) never says so, and
+    # the command then sat 30 s before it noticed the death and exited to be restarted: no
+    # process of the fleet ran meanwhile, and recovery measured that stall of the CLI, not
+    # the broker (one CI failure, 2026-11-28: a message ran again after 34 s).
+    argv = python_module_argv(
+        "dramatiq", app, "--processes", str(processes), "--threads", str(size.threads), "--worker-fork-timeout", "1000"
+    )
     fleet = WorkerFleet(
         [WorkerCommand(i, argv, env, workdir, workdir / f"worker-{i}.log") for i in range(commands)],
         on_exit=on_exit,

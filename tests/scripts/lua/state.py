@@ -94,7 +94,7 @@ def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[byte
 
 
 def turn_flow_on(client: redis.Redis, keys: QueueKeys, **fields: Any) -> None:
-    """A queue's flow on, as _flow.lua's enable leaves it (its HASH and its flag), with
+    """A queue's flow on, as flow_enable.lua leaves it (its HASH and its flag), with
     ``fields`` more in the HASH (limits, counts)."""
     client.hset(keys.flow, mapping={"on": 1, **fields})
     client.set(keys.flow_flag, 1)

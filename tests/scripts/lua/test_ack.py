@@ -31,7 +31,7 @@ def fetched(client: redis.Redis, keys: QueueKeys, *ids: str, worker_id: str = "w
 
 
 def minute_slot(client: redis.Redis, keys: QueueKeys, minute: int) -> tuple[int, ...]:
-    """{stamp, processed, failed, retried} of ``minute``'s slot (see lua/_history.lua)."""
+    """{stamp, processed, failed, retried} of ``minute``'s slot (see lua/include/record_history.lua)."""
     at = 16 + 16 * (minute % RING_MINUTES)
     return struct.unpack(">IIII", client.getrange(keys.minutes, at, at + 15).ljust(16, b"\0"))
 

@@ -80,10 +80,10 @@ def test_cancel_leaves_a_key_whose_index_names_another_message(
 def test_cancel_leaves_throttle_windows_alone(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
     schedule_entry(redis_client, keys, "m1", 1_000, key="report", ttl=5_000)
     redis_client.zadd(keys.holds, {"digest": 9_000_000_000_000})
-    redis_client.hset(keys.held, "digest", "{}")
+    redis_client.hset(keys.throttle_copies, "digest", "{}")
     assert _cancel(lua, keys, "key", "report", "digest") == 1
     assert redis_client.zrange(keys.holds, 0, -1) == [b"digest"]
-    assert redis_client.hgetall(keys.held) == {b"digest": b"{}"}
+    assert redis_client.hgetall(keys.throttle_copies) == {b"digest": b"{}"}
 
 
 def test_cancel_refuses_an_unknown_mode_and_writes_nothing(

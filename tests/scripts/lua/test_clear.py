@@ -64,13 +64,13 @@ def test_clear_leaves_throttle_windows_and_the_ready_queue(
 ) -> None:
     _fill(redis_client, keys)
     redis_client.zadd(keys.holds, {"held-key": 9_999_999_999_999})
-    redis_client.hset(keys.held, "held-key", "{}")
+    redis_client.hset(keys.throttle_copies, "held-key", "{}")
     redis_client.rpush(keys.ready, "g0000000000009r")
     redis_client.hset(keys.ready_msgs, "g0000000000009r", "{}")
     redis_client.zadd(keys.sent, {"g0000000000008s": 1})
     lua("clear")(keys=_clear_keys(keys))
     assert redis_client.zrange(keys.holds, 0, -1, withscores=True) == [(b"held-key", 9_999_999_999_999.0)]
-    assert redis_client.hgetall(keys.held) == {b"held-key": b"{}"}
+    assert redis_client.hgetall(keys.throttle_copies) == {b"held-key": b"{}"}
     assert redis_client.lrange(keys.ready, 0, -1) == [b"g0000000000009r"]
     assert redis_client.hgetall(keys.ready_msgs) == {b"g0000000000009r": b"{}"}
     assert redis_client.zcard(keys.sent) == 1

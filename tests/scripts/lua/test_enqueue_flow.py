@@ -1,4 +1,4 @@
-"""enqueue.lua with the flow keys (_flow.lua): a message with a lane turns the queue's flow
+"""enqueue.lua with the flow keys (flow_context.lua): a message with a lane turns the queue's flow
 on and goes to its lane (which joins its priority's ring); while flow is on, plain messages
 still go to the ready queue, and the ready queue joins ring 0 when it gets its first id; a
 call without lanes on a queue without flow is today's enqueue."""

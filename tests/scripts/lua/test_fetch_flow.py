@@ -1,4 +1,4 @@
-"""fetch.lua through lanes (_flow.lua): with the queue's ``flow`` key set, a fetch takes the
+"""fetch.lua through lanes (flow_take.lua): with the queue's ``flow`` key set, a fetch takes the
 highest priority first and the lanes of one priority in turn (one id per lane per turn), so
 one group's backlog does not delay another's; the fetch record names the lane; emptied
 lanes leave their ring and emptied rings leave ``levels``. Without the key, the lanes are

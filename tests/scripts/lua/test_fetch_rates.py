@@ -1,4 +1,4 @@
-"""fetch.lua's rate limits (_flow.lua's take): at most ``rate`` starts in any window of
+"""fetch.lua's rate limits (flow_take.lua): at most ``rate`` starts in any window of
 ``per_ms`` on the server clock, per queue and per group. A fetch takes no more than the
 queue's start log allows now; a lane whose group spent its rate waits off its ring in the
 ``deferred`` ZSET until its group may start again; one short consumer is told to sleep

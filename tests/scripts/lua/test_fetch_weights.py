@@ -1,4 +1,4 @@
-"""Weighted fair share (_flow.lua's take, limits.lua's "weights"): within a priority, a
+"""Weighted fair share (flow_take.lua, limits.lua's "weights"): within a priority, a
 group of weight w takes up to w ids per turn of the round-robin (it stays at its ring's head
 for the rest of its turn, "c<lane>" in the flow hash), whatever the fetch sizes; a turn cut
 short by a limit, or by the lane running dry, starts over next time."""

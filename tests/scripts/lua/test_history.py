@@ -1,5 +1,5 @@
 """history.lua: read a queue's activity history, the rings of per-minute and per-hour
-counters that ack.lua and nack.lua write (lua/_history.lua): the last minutes' and hours'
+counters that ack.lua and nack.lua write (lua/include/record_history.lua): the last minutes' and hours'
 slots oldest first, and the last active minute not yet added to its hour. Reads only."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def _offer_keys(keys: QueueKeys) -> list[str]:
         keys.dedupe,
         keys.keyed,
         keys.holds,
-        keys.held,
+        keys.throttle_copies,
     ]
 
 
@@ -91,7 +91,7 @@ def test_offer_rel_schedules_on_the_server_clock_and_announces_the_new_head(
     assert redis_client.hgetall(keys.payloads) == {b"m1": sort_key.encode() + b'{"a":1}'}
     assert announced() == [str(due).encode()]
     # A plain offer touches no dedupe index.
-    assert redis_client.exists(keys.dedupe, keys.keyed, keys.holds, keys.held) == 0
+    assert redis_client.exists(keys.dedupe, keys.keyed, keys.holds, keys.throttle_copies) == 0
 
 
 def test_offer_abs_schedules_at_the_given_epoch_ms(
@@ -281,7 +281,7 @@ def test_offer_in_a_throttle_window_returns_minus_3_with_the_moved_message_and_w
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis, announced: Callable[[], list[bytes]], mode: str
 ) -> None:
     redis_client.zadd(keys.holds, {"report": FAR})
-    redis_client.hset(keys.held, "report", b'{"ran":1}')
+    redis_client.hset(keys.throttle_copies, "report", b'{"ran":1}')
     state = snapshot(redis_client)
     reply = _offer(lua, keys, "rel", _entry(1_000, next_sort_key(), "m1", key="report", mode=mode, ttl=10))
     assert reply == [[-3, b"", b'{"ran":1}']]
@@ -293,12 +293,12 @@ def test_offer_retry_in_a_throttle_window_is_scheduled_and_ends_the_window(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis
 ) -> None:
     redis_client.zadd(keys.holds, {"report": FAR, "other": FAR})
-    redis_client.hset(keys.held, mapping={"report": "ran", "other": "ran"})
+    redis_client.hset(keys.throttle_copies, mapping={"report": "ran", "other": "ran"})
     sort_key = next_sort_key()
     assert _offer(lua, keys, "abs", _entry(FAR, sort_key, "m1", key="report", mode="retry", ttl=10)) == [FAR]
     assert redis_client.zrange(keys.timeout_zset, 0, -1) == [(sort_key + "m1").encode()]
     assert redis_client.zrange(keys.holds, 0, -1) == [b"other"]
-    assert redis_client.hgetall(keys.held) == {b"other": b"ran"}
+    assert redis_client.hgetall(keys.throttle_copies) == {b"other": b"ran"}
     assert redis_client.hgetall(keys.dedupe) == {b"report": b"m1"}
     assert redis_client.hgetall(keys.keyed) == {b"m1": b"10:report"}
 
@@ -307,9 +307,9 @@ def test_offer_after_a_throttle_window_ended_takes_the_key_and_drops_the_window(
     lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
 ) -> None:
     redis_client.zadd(keys.holds, {"report": server_ms() - 1})
-    redis_client.hset(keys.held, "report", "ran")
+    redis_client.hset(keys.throttle_copies, "report", "ran")
     assert _offer(lua, keys, "abs", _entry(FAR, next_sort_key(), "m1", key="report", mode="keep", ttl=10)) == [FAR]
-    assert redis_client.exists(keys.holds, keys.held) == 0
+    assert redis_client.exists(keys.holds, keys.throttle_copies) == 0
     assert redis_client.hgetall(keys.dedupe) == {b"report": b"m1"}
 
 

@@ -119,7 +119,7 @@ def test_stats_with_lanes_counts_each_waiting_priority_and_its_lanes(
     script = lua("stats")
     # Without the flow hash: the reply ends where it always did, though lanes are passed
     assert len(script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])) == 11
-    # Given lanes at priorities 0 and 3 (counters as _flow.lua keeps them)
+    # Given lanes at priorities 0 and 3 (counters as flow_push.lua keeps them)
     redis_client.rpush(keys.ready, "plain")
     turn_flow_on(redis_client, keys, **{"p3": 5, "p0": 2, "blocked": 4})
     redis_client.zadd(keys.levels, {"0": 0, "3": 3})

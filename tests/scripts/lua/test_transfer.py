@@ -46,7 +46,7 @@ def _transfer_keys(keys: QueueKeys, worker: str = WORKER) -> list[str]:
         keys.dedupe,
         keys.keyed,
         keys.holds,
-        keys.held,
+        keys.throttle_copies,
         keys.chains,
         keys.schedule_state,
         keys.paused,
@@ -399,16 +399,16 @@ def test_transfer_releases_a_moved_messages_key_or_holds_it_for_its_ttl(
     redis_client.hset(keys.keyed, mapping={"free": "0:k-free", "held": "60000:k-held", "later": "5:k-later"})
     # An ended window is trimmed on the way.
     redis_client.zadd(keys.holds, {"k-ended": now - 5})
-    redis_client.hset(keys.held, "k-ended", "ran")
+    redis_client.hset(keys.throttle_copies, "k-ended", "ran")
     reply = _transfer(lua, keys)
     now_ms = reply[2] // 1000
     assert reply[0] == 2
     assert redis_client.hgetall(keys.dedupe) == {b"k-later": b"later"}
     assert redis_client.hgetall(keys.keyed) == {b"later": b"5:k-later"}
     assert redis_client.zrange(keys.holds, 0, -1, withscores=True) == [(b"k-held", float(now_ms + 60_000))]
-    assert redis_client.hgetall(keys.held) == {b"k-held": redis_client.hget(keys.ready_msgs, held)}
+    assert redis_client.hgetall(keys.throttle_copies) == {b"k-held": redis_client.hget(keys.ready_msgs, held)}
     assert 59_000 < redis_client.pttl(keys.holds) <= 60_000
-    assert 59_000 < redis_client.pttl(keys.held) <= 60_000
+    assert 59_000 < redis_client.pttl(keys.throttle_copies) <= 60_000
 
 
 def test_transfer_of_a_dead_lettered_keyed_entry_releases_its_key_without_a_window(
@@ -419,7 +419,7 @@ def test_transfer_of_a_dead_lettered_keyed_entry_releases_its_key_without_a_wind
     redis_client.hset(keys.dedupe, "k", "lost")
     redis_client.hset(keys.keyed, "lost", "60000:k")
     assert _transfer(lua, keys)[3] == 1
-    assert redis_client.exists(keys.dedupe, keys.keyed, keys.holds, keys.held) == 0
+    assert redis_client.exists(keys.dedupe, keys.keyed, keys.holds, keys.throttle_copies) == 0
 
 
 # -- periodic ticks ------------------------------------------------------------------

@@ -1,6 +1,6 @@
--- _history.lua: the activity history, per queue: how many messages were processed
--- (acked), failed (dead-lettered) and retried (acked after Retries scheduled a retry),
--- per minute for the last 25 hours and per hour for the last 31 days. (Included by
+-- record_history(minutes, hours, now_ms, kind): count one event in the activity history:
+-- per queue, how many messages were processed (acked), failed (dead-lettered) and
+-- retried (acked after Retries scheduled a retry), per minute for the last 25 hours and per hour for the last 31 days. (Included by
 -- ack.lua and nack.lua; read by history.lua; the layout is parsed by _history.py.)
 --
 -- Two STRING rings per queue, read and written with BITFIELD (u32 fields, big-endian),
@@ -25,35 +25,10 @@
 -- previous active minute, now complete, to its hour slot (once: the header then names
 -- the new minute). So the hour ring holds every minute but the last active one, which
 -- a reader adds itself.
-
-local HISTORY_MINUTES, HISTORY_HOURS = 1500, 744
-
-local function history_minute_at(minute)
-    return (16 + 16 * (minute % HISTORY_MINUTES)) * 8
-end
-
-local function history_hour_at(hour)
-    return 16 * (hour % HISTORY_HOURS) * 8
-end
-
--- Adds counts {processed, failed, retried} to the hour slot of `hour`; a slot left from
--- a lap before (another stamp) starts again from these counts.
-local function add_to_hour(hours, hour, counts)
-    local hour_at = history_hour_at(hour)
-    if redis.call("BITFIELD", hours, "GET", "u32", hour_at)[1] == hour then
-        redis.call("BITFIELD", hours, "OVERFLOW", "SAT", "INCRBY", "u32", hour_at + 32, counts[1],
-            "INCRBY", "u32", hour_at + 64, counts[2], "INCRBY", "u32", hour_at + 96, counts[3])
-    else
-        redis.call("BITFIELD", hours, "SET", "u32", hour_at, hour, "SET", "u32", hour_at + 32, counts[1],
-            "SET", "u32", hour_at + 64, counts[2], "SET", "u32", hour_at + 96, counts[3])
-    end
-end
-
--- One event of `kind`, as counts.
-local function one_event(kind)
-    return { kind == 1 and 1 or 0, kind == 2 and 1 or 0, kind == 3 and 1 or 0 }
-end
-
+--
+-- include: history_minute_at.lua
+-- include: add_to_hour.lua
+-- include: one_event.lua
 -- kind: 1 processed, 2 failed, 3 retried. now_ms: the server clock, or an ack's estimate
 -- of it (ack.lua), which may be a moment behind: an event can then arrive for a minute
 -- that another call already closed (the header names a later one). Such a late event

@@ -1,5 +1,5 @@
--- _wake.lua: a function included by the scripts that push to a ready queue (enqueue,
--- transfer, requeue, reap, dead, schedule; see _script_runner.py), not a script of its own.
+-- wake: included by the scripts that push to a ready queue (enqueue, transfer, requeue,
+-- reap, dead, schedule).
 --
 -- wake(idle, wake_prefix, slots[, except]): wake idle consumers until what they can start
 -- adds up to `slots`, the consumer that can start the most first: so a message goes to
@@ -14,25 +14,11 @@
 -- waiting wakes its own consumer). `except`, a token: popped but not woken, and listed
 -- again as it was when the round ends (the caller then writes its own entry).
 --
--- One ZPOPMAX per consumer tried (without idle consumers, one in all; with only busy
--- ones, a ZADD more). ZPOPMAX is newer in the ACL rule than the other commands: a user
--- still on the rule before it gets the ZRANGE and ZREM of the previous release (same
--- outcome).
+-- One ZPOPMAX per consumer tried (wake_pop; without idle consumers, one in all; with
+-- only busy ones, a ZADD more).
 --
 -- Returns: how many consumers were woken.
-local function wake_pop(idle)
-    local top = redis.pcall("ZPOPMAX", idle)
-    if top.err then
-        -- Refused (a user on the rule before ZPOPMAX). A key of the wrong type fails the
-        -- ZRANGE as it failed before.
-        top = redis.call("ZRANGE", idle, -1, -1, "WITHSCORES")
-        if top[1] then
-            redis.call("ZREM", idle, top[1])
-        end
-    end
-    return top
-end
-
+-- include: wake_pop.lua
 local function wake(idle, wake_prefix, slots, except)
     local woken, skipped = 0, nil
     while slots > 0 do

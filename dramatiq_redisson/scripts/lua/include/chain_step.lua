@@ -1,5 +1,4 @@
--- _chain.lua: periodic chaining, functions included by transfer.lua (see _script_runner.py
--- and schedule.lua), not a script of its own.
+-- chain_step: periodic chaining, included by transfer.lua (see schedule.lua).
 --
 -- A schedule has one tick scheduled at any time: its chained tick (message id
 -- "periodic:<name>:<tick ms>", named by the chains HASH). When that tick moves, the next
@@ -9,7 +8,7 @@
 -- id, sort key and timestamp stay the tick's). A tick that moves late (more than c.grace
 -- ms after it was due, or after the next tick was due too: every worker was down) is not
 -- run: the chain stops, "|s" records the tick, and the caller resumes it by the
--- schedule's catch-up policy (_periodic.py); so does a chain that ran out of times. Both,
+-- schedule's catch-up policy (periodic/_schedules.py); so does a chain that ran out of times. Both,
 -- and a chain with fewer than c.low_water times left, are named in c.attend.
 --
 -- Policies (issue 50; fields of the schedule state, see schedule.lua): with "|o" = "skip"
@@ -28,8 +27,10 @@
 --   missed or skipped tick, its payload to drop); true as well for a member that is not
 --   its schedule's chained tick (an ordinary message: a retry of a tick, a tick run by
 --   hand).
--- chain_write(c, step): the writes of one step, after the caller's first write.
+-- chain_write(c, step) (chain_write.lua): the writes of one step, after the caller's
+--   first write.
 
+-- include: message_id_of.lua
 local function chain_step(c, member, body, due_ms)
     local message_id = message_id_of(member)
     local name, tick = string.match(message_id, "^periodic:(.+):(%d+)$")
@@ -71,45 +72,4 @@ local function chain_step(c, member, body, due_ms)
         c.attend[#c.attend + 1] = name
     end
     return run and not skip
-end
-
-local function chain_write(c, step)
-    local name, times, dues = step.name, step.times, step.dues
-    if step.current then
-        redis.call("HSET", c.state, name .. "|u", step.current)
-        return
-    end
-    if not step.run then
-        redis.call("HDEL", c.chains, name)
-        redis.call("HSET", c.state, name .. "|s", string.format("%d", step.tick))
-        return
-    end
-    if step.skip then
-        redis.call("HINCRBY", c.state, name .. "|k", 1)
-    else
-        redis.call("HSET", c.state, name .. "|r", string.format("%d", step.tick), name .. "|l", c.now_ms - step.due_ms)
-        redis.call("HINCRBY", c.state, name .. "|n", 1)
-        if step.overlap then
-            redis.call("HSET", c.state, name .. "|u", step.member)
-        end
-    end
-    if step.last then
-        redis.call("HDEL", c.chains, name)
-        redis.call("HSET", c.state, name .. "|e", "limit")
-        return
-    end
-    if not times[1] then
-        redis.call("HDEL", c.chains, name)
-        redis.call("HSET", c.state, name .. "|s", string.format("%d", step.tick + 1))
-        return
-    end
-    local at = times[1]
-    local message_id = "periodic:" .. name .. ":" .. at
-    local next_member = key_at(tonumber(at)) .. message_id
-    redis.call("ZADD", c.zset, string.format("%d", dues[1]), next_member)
-    redis.call("RPUSH", c.backup, next_member)
-    -- The same payload, the new time as its timestamp (the last field: see _body.lua).
-    redis.call("HSET", c.payloads, message_id, key_at(tonumber(at)) .. string.match(step.body, "^(.*\30)") .. at)
-    redis.call("HSET", c.chains, name, next_member)
-    redis.call("HSET", c.state, name .. "|t", table.concat(step.raw, ",", 2))
 end

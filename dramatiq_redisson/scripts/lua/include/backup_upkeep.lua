@@ -1,5 +1,4 @@
--- _upkeep.lua: the backup list's upkeep, a function included by transfer.lua (see
--- _script_runner.py), not a script of its own.
+-- backup_upkeep: the backup list's upkeep (included by transfer.lua).
 --
 -- The backup list (offer order) keeps entries that are no longer scheduled until they
 -- leave from its head, or until a compaction pass rebuilds it: never an LREM per entry.
@@ -18,7 +17,8 @@
 --   Returns: nil, or an error reply to return (a refusal other than OOM).
 --
 -- Cost: O(trim_budget) at a tick, O(compact_step) per call during a pass.
-
+-- include: variadic.lua
+-- include: gather.lua
 local function backup_upkeep(zset, backup, compact, cursor_key, cursor, wrote, trim_budget, compact_step, slack,
                              upkeep_ms)
     if cursor == "-" then

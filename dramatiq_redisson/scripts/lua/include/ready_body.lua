@@ -1,5 +1,5 @@
--- _body: the ready copy of a scheduled payload (the payload hash's value after its
--- sort key: see _member.lua). Mirrored by ready_body() in _message.py; tests/test_compact_payload.py
+-- ready_body: the ready copy of a scheduled payload (the payload hash's value after its
+-- sort key: see key_len.lua). Mirrored by ready_body() in _message.py; tests/test_compact_payload.py
 -- checks that the two agree byte for byte.
 --
 -- ready_body(member, body, queue_json) -> the encoded message the ready queue stores:
@@ -17,7 +17,8 @@
 --   anything else
 --          as stored (a payload of an earlier release, or another encoder); a JSON one
 --          without redis_message_id gets it right after "options":{
--- include: _member.lua
+-- include: key_ms.lua
+-- include: message_id_of.lua
 
 local RS = "\30"
 
