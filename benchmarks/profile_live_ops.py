@@ -37,7 +37,8 @@ DEFAULT_BEFORE = "594b58c"  # the last commit without the live-fleet operations
 
 #: Each cut: (variant, script, text as installed, its replacement).
 CUTS: tuple[tuple[str, str, str, str], ...] = (
-    ("no pause check", "fetch", 'if redis.call("EXISTS", paused) == 1 then', "if false then"),
+    # (without lanes, the pause is read on its own: the MGET with the flow's flag is the lanes')
+    ("no pause check", "fetch", 'state = { redis.call("EXISTS", paused) == 1, false }', "state = { false, false }"),
     ("no fetch records", "fetch", '    redis.call("HSET", fetched, unpack(pairs))\n', ""),
     ("no fetch records", "fetch", '(now_ms or server_ms()) .. "|" .. ARGV[5]', '""'),
     ("no fetch records", "ack", '    redis.call("HDEL", KEYS[4], ARGV[1])\n', ""),

@@ -413,10 +413,10 @@ class RedissonBroker(RedisBroker):
         retried = self.held.was_retried(redis_message_id)
         if self.held.was_released(queue_name, redis_message_id):
             return 0
-        held = self.held.holds_slots(queue_name, redis_message_id)
+        slots = self.held.holds_slots(queue_name, redis_message_id)
         try:
             acked = self.redisson_scripts.ack(
-                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried, held=held, idle=idle
+                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried, uses_slots=slots, idle=idle
             )
         except BaseException:
             if retried:
@@ -432,8 +432,10 @@ class RedissonBroker(RedisBroker):
         self.held.was_retried(redis_message_id)  # counted as failed, not retried
         if final is None:
             final = self.held.failed(redis_message_id)
-        held = self.held.holds_slots(queue_name, redis_message_id)
-        nacked = self.redisson_scripts.nack(self.keys(queue_name), self.broker_id, redis_message_id, final, held=held)
+        uses_slots = self.held.holds_slots(queue_name, redis_message_id)
+        nacked = self.redisson_scripts.nack(
+            self.keys(queue_name), self.broker_id, redis_message_id, final, uses_slots=uses_slots
+        )
         self.held.discard(queue_name, (redis_message_id,))
         return nacked
 

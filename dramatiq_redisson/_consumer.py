@@ -123,7 +123,7 @@ class RedissonConsumer(Consumer):
       stand by (see :mod:`._transfer_duty`).
     - A consumer whose fetch came up short is registered as idle (fetch.lua) and waits
       on its own wake channel; enqueues and transfers wake only as many idle consumers
-      as the messages they make ready need (see _wake.lua), instead of all of them.
+      as the messages they make ready need (see include/wake.lua), instead of all of them.
 
     Idle waits happen on the pub/sub connection, so an announcement or a wake-up ends
     them at once.
@@ -495,7 +495,7 @@ class RedissonConsumer(Consumer):
                 self._note_paused(True)
                 self.registered = False
                 return False
-            held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.held)
+            held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.uses_slots)
         self._note_paused(False)
         self.backlog = fetched.more
         self.answer_wake = False

@@ -4,7 +4,7 @@ A member of the delayed queue is a sort key followed by the message id, and a pa
 starts with its member's sort key. Earlier releases wrote 16 hex characters; a key of
 this release starts with one of ``g``..``v`` (the top hex digit moved up by 16 places),
 so the two are told apart by their first character (:func:`sort_key_length`), and keys of
-this release sort after every earlier one. Lua does the same (``lua/_member.lua``).
+this release sort after every earlier one. Lua does the same (``scripts/lua/include/key_len.lua``).
 """
 
 from __future__ import annotations
@@ -77,6 +77,6 @@ def sort_key_ms(sort_key: str) -> int:
 
 def sort_key_at(ms: int) -> str:
     """The sort key of a message that belongs to millisecond ``ms`` itself (counter 0): a
-    periodic tick's, so that its member is the same whoever writes it (``lua/_member.lua``
-    writes the same)."""
+    periodic tick's, so that its member is the same whoever writes it
+    (``scripts/lua/include/key_at.lua`` writes the same)."""
     return _text(ms << COUNTER_BITS)

@@ -112,7 +112,11 @@ ready queue.
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
+from typing import cast
 
 #: The lane of messages with neither a priority nor a group: the queue's ready list.
 PLAIN_LANE = "0:"
@@ -268,7 +272,7 @@ class QueueKeys:
 
     @property
     def dedupe(self) -> str:
-        """Dedupe key -> id of the scheduled message that holds it (see lua/_dedupe.lua)."""
+        """Dedupe key -> id of the scheduled message that holds it (see lua/include/dedupe_split.lua)."""
         return f"redisson_delay_queue_dedupe:{{{self.name}}}"
 
     @property
@@ -290,7 +294,8 @@ class QueueKeys:
 
     @property
     def dedupe_keys(self) -> tuple[str, str, str, str]:
-        """The dedupe-key index, in the order the scripts take it (lua/include/dedupe_split.lua)."""
+        """The dedupe-key index (lua/include/dedupe_split.lua); a script's KEYS come from its
+        header (``script_keys``)."""
         return (self.dedupe, self.keyed, self.holds, self.throttle_copies)
 
     @property
@@ -313,7 +318,7 @@ class QueueKeys:
 
     @property
     def schedule_keys(self) -> tuple[str, str, str]:
-        """The keys of the queue's schedules, in the order schedule.lua takes them first."""
+        """The keys of the queue's schedules (definitions, chains, state)."""
         return (self.schedules, self.chains, self.schedule_state)
 
     @property
@@ -339,7 +344,7 @@ class QueueKeys:
 
     @property
     def history_keys(self) -> tuple[str, str]:
-        """The activity history's rings, in the order the scripts take them."""
+        """The activity history's rings (minutes, hours)."""
         return (self.minutes, self.hours)
 
     @property
@@ -422,7 +427,7 @@ class QueueKeys:
 
     @property
     def shards(self) -> str:
-        """A sharded queue's layout (issue 36, _shards.py): a HASH in the queue's own slot
+        """A sharded queue's layout (issue 36, ``sharding/_shards.py``): a HASH in the queue's own slot
         (its shard 0), "active" the suffixes of its shards, "retired" those being drained."""
         return f"redisson_delay_queue_shards:{{{self.name}}}"
 
@@ -448,7 +453,8 @@ class QueueKeys:
 
     @property
     def flow_keys(self) -> tuple[str, str, str]:
-        """The flow keys a pushing or fetching script takes, in this order (lua/include/flow_context.lua)."""
+        """The flow keys a pushing or fetching script takes (lua/include/flow_context.lua; the
+        order of a script's KEYS is its header's, see ``script_keys``)."""
         return (self.flow, self.levels, self.lane_of)
 
     @property
@@ -506,8 +512,8 @@ class QueueKeys:
 
     @property
     def scheduled_keys(self) -> tuple[str, str, str, str, str, str, str, str]:
-        """The keys that hold scheduled messages and their dedupe-key index, in the order
-        clear.lua takes them (throttle windows, :attr:`holds`, outlive a clear)."""
+        """The keys that hold scheduled messages and their dedupe-key index: those clear.lua
+        drops (throttle windows, :attr:`holds`, outlive a clear)."""
         return (
             self.timeout_zset,
             self.backup_list,
@@ -520,45 +526,116 @@ class QueueKeys:
         )
 
 
-# The keys of the scripts a consumer runs for each message, in the order they take them
-# (transfer.lua, ack.lua), built once per queue and worker: a QueueKeys builds every name
-# anew on each access.
+# Each script's KEYS list: its one source is the script's header (``scripts/lua/<script>.lua``,
+# the file the script runner loads), one line per key, ``-- KEYS[<n>]  <name>``, the name
+# that of a QueueKeys attribute; the lists below are made from it, and the one-script tests'
+# lists are checked against it (tests/scripts/test_key_lists.py).
+
+#: A header line of one key: ``-- KEYS[<n>]  <name>[|<other name>...] [+<group>]``, or for a
+#: tail repeated per worker ``-- KEYS[<n>..]  <name>[,<name>...]``.
+_KEY_LINE = re.compile(r"-- KEYS\[(\d+)(\.\.)?\]\s+([a-z_]+(?:[|,][a-z_]+)*)(?:\s+\+([a-z_]+))?(?=\s|$)")
+
+#: The groups of optional keys a call gives with the flow keys (``+lanes`` in the headers).
+LANES = ("lanes",)
+
+
+@dataclass(frozen=True)
+class KeySlot:
+    """One key of a script's KEYS list, as its header declares it.
+
+    ``names``: the QueueKeys attribute that gives the key (alternatives after the first:
+    another key the same slot may take, e.g. heartbeat.lua's ``heartbeats|alive``; for a
+    tail, the keys of one worker, in order); ``group``: the optional group the key belongs
+    to ("": always given; a call leaves out a group's keys together, and later keys move
+    up); ``per_worker``: the tail, once per worker (the last slot)."""
+
+    number: int
+    names: tuple[str, ...]
+    group: str = ""
+    per_worker: bool = False
+
+
+def parse_key_slots(header: str, script: str = "script") -> tuple[KeySlot, ...]:
+    """The KEYS list a script's text declares in its header (its leading comment lines).
+
+    Raises:
+      ValueError: a ``-- KEYS`` line does not follow the grammar of ``_KEY_LINE``, the
+        keys are not numbered 1, 2, ... in order, a tail is not last, or the header
+        declares no KEYS and does not say ``-- KEYS none``.
+    """
+    slots: list[KeySlot] = []
+    none = False
+    for line in header.splitlines():
+        if not line.startswith("--"):
+            break
+        if not line.startswith("-- KEYS"):
+            continue
+        if re.match(r"-- KEYS none\b", line):
+            none = True
+            continue
+        match = _KEY_LINE.match(line)
+        if match is None:
+            raise ValueError(f"{script}.lua: a KEYS line that is not '-- KEYS[<n>]  <name> [+<group>]': {line!r}")
+        number, tail, names, group = int(match[1]), bool(match[2]), match[3], match[4] or ""
+        if number != len(slots) + 1 or (slots and slots[-1].per_worker):
+            raise ValueError(f"{script}.lua: KEYS[{number}] is not key {len(slots) + 1}, or follows the tail: {line!r}")
+        if ("," in names and not tail) or ("|" in names and tail) or (tail and group):
+            raise ValueError(f"{script}.lua: ',' is for a tail, '|' and '+' for one key: {line!r}")
+        slots.append(KeySlot(number, tuple(re.split(r"[|,]", names)), group, tail))
+    if bool(slots) == none:
+        raise ValueError(f"{script}.lua: its header must list its KEYS, or say '-- KEYS none'")
+    return tuple(slots)
+
+
+@functools.cache
+def key_slots(script: str) -> tuple[KeySlot, ...]:
+    """The KEYS list of ``scripts/lua/<script>.lua``, read from its header once."""
+    lua = resources.files(__package__).joinpath("scripts").joinpath("lua")
+    return parse_key_slots(lua.joinpath(f"{script}.lua").read_text(encoding="utf-8"), script)
+
+
+def script_keys(
+    script: str, keys: QueueKeys, worker_id: str = "", given: tuple[str, ...] = (), workers: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """``script``'s KEYS for the queue of ``keys``, in its header's order: every key of no
+    group and those of the groups in ``given`` (a slot's alternative named in ``given``
+    takes its place), a worker's key (``acks``) of ``worker_id``, and the tail once per
+    worker of ``workers``."""
+    call_keys: list[str] = []
+    for slot in key_slots(script):
+        if slot.group and slot.group not in given:
+            continue
+        if slot.per_worker:
+            call_keys.extend(_key(keys, name, worker) for worker in workers for name in slot.names)
+        else:
+            call_keys.append(_key(keys, next((n for n in slot.names[1:] if n in given), slot.names[0]), worker_id))
+    return tuple(call_keys)
+
+
+def _key(keys: QueueKeys, name: str, worker_id: str) -> str:
+    value = getattr(keys, name)
+    return value(worker_id) if callable(value) else cast(str, value)
+
+
+# The built lists, kept per queue (and worker): a QueueKeys builds every name anew on each
+# access. The scripts a consumer runs for each message have their own caches.
+
+#: :func:`script_keys` without a tail, built once per queue, worker and groups.
+keys_of = functools.lru_cache(maxsize=4096)(script_keys)
 
 
 @functools.lru_cache(maxsize=1024)
 def transfer_keys(keys: QueueKeys, worker_id: str) -> tuple[str, ...]:
-    return (
-        keys.timeout_zset,
-        keys.backup_list,
-        keys.payloads,
-        keys.compact_list,
-        keys.compact_cursor,
-        keys.ready,
-        keys.ready_msgs,
-        keys.xq,
-        keys.xq_msgs,
-        keys.lease,
-        keys.consumers,
-        keys.idle,
-        keys.channel,
-        keys.acks(worker_id),
-        keys.sent,
-        *keys.dedupe_keys,
-        keys.chains,
-        keys.schedule_state,
-        keys.paused,
-        keys.fetched,
-        *keys.flow_keys,
-    )
+    return script_keys("transfer", keys, worker_id, LANES)
 
 
 @functools.lru_cache(maxsize=1024)
-def ack_keys(keys: QueueKeys, worker_id: str, uses_slots: bool) -> tuple[str, ...]:
-    return (
-        keys.acks(worker_id),
-        keys.ready_msgs,
-        keys.heartbeats,
-        keys.fetched,
-        *keys.history_keys,
-        *((keys.flow, keys.levels, keys.idle) if uses_slots else ()),
-    )
+def fetch_keys(keys: QueueKeys, worker_id: str) -> tuple[str, ...]:
+    return script_keys("fetch", keys, worker_id, LANES)
+
+
+@functools.lru_cache(maxsize=1024)
+def ack_keys(keys: QueueKeys, worker_id: str, uses_slots: bool, idle: bool = False) -> tuple[str, ...]:
+    """ack.lua's KEYS; ``uses_slots``: the message was fetched through lanes and gives its
+    slots back; ``idle``: the acking consumer's new score in the idle registry comes along."""
+    return script_keys("ack", keys, worker_id, ("slots",) * uses_slots + ("idle",) * idle)

@@ -101,9 +101,9 @@ def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
     and its difference to the sort key's millisecond. Field names, the queue's name and
     both ids are left out: the queue is the payload hash's, the member (sort key + message
     id) names both ids. transfer.lua writes the JSON message back when it moves the entry
-    (``_body.lua``; :func:`ready_body` here), so the ready queue holds what Dramatiq's
-    encoder writes for the message, ``redis_message_id`` first among its options. For the
-    benchmark's message that is 24 bytes instead of 172.
+    (``include/ready_body.lua``; :func:`ready_body` here), so the ready queue holds what
+    Dramatiq's encoder writes for the message, ``redis_message_id`` first among its
+    options. For the benchmark's message that is 24 bytes instead of 172.
 
     Otherwise (another encoder, an id that would need escaping) the message is encoded
     as it is, ``redis_message_id`` left out when a JSON encoder wrote it (transfer.lua
@@ -132,8 +132,8 @@ def encode_scheduled(message: Message[Any], sort_key: str) -> bytes:
 
 def ready_body(member: bytes, body: bytes, queue_name: str) -> bytes:
     """What transfer.lua makes of a stored payload (``body``: after its sort key) when it
-    moves the entry to the ready queue: the encoded message (see ``_body.lua``, which
-    this mirrors byte for byte)."""
+    moves the entry to the ready queue: the encoded message (see
+    ``scripts/lua/include/ready_body.lua``, which this mirrors byte for byte)."""
     if body[:1] == RS:
         if body[1:2] == RS:
             return body[2:]

@@ -1,4 +1,6 @@
-"""Bounds on the backup-list upkeep each transfer call does; none grows with the backlog."""
+"""Fixed bounds and intervals of the delivery path: the backup-list upkeep each transfer call
+does (none grows with the backlog), how often a process writes its heartbeat, and the
+periodic chains' grace and horizon."""
 
 #: How often (ms) a consumer's transfers tidy the backup list and the dedupe window's moved
 #: members (an upkeep tick), instead of on every call: a transfer that moves one message
@@ -21,7 +23,7 @@ COMPACT_SLACK = 1024
 HEARTBEAT_INTERVAL_MS = 1000
 
 #: A periodic tick that moves more than this many ms after its time counts as missed: the
-#: schedule's catch-up policy decides whether it runs (see ``_periodic.py``).
+#: schedule's catch-up policy decides whether it runs (see ``periodic._schedules``).
 PERIODIC_GRACE_MS = 1000
 
 #: Tick times a schedule keeps computed ahead of its chained tick (transfer.lua chains

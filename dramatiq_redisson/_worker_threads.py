@@ -6,7 +6,7 @@ threads are busy queues them behind running jobs, while threads of another proce
 idle. So a consumer that knows its Worker takes (by a transfer's hand-off or a fetch) at
 most what its idle threads can start now, and its place in the queue's idle registry is
 scored by that number, so that enqueues and transfers wake the consumer with the most
-idle threads (see fetch.lua, transfer.lua, _wake.lua and ack.lua).
+idle threads (see fetch.lua, transfer.lua, include/wake.lua and ack.lua).
 
 A Worker's threads are shared by the consumers of all its queues: :class:`WorkerThreads`
 counts what all of them hold (handed to Dramatiq and not finished, or fetched and not yet

@@ -145,7 +145,8 @@ def _answers(url: str) -> bool:
 
 def demo_history(broker: RedissonBroker, queue_name: str, per_minute: float, rng: random.Random) -> None:
     """Write 30 days of made-up activity into ``queue_name``'s history rings (demo only:
-    the layout of ``lua/_history.lua``, which only ack and nack write otherwise): a daily
+    the layout of ``scripts/lua/include/record_history.lua``, which only ack and nack
+    write otherwise): a daily
     rhythm around ``per_minute`` processed messages a minute, a few retried and failed.
     The current minute is left to the real acks."""
     from dramatiq_redisson.admin._history import RING_HOURS, RING_MINUTES

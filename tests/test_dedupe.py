@@ -1,7 +1,7 @@
 """Issue 11: deduplicate, debounce and throttle scheduled messages by a dedupe key.
 
 ``send_with_options(delay=…, dedupe_key=…, dedupe="keep" | "replace", dedupe_ttl=…)``,
-``DelayedQueue.get_by_key`` / ``remove_by_key``; the key index (see lua/_dedupe.lua) is
+``DelayedQueue.get_by_key`` / ``remove_by_key``; the key index (see include/dedupe_split.lua) is
 checked against the scheduled set after every operation.
 """
 

@@ -196,6 +196,7 @@ _PARTS = [
     ("_upkeep", "host", "_upkeep", "UpkeepHost"),
     ("_start_gate", "broker", "_start_gate", "GateHost"),
     ("sharding._consumer", "broker", "sharding._consumer", "ShardedHost"),
+    ("sharding._shards", "broker", "sharding._shards", "RouterHost"),
     ("_producer", "host", "_producer", "ProducerHost"),
     ("_liveness", "broker", "_liveness", "LivenessHost"),
     ("periodic._schedules", "broker", "periodic._schedules", "PeriodicHost"),

@@ -122,6 +122,8 @@ class DeadLetters:
     def newest(self, start: int = 0, size: int = 25) -> list[tuple[str, int]]:
         """The entries of :meth:`page`'s dead letters, without their messages: ``(redis
         id, time of death in epoch ms)``, newest first. One read, O(log n + start + size).
+        With :meth:`load`, a page read in two steps: entries first, then only the messages
+        kept (a sharded queue's view merges its shards' entries in between).
 
         Raises:
           ValueError: A negative ``start``, or a size that is not a positive int.

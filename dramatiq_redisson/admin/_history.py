@@ -1,5 +1,6 @@
 """The activity history of a queue: processed, failed and retried counts per minute and
-per hour, kept on the server by the ack and nack scripts (layout: ``lua/_history.lua``).
+per hour, kept on the server by the ack and nack scripts (layout:
+``scripts/lua/include/record_history.lua``).
 
 - processed: acked (ran to the end, or failed with an exception the actor ``throws``);
 - failed: dead-lettered (nacked: out of retries, or undecodable);
@@ -17,7 +18,8 @@ from typing import Any, TypedDict
 
 from .._settings import is_int
 
-#: How many minutes and hours the rings hold (lua/_history.lua); a little more than kept.
+#: How many minutes and hours the rings hold (include/history_minute_at.lua and
+#: history_hour_at.lua); a little more than kept.
 RING_MINUTES = 1500
 RING_HOURS = 744
 

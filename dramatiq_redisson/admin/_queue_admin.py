@@ -17,6 +17,7 @@ from .._keys import PLAIN_LANE, QueueKeys, heartbeats_key, registry_key
 from .._message import epoch_ms
 from .._queue_names import base_queue
 from .._settings import BrokerSettings, is_int
+from ..connection._commands import Commands
 from ._history import Counts, History, QueueHistory, check_window, parse, totals
 from ._running import RunningMessage, running
 from ._stats import OVERDUE_GRACE, QueueStats, Stats, WaitingLane
@@ -91,7 +92,7 @@ class QueueShards(Protocol):
 class AdminHost(Protocol):
     """What :class:`QueueAdmin` reads of its broker."""
 
-    client: Any
+    client: Commands
     topology: Topology
     namespace: str
     broker_id: str

@@ -50,7 +50,7 @@ def is_permission_error(error: BaseException) -> bool:
 _PROBE_SOURCE = resources.files("dramatiq_redisson.scripts").joinpath("lua", "probe.lua").read_bytes()
 _PROBE_SHA = hashlib.sha1(_PROBE_SOURCE).hexdigest()
 #: The probe on a cluster: it checks SPUBLISH instead of PUBLISH, as the broker's scripts
-#: are rewritten (``_scripts._CLUSTER_SOURCES``).
+#: are rewritten (``connection._topology.Cluster.script_source``).
 _CLUSTER_PROBE_SOURCE = _PROBE_SOURCE.replace(b'"PUBLISH"', b'"SPUBLISH"')
 _CLUSTER_PROBE_SHA = hashlib.sha1(_CLUSTER_PROBE_SOURCE).hexdigest()
 

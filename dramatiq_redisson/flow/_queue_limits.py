@@ -2,8 +2,8 @@
 see docs/flow-control.md): ``broker.limits``.
 
 The limits are stored with the queue on the server and read by every fetch (fetch.lua
-through ``_flow.lua``): a queue at its limit hands out nothing more, and a group at its
-limit waits off its ring while the other groups run. A message holds its slots from its
+through ``include/flow_take.lua``): a queue at its limit hands out nothing more, and a
+group at its limit waits off its ring while the other groups run. A message holds its slots from its
 fetch to its ack or nack; a worker that dies gives them back when the liveness requeues
 its messages.
 """
@@ -20,6 +20,7 @@ from dramatiq.common import q_name
 from .._keys import QueueKeys
 from .._logs import logger_for
 from .._settings import is_int
+from ..connection._commands import Commands
 from ..scripts._calls import Scripts
 from ._lanes import check_group
 
@@ -56,7 +57,7 @@ class QueueLimits(TypedDict):
 class LimitsHost(Protocol):
     """What :class:`Limits` reads of its broker."""
 
-    client: Any
+    client: Commands
     redisson_scripts: Scripts
     admin: QueueAdmin
 

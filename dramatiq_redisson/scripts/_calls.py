@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 import redis
 
-from .._keys import PLAIN_LANE, QueueKeys, ack_keys, transfer_keys
+from .._keys import LANES, PLAIN_LANE, QueueKeys, ack_keys, fetch_keys, keys_of, script_keys, transfer_keys
 from .._message import queue_json
 from .._queue_names import base_queue
 from .._tuning import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
@@ -61,18 +61,12 @@ _NAMES = (
 _SOURCES = {name: load_source(name) for name in _NAMES}
 
 
+# Every script's KEYS list is made from its header (see ``_keys.script_keys``), once per
+# queue: these name the lists of the producer's scripts.
+
+
 def _offer_keys(keys: QueueKeys) -> tuple[str, ...]:
-    return (
-        keys.timeout_zset,
-        keys.backup_list,
-        keys.payloads,
-        keys.channel,
-        keys.legacy_dq,
-        keys.legacy_dq_msgs,
-        keys.ready_msgs,
-        keys.sent,
-        *keys.dedupe_keys,
-    )
+    return keys_of("offer", keys)
 
 
 class IdleScore(NamedTuple):
@@ -85,13 +79,14 @@ class IdleScore(NamedTuple):
 
 
 class Fetched(list[tuple[str, "bytes | None"]]):
-    """What a fetch took: (redis message id, its data or None) pairs; ``held``: they were
-    taken through lanes and hold slots, which their ack or nack gives back; ``wait_ms``:
+    """What a fetch took: (redis message id, its data or None) pairs; ``uses_slots``: they
+    were taken through lanes and hold slots, which their ack or nack gives back (fetch.lua's
+    reply says "held", a word kept on the wire); ``wait_ms``:
     a rate limit holds messages back, and this consumer is the one to fetch again in that
     many ms (None: nothing to wait for, or another consumer waits); ``more``: it took all
     it asked for, and more messages are ready."""
 
-    held: bool = False
+    uses_slots: bool = False
     wait_ms: int | None = None
     more: bool = False
 
@@ -100,8 +95,8 @@ class Fetched(list[tuple[str, "bytes | None"]]):
         fetched = cls((flat[i].decode(), flat[i + 1]) for i in range(0, len(flat) - 1, 2))
         if len(flat) % 2:  # a trailing status (fetch.lua): "held", "wait:<ms>" or both; "more"
             for word in flat[-1].decode().split():
-                if word == "held":
-                    fetched.held = True
+                if word == "held":  # the wire's word for slots in use (fetch.lua)
+                    fetched.uses_slots = True
                 elif word == "more":
                     fetched.more = True
                 elif word.startswith("wait:"):
@@ -111,7 +106,7 @@ class Fetched(list[tuple[str, "bytes | None"]]):
 
 def _offer_flow_keys(keys: QueueKeys) -> tuple[str, ...]:
     """offer.lua's KEYS for a call with laned entries (their lanes recorded, flow turned on)."""
-    return (*_offer_keys(keys), keys.lane_of, keys.flow, keys.flow_flag)
+    return keys_of("offer", keys, "", LANES)
 
 
 #: An offer entry without a dedupe key: key, mode, ttl (see offer.lua).
@@ -119,7 +114,7 @@ _NO_KEY = ("", "", 0)
 
 
 def _enqueue_keys(keys: QueueKeys) -> tuple[str, ...]:
-    return (keys.ready, keys.ready_msgs, keys.channel, keys.sent, keys.idle, *keys.flow_keys)
+    return keys_of("enqueue", keys, "", LANES)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -143,7 +138,8 @@ def _enqueue_args(
 
 
 class TransferResult:
-    """What one run of the transfer script did."""
+    """What one run of the transfer script did: its reply's slots, in the order of the
+    ``-- returns:`` line of transfer.lua's header (the parameters up to ``schedules``)."""
 
     __slots__ = (
         "moved",
@@ -255,7 +251,7 @@ class Scripts(ScriptRunner):
         TIME) and the monotonic clock since; "" when there is none younger than
         :data:`CLOCK_ESTIMATE_TTL` s. The enqueue, fetch and ack take it instead of a TIME
         call (one command less each). It runs a moment behind the server's (by the
-        reply's way back), which the history allows for (``_history.lua``)."""
+        reply's way back), which the history allows for (``lua/include/record_history.lua``)."""
         seen = self._clocks.get(queue_name)
         if seen is None:
             return ""
@@ -310,7 +306,7 @@ class Scripts(ScriptRunner):
         "both"). Returns its due time (epoch ms), -2 when it had already moved to the ready
         queue, or -4 when its message id is scheduled under another member (nothing was
         written: reschedule it with :meth:`offer`)."""
-        one_keys = (keys.timeout_zset, keys.backup_list, keys.payloads, keys.channel, keys.sent, keys.ready_msgs)
+        one_keys = keys_of("offer_one", keys)
         return int(self._run_resending("offer_one", one_keys, (delay_ms, sort_key, message_id, data, look)))
 
     def offer_calls(self, calls: Sequence[tuple[QueueKeys, Sequence[Any], bool]]) -> list[Any]:
@@ -436,30 +432,21 @@ class Scripts(ScriptRunner):
     def schedule(self, keys: QueueKeys, op: str, name: str, *args: Any) -> Any:
         """Change or read one schedule of the queue's periodic actors (schedule.lua: ``op``
         is "start", "extend", "pause", "remove" or "check", ``args`` its arguments)."""
-        schedule_keys = (
-            *keys.schedule_keys,
-            keys.timeout_zset,
-            keys.backup_list,
-            keys.payloads,
-            keys.channel,
-            keys.ready,
-            keys.ready_msgs,
-            keys.idle,
-        )
+        schedule_keys = keys_of("schedule", keys)
         if self.wait_for_replicas and op != "check":
             return self._wait_checked("A schedule change", "schedule", schedule_keys, (op, name, *args))
         return self._run("schedule", schedule_keys, (op, name, *args))
 
     def release(self, keys: QueueKeys, token: str) -> int:
         """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""
-        return int(self._run_idempotent("release", (keys.lease, keys.consumers, keys.idle, keys.channel), (token,)))
+        return int(self._run_idempotent("release", keys_of("release", keys), (token,)))
 
     def cancel(self, keys: QueueKeys, message_ids: Sequence[str], *, by_key: bool = False) -> int:
         """Unschedule messages by id (``by_key``: the messages holding these dedupe keys);
         returns how many were scheduled. With ``wait_for_replicas``, raises
         :class:`NotReplicated` (``reply``: that count) when too few replicas acknowledged
         the cancel in time."""
-        cancel_keys = (keys.timeout_zset, keys.payloads, keys.dedupe, keys.keyed, keys.lane_of)
+        cancel_keys = keys_of("cancel", keys, "", ("lane",))
         args = ("key" if by_key else "id", *message_ids)
         if self.wait_for_replicas:
             return int(self._wait_checked("Cancel", "cancel", cancel_keys, args))
@@ -467,7 +454,7 @@ class Scripts(ScriptRunner):
 
     def clear(self, keys: QueueKeys, client: Any = None) -> Any:
         """Returns how many were scheduled, or the pipeline when ``client`` is one."""
-        return self._run("clear", keys.scheduled_keys, (), client)
+        return self._run("clear", keys_of("clear", keys, "", ("dedupe", "lane")), (), client)
 
     def enqueue(
         self,
@@ -502,16 +489,7 @@ class Scripts(ScriptRunner):
         the queue is paused (nothing taken)."""
         flat = self._run(
             "fetch",
-            (
-                keys.ready,
-                keys.ready_msgs,
-                keys.acks(worker_id),
-                keys.heartbeats,
-                keys.idle,
-                keys.paused,
-                keys.fetched,
-                *keys.flow_keys,
-            ),
+            fetch_keys(keys, worker_id),
             (
                 count,
                 worker_id,
@@ -535,24 +513,23 @@ class Scripts(ScriptRunner):
         redis_message_id: str,
         *,
         retried: bool = False,
-        held: bool = False,
+        uses_slots: bool = False,
         idle: IdleScore | None = None,
     ) -> int:
         """Forget a processed message; the history counts it as processed, or as retried
-        (``retried``: it failed and Retries scheduled a retry). ``held``: it was fetched
-        through lanes (:attr:`Fetched.held`), and its slots are given back. ``idle``: the
+        (``retried``: it failed and Retries scheduled a retry). ``uses_slots``: it was fetched
+        through lanes (:attr:`Fetched.uses_slots`), and its slots are given back. ``idle``: the
         acking consumer's new score in the idle registry (see ack.lua)."""
-        call_keys = ack_keys(keys, worker_id, held)
+        call_keys = ack_keys(keys, worker_id, uses_slots, idle is not None)
         args: tuple[Any, ...] = (
             redis_message_id,
             worker_id,
             self._beat(keys.heartbeats),
             "3" if retried else "1",
             self.server_now_ms(keys.queue_name),
-            *((*keys.flow_affixes, keys.wake_prefix) if held else ()),
+            *((*keys.flow_affixes, keys.wake_prefix) if uses_slots else ()),
         )
         if idle is not None:
-            call_keys = (*call_keys, keys.idle, keys.ready)
             args = (*args, "idle", idle.token, idle.score, idle.channel)
         return int(self._run_idempotent("ack", call_keys, args))
 
@@ -563,43 +540,20 @@ class Scripts(ScriptRunner):
         redis_message_id: str,
         final: bytes | None = None,
         *,
-        held: bool = False,
+        uses_slots: bool = False,
     ) -> int:
-        """Move a fetched message to the dead letters (``held``: see :meth:`ack`)."""
+        """Move a fetched message to the dead letters (``uses_slots``: see :meth:`ack`)."""
         args: tuple[Any, ...] = (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final)
-        if held:
+        if uses_slots:
             args = (redis_message_id, worker_id, final or "", *keys.flow_affixes, keys.wake_prefix)
-        return int(
-            self._run_idempotent(
-                "nack",
-                (
-                    keys.acks(worker_id),
-                    keys.ready_msgs,
-                    keys.xq,
-                    keys.xq_msgs,
-                    keys.heartbeats,
-                    keys.fetched,
-                    *keys.history_keys,
-                    keys.lane_of,
-                    *((keys.flow, keys.levels, keys.idle) if held else ()),
-                ),
-                args,
-            )
-        )
+        groups = ("lane", "slots") if uses_slots else ("lane",)
+        return int(self._run_idempotent("nack", keys_of("nack", keys, worker_id, groups), args))
 
     def requeue(self, keys: QueueKeys, worker_id: str, redis_message_ids: Sequence[str]) -> int:
         return int(
             self._run_idempotent(
                 "requeue",
-                (
-                    keys.acks(worker_id),
-                    keys.ready_msgs,
-                    keys.ready,
-                    keys.idle,
-                    keys.channel,
-                    keys.fetched,
-                    *keys.flow_keys,
-                ),
+                keys_of("requeue", keys, worker_id, LANES),
                 (*keys.flow_affixes, *redis_message_ids),
             )
         )
@@ -609,45 +563,31 @@ class Scripts(ScriptRunner):
     ) -> tuple[int, int]:
         requeued, expired = self._run(
             "maintenance",
-            (
-                keys.ready,
-                keys.ready_msgs,
-                keys.xq,
-                keys.xq_msgs,
-                keys.legacy_dq,
-                keys.legacy_dq_msgs,
-                keys.fetched,
-                *keys.flow_keys,
-                *(k for w in dead_workers for k in (keys.acks(w), keys.legacy_dq_acks(w))),
-            ),
+            script_keys("maintenance", keys, workers=dead_workers),
             (dead_message_ttl_ms, expire_limit, *keys.flow_affixes),
         )
         return int(requeued), int(expired)
 
     def bury_legacy(self, keys: QueueKeys, ids: Sequence[str]) -> int:
         """Move undecodable entries of the built-in ``.DQ`` queue to the dead letters."""
-        return int(self._run("bury", (keys.legacy_dq, keys.legacy_dq_msgs, keys.xq, keys.xq_msgs), ids))
+        return int(self._run("bury", keys_of("bury", keys), ids))
 
     def peek(self, keys: QueueKeys, message_id: str, *, by_key: bool = False) -> tuple[int, bytes, str] | None:
         """A scheduled message's due time (epoch ms), stored payload and message id, or
         ``None``; ``by_key``: ``message_id`` is a dedupe key (the message holding it)."""
-        due, stored, found = self._run(
-            "peek", (keys.timeout_zset, keys.payloads, keys.dedupe), (message_id, "key" if by_key else "id")
-        )
+        due, stored, found = self._run("peek", keys_of("peek", keys), (message_id, "key" if by_key else "id"))
         return None if int(due) < 0 or stored is None else (int(due), stored, found.decode())
 
     def reschedule(self, keys: QueueKeys, message_id: str, mode: str, value_ms: int) -> int | None:
         """New due time ``"in"`` ms from the server's now or ``"at"`` epoch ms; returns it,
         or ``None`` when the message is not scheduled."""
-        due = int(
-            self._run("reschedule", (keys.timeout_zset, keys.payloads, keys.channel), (message_id, mode, value_ms))
-        )
+        due = int(self._run("reschedule", keys_of("reschedule", keys), (message_id, mode, value_ms)))
         return None if due < 0 else due
 
     def count(self, keys: QueueKeys, mode: str, value_ms: int = 0) -> int:
         """Scheduled messages: ``"all"``, due ``"before"`` an epoch ms, or ``"overdue"``
         by more than ``value_ms`` on the server clock."""
-        return int(self._run("count", (keys.timeout_zset,), (mode, value_ms)))
+        return int(self._run("count", keys_of("count", keys), (mode, value_ms)))
 
     def bulk(self, keys: QueueKeys, action: str, batch: int, members: Sequence[bytes | str] = ()) -> int:
         """``"promote"`` or ``"remove"`` up to ``batch`` of the earliest scheduled entries,
@@ -655,7 +595,7 @@ class Scripts(ScriptRunner):
         return int(
             self._run(
                 "bulk",
-                (keys.timeout_zset, keys.payloads, keys.channel, keys.dedupe, keys.keyed, keys.lane_of),
+                keys_of("bulk", keys, "", ("lane",)),
                 (action, batch, *members),
             )
         )
@@ -667,7 +607,7 @@ class Scripts(ScriptRunner):
         (``(due, member)`` as bytes; ``None``: from the head), and the next cursor
         (``None`` at the end)."""
         due, member = after if after is not None else (b"", b"")
-        flat, next_due, next_member = self._run("scan", (keys.timeout_zset, keys.payloads), (size, due, member))
+        flat, next_due, next_member = self._run("scan", keys_of("scan", keys), (size, due, member))
         page = [(flat[i], int(float(flat[i + 1])), flat[i + 2]) for i in range(0, len(flat), 3)]
         return page, ((next_due, next_member) if next_due else None)
 
@@ -677,7 +617,7 @@ class Scripts(ScriptRunner):
         return int(
             self._run(
                 "dead",
-                (keys.xq, keys.xq_msgs, keys.ready, keys.ready_msgs, keys.idle, keys.channel, *keys.flow_keys),
+                keys_of("dead", keys, "", LANES),
                 (action, batch, *keys.flow_affixes, *ids),
             )
         )
@@ -686,18 +626,7 @@ class Scripts(ScriptRunner):
         """One queue's counts (stats.lua's reply), or the pipeline when ``client`` is one."""
         return self._run(
             "stats",
-            (
-                keys.ready,
-                keys.ready_msgs,
-                keys.timeout_zset,
-                keys.xq,
-                keys.lease,
-                keys.consumers,
-                keys.legacy_dq,
-                keys.paused,
-                keys.flow,
-                keys.levels,
-            ),
+            keys_of("stats", keys, "", LANES),
             (grace_ms, live_ms, keys.ring_prefix, keys.rate_prefix),
             client,
         )
@@ -716,7 +645,7 @@ class Scripts(ScriptRunner):
             int(v)
             for v in self._run_idempotent(
                 "limits",
-                (keys.flow, keys.ready, keys.levels, keys.idle),
+                keys_of("limits", keys),
                 (
                     op,
                     *("" if v is None else v for v in (*values, *[None] * (5 - len(values)))),
@@ -731,38 +660,39 @@ class Scripts(ScriptRunner):
     def shards(self, keys: QueueKeys, op: str, *args: Any) -> list[Any]:
         """``op`` ("read", "set", "drop") on a queue's stored shard layout (shards.lua; its
         reply is read by :class:`dramatiq_redisson.sharding._shards.ShardLayouts`)."""
-        return cast("list[Any]", self._run_idempotent("shards", (keys.shards,), (op, *args)))
+        return cast("list[Any]", self._run_idempotent("shards", keys_of("shards", keys), (op, *args)))
 
     def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
         """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and
         since when the queue is paused (epoch ms, server clock) or None."""
-        changed, since = self._run_idempotent("pause", (keys.paused,), (op,))
+        changed, since = self._run_idempotent("pause", keys_of("pause", keys), (op,))
         return bool(changed), None if int(since) < 0 else int(since)
 
     def history(self, keys: QueueKeys, minutes: int, hours: int, client: Any = None) -> Any:
         """The last ``minutes`` and ``hours`` of the queue's activity history (history.lua's
         reply, parsed by :mod:`dramatiq_redisson.admin._history`), or the pipeline when ``client`` is one."""
-        return self._run("history", keys.history_keys, (minutes, hours), client)
+        return self._run("history", keys_of("history", keys), (minutes, hours), client)
 
     def pending(self, keys: QueueKeys) -> int:
         """Scheduled (but periodic ticks) + ready + in flight + built-in delayed messages of a
         queue (pending.lua)."""
-        return int(self._run("pending", (keys.timeout_zset, keys.ready_msgs, keys.legacy_dq_msgs, keys.chains), ()))
+        return int(self._run("pending", keys_of("pending", keys, "", ("ticks",)), ()))
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too) and list the queue in the
         namespace's registry; returns the server time, epoch ms. On a cluster the
         registry lives in another slot: it is written by a command of its own."""
         if not keys.reaches_namespace:
-            now_ms = int(self._run_idempotent("heartbeat", (keys.heartbeats,), (worker_id,)))
+            now_ms = int(self._run_idempotent("heartbeat", keys_of("heartbeat", keys), (worker_id,)))
             self.client.sadd(keys.registry, keys.queue_name)
             return now_ms
-        return int(self._run_idempotent("heartbeat", (keys.heartbeats, keys.registry), (worker_id, keys.queue_name)))
+        beat_keys = keys_of("heartbeat", keys, "", ("registry",))
+        return int(self._run_idempotent("heartbeat", beat_keys, (worker_id, keys.queue_name)))
 
     def beat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark the process of ``worker_id`` alive on the queue (its liveness beat; runs
         on a full server too); returns the server time written, epoch ms."""
-        return int(self._run_idempotent("heartbeat", (keys.alive,), (worker_id,)))
+        return int(self._run_idempotent("heartbeat", keys_of("heartbeat", keys, "", ("alive",)), (worker_id,)))
 
     def reap(
         self,
@@ -779,16 +709,7 @@ class Scripts(ScriptRunner):
         workers = [*by_connection, *by_beat]
         requeued, dead = self._run_idempotent(
             "reap",
-            (
-                keys.alive,
-                keys.ready,
-                keys.ready_msgs,
-                keys.idle,
-                keys.channel,
-                keys.fetched,
-                *keys.flow_keys,
-                *map(keys.acks, workers),
-            ),
+            script_keys("reap", keys, workers=workers),
             (timeout_ms, forget_ms, len(by_connection), *keys.flow_affixes, *workers),
         )
         return int(requeued), int(dead)

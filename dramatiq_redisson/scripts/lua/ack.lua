@@ -1,11 +1,11 @@
 -- ack: a fetched message was processed; forget it, and count it in the history.
 --
--- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
--- KEYS[2]  HASH  <ns>:<queue>.msgs
--- KEYS[3]  ZSET  <ns>:__heartbeats__
--- KEYS[4]  HASH  redisson_delay_queue_fetched:{N}   redis message id -> fetch record
--- KEYS[5]  STRING redisson_delay_queue_minutes:{N}  activity history (see record_history.lua)
--- KEYS[6]  STRING redisson_delay_queue_hours:{N}
+-- KEYS[1]  acks          SET    <ns>:__acks__.<worker id>.<queue>
+-- KEYS[2]  ready_msgs    HASH   <ns>:<queue>.msgs
+-- KEYS[3]  heartbeats    ZSET   <ns>:__heartbeats__
+-- KEYS[4]  fetched       HASH   redisson_delay_queue_fetched:{N}  redis message id -> fetch record
+-- KEYS[5]  minutes       STRING redisson_delay_queue_minutes:{N}  activity history (see record_history.lua)
+-- KEYS[6]  hours         STRING redisson_delay_queue_hours:{N}
 --
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
@@ -17,20 +17,23 @@
 --          moment behind the server's at a minute's start is handled by record_history.lua.)
 --
 -- A message fetched through lanes uses concurrency slots (fetch.lua's reply ended with
--- "held"): the caller then adds
--- KEYS[7]  HASH  redisson_delay_queue_flow:{N}     concurrency slots in use, blocked lanes (flow_context.lua)
--- KEYS[8]  ZSET  redisson_delay_queue_levels:{N}
--- KEYS[9]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
+-- "held"): the caller then adds the keys marked +slots,
+-- KEYS[7]  flow +slots   HASH   redisson_delay_queue_flow:{N}  concurrency slots in use, blocked lanes (flow_context.lua)
+-- KEYS[8]  levels +slots ZSET   redisson_delay_queue_levels:{N}
+-- KEYS[9]  idle +slots   ZSET   redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
 -- ARGV[6]  the lanes' key prefix, ARGV[7] the rings', ARGV[8] the wake channels' prefix
 -- and the slots the fetch record names are given back: a lane of a group that was at its
 -- limit returns to its ring, and an idle consumer is woken per slot freed (wake.lua).
 -- A repeated ack finds no record and gives nothing back.
 --
 -- A thread is free again (issue 46): a consumer listed in the idle registry with a score
--- below what it can start now adds, after the above (ARGV[6] or, with lanes, ARGV[9] is
--- "idle"), KEYS[k] the idle ZSET and KEYS[k + 1] the ready queue (k = 7, or 10 with
--- lanes), and ARGV "idle", its token, its new score and its wake channel. Its entry takes
--- the new score (ZADD XX: a consumer woken meanwhile stays out), so that enqueues and
+-- below what it can start now adds, after the above, the keys marked +idle (without the
+-- +slots keys they are KEYS[7] and KEYS[8]: a group left out moves the later keys up)
+-- KEYS[10] idle +idle    ZSET   redisson_delay_queue_idle:{N}
+-- KEYS[11] ready +idle   LIST   <ns>:<queue>  the ready queue
+-- and (ARGV[6] or, with lanes, ARGV[9] is "idle") ARGV "idle", its token, its new score
+-- and its wake channel. Its entry takes the new score (ZADD XX: a consumer woken
+-- meanwhile stays out), so that enqueues and
 -- transfers can wake it. But if messages wait in the ready queue (with lanes: always, as
 -- the lanes are not counted here), wake-ups passed them over (every thread was busy, or
 -- its listing lagged): its own wake channel gets "0" instead, and it fetches them.

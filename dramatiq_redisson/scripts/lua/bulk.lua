@@ -1,12 +1,12 @@
 -- bulk: promote (make due now) or remove scheduled messages in one bounded step: the
 -- earliest `batch` of them, or the given members.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
--- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
--- KEYS[3]  CHANNEL redisson_delay_queue_channel:{N} due time of a new head
--- KEYS[4]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
--- KEYS[5]  HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
--- KEYS[6]  HASH  redisson_delay_queue_lane_of:{N}   optional: a removed message's lane
+-- KEYS[1]  timeout_zset  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[2]  payloads      HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[3]  channel       CHANNEL redisson_delay_queue_channel:{N} due time of a new head
+-- KEYS[4]  dedupe        HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+-- KEYS[5]  keyed         HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[6]  lane_of +lane HASH  redisson_delay_queue_lane_of:{N}   optional: a removed message's lane
 --                                                   record goes with it
 --
 -- ARGV[1]  "promote" or "remove"

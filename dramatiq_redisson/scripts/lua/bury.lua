@@ -1,9 +1,10 @@
 -- bury: move entries that cannot be decoded from a list + hash pair to the dead letters.
 --
--- KEYS[1]  LIST  source list of ids (read from its head)
--- KEYS[2]  HASH  source id -> data
--- KEYS[3]  ZSET  <ns>:<queue>.XQ         dead letter id -> time of death (epoch ms)
--- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs
+-- KEYS[1]  legacy_dq       LIST  <ns>:<queue>.DQ  source list of ids (read from its head): the
+--                                built-in broker's delay queue
+-- KEYS[2]  legacy_dq_msgs  HASH  <ns>:<queue>.DQ.msgs  source id -> data
+-- KEYS[3]  xq              ZSET  <ns>:<queue>.XQ  dead letter id -> time of death (epoch ms)
+-- KEYS[4]  xq_msgs         HASH  <ns>:<queue>.XQ.msgs
 --
 -- ARGV[1..] ids, taken from the head of the source list
 --

@@ -1,10 +1,10 @@
 -- cancel: remove scheduled messages by message id, or by dedupe key, atomically.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
--- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
--- KEYS[3]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
--- KEYS[4]  HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
--- KEYS[5]  HASH  redisson_delay_queue_lane_of:{N}   optional: message id -> lane; a cancelled
+-- KEYS[1]  timeout_zset  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[2]  payloads      HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[3]  dedupe        HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+-- KEYS[4]  keyed         HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[5]  lane_of +lane HASH  redisson_delay_queue_lane_of:{N}   optional: message id -> lane; a cancelled
 --                                                   message's record goes with it
 --
 -- ARGV[1]  "id": ARGV[2..] are message ids; "key": ARGV[2..] are dedupe keys (the

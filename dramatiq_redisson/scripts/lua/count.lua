@@ -1,6 +1,6 @@
 -- count: how many messages are scheduled, in all or due before a time, on the server clock.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[1]  timeout_zset ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 --
 -- ARGV[1]  "all", "before" (due before ARGV[2], epoch ms, exclusive) or "overdue" (due
 --          before the server's now minus ARGV[2] ms: they should have moved already)

@@ -1,14 +1,16 @@
 -- dead: requeue or remove dead letters of a queue, by id or the oldest `batch` of them.
 --
--- KEYS[1]  ZSET  <ns>:<queue>.XQ        dead letter id -> time of death (epoch ms)
--- KEYS[2]  HASH  <ns>:<queue>.XQ.msgs   dead letter id -> encoded message
--- KEYS[3]  LIST  <ns>:<queue>           ready queue (redis message ids)
--- KEYS[4]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
--- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
--- KEYS[6]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
--- KEYS[7..9]      optional: the flow keys (flow, levels, lane_of; see flow_context.lua); with them
---                 ARGV[3] and ARGV[4] are the lanes' and rings' key prefixes and the ids
---                 start at ARGV[5]
+-- KEYS[1]  xq              ZSET    <ns>:<queue>.XQ  dead letter id -> time of death (epoch ms)
+-- KEYS[2]  xq_msgs         HASH    <ns>:<queue>.XQ.msgs  dead letter id -> encoded message
+-- KEYS[3]  ready           LIST    <ns>:<queue>  ready queue (redis message ids)
+-- KEYS[4]  ready_msgs      HASH    <ns>:<queue>.msgs  redis message id -> encoded message
+-- KEYS[5]  idle            ZSET    redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
+-- KEYS[6]  channel         CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
+-- KEYS[7]  flow +lanes     HASH    redisson_delay_queue_flow:{N}  optional, the +lanes keys: the flow
+--                                  keys (see flow_context.lua); with them ARGV[3] and ARGV[4] are
+--                                  the lanes' and rings' key prefixes and the ids start at ARGV[5]
+-- KEYS[8]  levels +lanes   ZSET    redisson_delay_queue_levels:{N}
+-- KEYS[9]  lane_of +lanes  HASH    redisson_delay_queue_lane_of:{N}
 --
 -- ARGV[1]  "requeue" or "remove"
 -- ARGV[2]  batch: with no ids, act on up to this many of the oldest dead letters

@@ -1,12 +1,15 @@
 -- enqueue: put messages on a ready queue, each redis message id at most once, and wake
 -- idle consumers when the queue was empty.
 --
--- KEYS[1]  LIST     <ns>:<queue>        ready queue (redis message ids)
--- KEYS[2]  HASH     <ns>:<queue>.msgs   redis message id -> encoded message
--- KEYS[3]  CHANNEL  redisson_delay_queue_channel:{N}
--- KEYS[4]  ZSET     redisson_delay_queue_sent:{N}   redis message id -> enqueue time (epoch ms)
--- KEYS[5]  ZSET     redisson_delay_queue_idle:{N}   consumer token -> messages it can start now
--- KEYS[6..8]        optional: the flow keys (flow, levels, lane_of; see flow_context.lua). With
+-- KEYS[1]  ready           LIST     <ns>:<queue>  ready queue (redis message ids)
+-- KEYS[2]  ready_msgs      HASH     <ns>:<queue>.msgs  redis message id -> encoded message
+-- KEYS[3]  channel         CHANNEL  redisson_delay_queue_channel:{N}
+-- KEYS[4]  sent            ZSET     redisson_delay_queue_sent:{N}  redis message id -> enqueue time (epoch ms)
+-- KEYS[5]  idle            ZSET     redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
+-- KEYS[6]  flow +lanes     HASH     redisson_delay_queue_flow:{N}
+-- KEYS[7]  levels +lanes   ZSET     redisson_delay_queue_levels:{N}
+-- KEYS[8]  lane_of +lanes  HASH     redisson_delay_queue_lane_of:{N}
+--                   optional, the +lanes keys: the flow keys (see flow_context.lua). With
 --                   them, ARGV[4] and ARGV[5] are the lanes' and the rings' key prefixes
 --                   and the messages come in triples from ARGV[6]: id, encoded message,
 --                   lane ("" or "0:": the ready queue). A lane other than "0:" turns the

@@ -1,18 +1,18 @@
 -- fetch: take up to N messages off a ready queue into this worker's ack set.
 --
--- KEYS[1]  LIST  <ns>:<queue>                          ready queue (redis message ids)
--- KEYS[2]  HASH  <ns>:<queue>.msgs                     redis message id -> encoded message
--- KEYS[3]  SET   <ns>:__acks__.<worker id>.<queue>     fetched, not yet acked
--- KEYS[4]  ZSET  <ns>:__heartbeats__                   worker id -> last seen (epoch ms)
--- KEYS[5]  ZSET  redisson_delay_queue_idle:{N}         consumer token -> messages it can start now
--- KEYS[6]  STRING redisson_delay_queue_paused:{N}      set while the queue is paused
--- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}      redis message id -> fetch record
--- KEYS[8]  HASH   redisson_delay_queue_flow:{N}        optional (with KEYS[9..10] and
---          ARGV[7..8]): the lanes' counts, limits and slots (flow_context.lua); whether the
---          queue's messages go through lanes is its flag, the STRING ARGV[7] .. "on}",
+-- KEYS[1]  ready          LIST   <ns>:<queue>  ready queue (redis message ids)
+-- KEYS[2]  ready_msgs     HASH   <ns>:<queue>.msgs  redis message id -> encoded message
+-- KEYS[3]  acks           SET    <ns>:__acks__.<worker id>.<queue>  fetched, not yet acked
+-- KEYS[4]  heartbeats     ZSET   <ns>:__heartbeats__  worker id -> last seen (epoch ms)
+-- KEYS[5]  idle           ZSET   redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
+-- KEYS[6]  paused         STRING redisson_delay_queue_paused:{N}  set while the queue is paused
+-- KEYS[7]  fetched        HASH   redisson_delay_queue_fetched:{N}  redis message id -> fetch record
+-- KEYS[8]  flow +lanes    HASH   redisson_delay_queue_flow:{N}  optional (with the other +lanes
+--          keys and ARGV[7..8]): the lanes' counts, limits and slots (flow_context.lua); whether
+--          the queue's messages go through lanes is its flag, the STRING ARGV[7] .. "on}",
 --          read with the pause in one MGET
--- KEYS[9]  ZSET  redisson_delay_queue_levels:{N}       priorities with lanes in their ring
--- KEYS[10] HASH  redisson_delay_queue_lane_of:{N}      message id -> lane (scheduled ones)
+-- KEYS[9]  levels +lanes  ZSET   redisson_delay_queue_levels:{N}  priorities with lanes in their ring
+-- KEYS[10] lane_of +lanes HASH   redisson_delay_queue_lane_of:{N}  message id -> lane (scheduled ones)
 --
 -- ARGV[1]  most messages to take: what the consumer can start now (its idle worker
 --          threads, within its free prefetch)

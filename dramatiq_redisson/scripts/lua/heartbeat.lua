@@ -1,8 +1,8 @@
 -- heartbeat: mark a worker alive, even on a full server.
 --
--- KEYS[1]  ZSET  <ns>:__heartbeats__     worker id -> last seen (epoch ms, server clock);
---          or a queue's redisson_delay_queue_alive:{N} (a process's liveness beat)
--- KEYS[2]  SET   <ns>:__queues__         names of the queues that have had consumers
+-- KEYS[1]  heartbeats|alive   ZSET  <ns>:__heartbeats__  worker id -> last seen (epoch ms,
+--          server clock); or a queue's redisson_delay_queue_alive:{N} (a process's liveness beat)
+-- KEYS[2]  registry +registry SET   <ns>:__queues__  names of the queues that have had consumers
 --          (left out on a cluster, where it lives in another slot)
 --
 -- ARGV[1]  worker id

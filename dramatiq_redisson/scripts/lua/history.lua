@@ -1,7 +1,7 @@
 -- history: read a queue's activity history (the rings of record_history.lua).
 --
--- KEYS[1]  STRING redisson_delay_queue_minutes:{N}
--- KEYS[2]  STRING redisson_delay_queue_hours:{N}
+-- KEYS[1]  minutes STRING redisson_delay_queue_minutes:{N}
+-- KEYS[2]  hours   STRING redisson_delay_queue_hours:{N}
 --
 -- ARGV[1]  minutes: how many of the last minutes to read (1..HISTORY_MINUTES, the
 --          current one last)

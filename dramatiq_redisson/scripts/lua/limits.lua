@@ -1,10 +1,10 @@
 -- limits: set, clear or read a queue's concurrency and rate limits, or set its group
 -- weights (flow control).
 --
--- KEYS[1]  HASH  redisson_delay_queue_flow:{N}     the limits, slots in use and blocked lanes
--- KEYS[2]  LIST  <ns>:<queue>                      ready queue (the plain lane)
--- KEYS[3]  ZSET  redisson_delay_queue_levels:{N}   priorities with lanes in their ring
--- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
+-- KEYS[1]  flow   HASH  redisson_delay_queue_flow:{N}     the limits, slots in use and blocked lanes
+-- KEYS[2]  ready  LIST  <ns>:<queue>                      ready queue (the plain lane)
+-- KEYS[3]  levels ZSET  redisson_delay_queue_levels:{N}   priorities with lanes in their ring
+-- KEYS[4]  idle   ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
 --
 -- ARGV[1]  "set", "update", "clear", "get" or "weights"
 -- ARGV[2..6] with "set": the queue's concurrency limit, each group's concurrency limit,

@@ -1,14 +1,17 @@
 -- maintenance: recover the unacked messages of dead workers and expire old dead letters.
 --
--- KEYS[1]  LIST  <ns>:<queue>             ready queue
--- KEYS[2]  HASH  <ns>:<queue>.msgs
--- KEYS[3]  ZSET  <ns>:<queue>.XQ          dead letter id -> time of death (epoch ms)
--- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs
--- KEYS[5]  LIST  <ns>:<queue>.DQ          the built-in broker's delay queue
--- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs
--- KEYS[7]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[8..10]    the flow keys (flow, levels, lane_of; see flow_context.lua)
--- KEYS[11..] pairs of SETs per dead worker: <ns>:__acks__.<id>.<queue>, <ns>:__acks__.<id>.<queue>.DQ
+-- KEYS[1]  ready           LIST  <ns>:<queue>  ready queue
+-- KEYS[2]  ready_msgs      HASH  <ns>:<queue>.msgs
+-- KEYS[3]  xq              ZSET  <ns>:<queue>.XQ  dead letter id -> time of death (epoch ms)
+-- KEYS[4]  xq_msgs         HASH  <ns>:<queue>.XQ.msgs
+-- KEYS[5]  legacy_dq       LIST  <ns>:<queue>.DQ  the built-in broker's delay queue
+-- KEYS[6]  legacy_dq_msgs  HASH  <ns>:<queue>.DQ.msgs
+-- KEYS[7]  fetched         HASH  redisson_delay_queue_fetched:{N}  fetch records (the ids put back lose theirs)
+-- KEYS[8]  flow            HASH  redisson_delay_queue_flow:{N}  the flow keys (see flow_context.lua)
+-- KEYS[9]  levels          ZSET  redisson_delay_queue_levels:{N}
+-- KEYS[10] lane_of         HASH  redisson_delay_queue_lane_of:{N}
+-- KEYS[11..] acks,legacy_dq_acks  SETs, a pair per dead worker: <ns>:__acks__.<id>.<queue>,
+--          <ns>:__acks__.<id>.<queue>.DQ
 --          (unacked messages go back to the queue they were fetched from; the .DQ
 --          ones are then migrated to the delayed queue by the consumer)
 --

@@ -1,16 +1,16 @@
 -- nack: move a fetched message to the queue's dead letters, and count it in the history.
 --
--- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
--- KEYS[2]  HASH  <ns>:<queue>.msgs
--- KEYS[3]  ZSET  <ns>:<queue>.XQ         dead letter id -> time of death (epoch ms)
--- KEYS[4]  HASH  <ns>:<queue>.XQ.msgs    dead letter id -> encoded message
--- KEYS[5]  ZSET  <ns>:__heartbeats__
--- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   redis message id -> fetch record
--- KEYS[7]  STRING redisson_delay_queue_minutes:{N}  activity history (see record_history.lua)
--- KEYS[8]  STRING redisson_delay_queue_hours:{N}
--- KEYS[9]  HASH  redisson_delay_queue_lane_of:{N}   optional: the dead letter keeps the lane
---                                                   its fetch record names (dead.lua's
---                                                   requeue puts it back there)
+-- KEYS[1]  acks          SET    <ns>:__acks__.<worker id>.<queue>
+-- KEYS[2]  ready_msgs    HASH   <ns>:<queue>.msgs
+-- KEYS[3]  xq            ZSET   <ns>:<queue>.XQ  dead letter id -> time of death (epoch ms)
+-- KEYS[4]  xq_msgs       HASH   <ns>:<queue>.XQ.msgs  dead letter id -> encoded message
+-- KEYS[5]  heartbeats    ZSET   <ns>:__heartbeats__
+-- KEYS[6]  fetched       HASH   redisson_delay_queue_fetched:{N}  redis message id -> fetch record
+-- KEYS[7]  minutes       STRING redisson_delay_queue_minutes:{N}  activity history (see record_history.lua)
+-- KEYS[8]  hours         STRING redisson_delay_queue_hours:{N}
+-- KEYS[9]  lane_of +lane HASH   redisson_delay_queue_lane_of:{N}  optional: the dead letter
+--                               keeps the lane its fetch record names (dead.lua's requeue
+--                               puts it back there)
 --
 -- ARGV[1]  redis message id
 -- ARGV[2]  worker id
@@ -18,9 +18,11 @@
 --          recorded in its options), stored in place of the copy fetched ("": none)
 --
 -- A message fetched through lanes uses concurrency slots (see ack.lua): the caller then adds
--- KEYS[10] HASH  redisson_delay_queue_flow:{N}, KEYS[11] ZSET its levels, KEYS[12] ZSET
--- redisson_delay_queue_idle:{N}, and ARGV[4..6] the lanes', rings' and wake channels'
--- prefixes; the slots are given back as an ack gives them.
+-- KEYS[10] flow +slots   HASH   redisson_delay_queue_flow:{N}
+-- KEYS[11] levels +slots ZSET   redisson_delay_queue_levels:{N}
+-- KEYS[12] idle +slots   ZSET   redisson_delay_queue_idle:{N}
+-- and ARGV[4..6] the lanes', rings' and wake channels' prefixes; the slots are given back
+-- as an ack gives them.
 --
 -- Memory: the first write is the SREM (never grows memory), so a nack runs on a full
 -- server too: the message moves between two hashes, it is never left half-moved.

@@ -1,23 +1,25 @@
 -- offer: schedule messages on a queue's delayed-queue structures, atomically.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms, server clock)
--- KEYS[2]  LIST  redisson_delay_queue:{N}           members in offer order (backup list)
--- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
--- KEYS[4]  CHANNEL redisson_delay_queue_channel:{N} receives the due time of a new earliest entry
--- KEYS[5]  LIST  <ns>:<queue>.DQ       legacy delay queue (only read when a claim id is given)
--- KEYS[6]  HASH  <ns>:<queue>.DQ.msgs  legacy delay queue payloads
--- KEYS[7]  HASH  <ns>:<queue>.msgs     ready messages (rel/abs: a member already moved there
---                                      is not offered again)
--- KEYS[8]  ZSET  redisson_delay_queue_sent:{N}  members moved within the dedupe window
---                                      (rel/abs: not offered again either)
--- KEYS[9]  HASH  redisson_delay_queue_dedupe:{N}  dedupe key -> scheduled message id
--- KEYS[10] HASH  redisson_delay_queue_keyed:{N}   message id -> "<ttl ms>:<dedupe key>"
--- KEYS[11] ZSET  redisson_delay_queue_holds:{N}   dedupe key -> end of its throttle window
--- KEYS[12] HASH  redisson_delay_queue_held:{N}    throttle copies: dedupe key -> encoded message that moved
---                                      (KEYS[9..12]: see dedupe_split.lua)
--- KEYS[13] HASH  redisson_delay_queue_lane_of:{N}  optional (with KEYS[14..15]): message id ->
---                                      lane, for a scheduled message not in the plain lane
--- KEYS[14] HASH   redisson_delay_queue_flow:{N}, KEYS[15] STRING its flag (see flow_context.lua)
+-- KEYS[1]  timeout_zset    ZSET    redisson_delay_queue_timeout:{N}  member -> due time (epoch ms, server clock)
+-- KEYS[2]  backup_list     LIST    redisson_delay_queue:{N}  members in offer order (backup list)
+-- KEYS[3]  payloads        HASH    redisson_delay_queue_msgs:{N}  message id -> sort key .. encoded message
+-- KEYS[4]  channel         CHANNEL redisson_delay_queue_channel:{N}  receives the due time of a new earliest entry
+-- KEYS[5]  legacy_dq       LIST    <ns>:<queue>.DQ  legacy delay queue (only read when a claim id is given)
+-- KEYS[6]  legacy_dq_msgs  HASH    <ns>:<queue>.DQ.msgs  legacy delay queue payloads
+-- KEYS[7]  ready_msgs      HASH    <ns>:<queue>.msgs  ready messages (rel/abs: a member already
+--                                  moved there is not offered again)
+-- KEYS[8]  sent            ZSET    redisson_delay_queue_sent:{N}  members moved within the dedupe
+--                                  window (rel/abs: not offered again either)
+-- KEYS[9]  dedupe          HASH    redisson_delay_queue_dedupe:{N}  dedupe key -> scheduled message id
+-- KEYS[10] keyed           HASH    redisson_delay_queue_keyed:{N}  message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[11] holds           ZSET    redisson_delay_queue_holds:{N}  dedupe key -> end of its throttle window
+-- KEYS[12] throttle_copies HASH    redisson_delay_queue_held:{N}  throttle copies: dedupe key ->
+--                                  encoded message that moved (KEYS[9..12]: see dedupe_split.lua)
+-- KEYS[13] lane_of +lanes  HASH    redisson_delay_queue_lane_of:{N}  optional, with the other +lanes
+--                                  keys: message id -> lane, for a scheduled message not in the
+--                                  plain lane
+-- KEYS[14] flow +lanes     HASH    redisson_delay_queue_flow:{N}  (see flow_context.lua)
+-- KEYS[15] flow_flag +lanes STRING its flag
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose

@@ -2,12 +2,12 @@
 -- entry without a dedupe key, a claim or a retry's "move:"), with 6 keys and 5 arguments
 -- instead of 12 and 9, and 6 commands instead of 9 (5 since HSETNX).
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms, server clock)
--- KEYS[2]  LIST  redisson_delay_queue:{N}           members in offer order (backup list)
--- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
--- KEYS[4]  CHANNEL redisson_delay_queue_channel:{N} receives the due time of a new earliest entry
--- KEYS[5]  ZSET  redisson_delay_queue_sent:{N}      members moved within the dedupe window
--- KEYS[6]  HASH  <ns>:<queue>.msgs                  ready messages
+-- KEYS[1]  timeout_zset  ZSET    redisson_delay_queue_timeout:{N}  member -> due time (epoch ms, server clock)
+-- KEYS[2]  backup_list   LIST    redisson_delay_queue:{N}  members in offer order (backup list)
+-- KEYS[3]  payloads      HASH    redisson_delay_queue_msgs:{N}  message id -> sort key .. encoded message
+-- KEYS[4]  channel       CHANNEL redisson_delay_queue_channel:{N}  receives the due time of a new earliest entry
+-- KEYS[5]  sent          ZSET    redisson_delay_queue_sent:{N}  members moved within the dedupe window
+-- KEYS[6]  ready_msgs    HASH    <ns>:<queue>.msgs  ready messages
 --
 -- ARGV[1]  delay in ms, added to the server clock
 -- ARGV[2]  sort key (see key_len.lua)

@@ -1,6 +1,6 @@
 -- pause: pause or resume a queue, fleet-wide.
 --
--- KEYS[1]  STRING redisson_delay_queue_paused:{N}   since when the queue is paused (epoch ms)
+-- KEYS[1]  paused STRING redisson_delay_queue_paused:{N}   since when the queue is paused (epoch ms)
 --
 -- ARGV[1]  "pause" or "resume" (anything else: an error, nothing written)
 --

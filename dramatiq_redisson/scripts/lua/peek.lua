@@ -1,8 +1,8 @@
 -- peek: one scheduled message and its due time, read together.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
--- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
--- KEYS[3]  HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+-- KEYS[1]  timeout_zset ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[2]  payloads     HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[3]  dedupe       HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
 --                                                    (read with ARGV[2] "key" only)
 --
 -- ARGV[1]  message id, or with ARGV[2] "key" a dedupe key

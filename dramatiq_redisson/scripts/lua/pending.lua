@@ -1,9 +1,9 @@
 -- pending: how many messages of a queue are not yet processed, read together.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   scheduled: member -> due time (epoch ms)
--- KEYS[2]  HASH  <ns>:<queue>.msgs      data of ready and in-flight messages
--- KEYS[3]  HASH  <ns>:<queue>.DQ.msgs   the built-in broker's delayed messages (not yet migrated)
--- KEYS[4]  HASH  redisson_delay_queue_chains:{N}  schedule name -> its scheduled tick: a
+-- KEYS[1]  timeout_zset    ZSET  redisson_delay_queue_timeout:{N}  scheduled: member -> due time (epoch ms)
+-- KEYS[2]  ready_msgs      HASH  <ns>:<queue>.msgs  data of ready and in-flight messages
+-- KEYS[3]  legacy_dq_msgs  HASH  <ns>:<queue>.DQ.msgs  the built-in broker's delayed messages (not yet migrated)
+-- KEYS[4]  chains +ticks   HASH  redisson_delay_queue_chains:{N}  optional: schedule name -> its scheduled tick: a
 --                periodic actor's next tick is always scheduled and is not counted (a queue
 --                with periodic actors would never be done)
 --

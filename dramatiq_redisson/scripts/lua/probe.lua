@@ -1,7 +1,7 @@
 -- probe: try, without changing anything, every command the broker's scripts issue, on
 -- one queue's real key names; report the calls the user's ACL denies.
 --
--- KEYS     none. The key names travel in ARGV on purpose: EVALSHA checks its declared
+-- KEYS none. The key names travel in ARGV on purpose: EVALSHA checks its declared
 --          KEYS against the user's key patterns before the script runs, so one denied
 --          key would fail the whole probe with a bare "No permissions to access a key";
 --          called from inside, every denial is reported with the key it concerns.

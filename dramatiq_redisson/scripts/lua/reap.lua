@@ -1,14 +1,16 @@
 -- reap: run again the messages of a queue's consumers whose processes stopped beating.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_alive:{N}     worker id -> last liveness beat (epoch
---                                                   ms, server clock), one per process
--- KEYS[2]  LIST  <ns>:<queue>                       ready queue
--- KEYS[3]  HASH  <ns>:<queue>.msgs
--- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
--- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
--- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[7..9]     the flow keys (flow, levels, lane_of; see flow_context.lua)
--- KEYS[10..] SET <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[6..]
+-- KEYS[1]  alive       ZSET    redisson_delay_queue_alive:{N}  worker id -> last liveness beat
+--                               (epoch ms, server clock), one per process
+-- KEYS[2]  ready       LIST    <ns>:<queue>  ready queue
+-- KEYS[3]  ready_msgs  HASH    <ns>:<queue>.msgs
+-- KEYS[4]  idle        ZSET    redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
+-- KEYS[5]  channel     CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
+-- KEYS[6]  fetched     HASH    redisson_delay_queue_fetched:{N}  fetch records (the ids put back lose theirs)
+-- KEYS[7]  flow        HASH    redisson_delay_queue_flow:{N}  the flow keys (see flow_context.lua)
+-- KEYS[8]  levels      ZSET    redisson_delay_queue_levels:{N}
+-- KEYS[9]  lane_of     HASH    redisson_delay_queue_lane_of:{N}
+-- KEYS[10..] acks      SET     <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[6..]
 --
 -- ARGV[1]  liveness timeout (ms): a worker is dead when its last beat is more than this
 --          older than the newest beat in KEYS[1]

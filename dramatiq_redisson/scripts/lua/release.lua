@@ -2,10 +2,10 @@
 -- registries and, if it holds the transfer lease, give the lease up and ask another
 -- consumer to take it over at once (instead of when the lease would have lapsed).
 --
--- KEYS[1]  STRING  redisson_delay_queue_lease:{N}      "<token> <expiry ms>" (PX)
--- KEYS[2]  ZSET    redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
--- KEYS[3]  ZSET    redisson_delay_queue_idle:{N}       consumer token -> messages it can start now
--- KEYS[4]  CHANNEL redisson_delay_queue_channel:{N}    wake channels are this .. ":wake:{token}"
+-- KEYS[1]  lease     STRING  redisson_delay_queue_lease:{N}      "<token> <expiry ms>" (PX)
+-- KEYS[2]  consumers ZSET    redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
+-- KEYS[3]  idle      ZSET    redisson_delay_queue_idle:{N}       consumer token -> messages it can start now
+-- KEYS[4]  channel   CHANNEL redisson_delay_queue_channel:{N}    wake channels are this .. ":wake:{token}"
 --
 -- ARGV[1]  the leaving consumer's token
 --

@@ -1,13 +1,16 @@
 -- requeue: give fetched, unprocessed messages back to the head of the ready queue.
 --
--- KEYS[1]  SET   <ns>:__acks__.<worker id>.<queue>
--- KEYS[2]  HASH  <ns>:<queue>.msgs
--- KEYS[3]  LIST  <ns>:<queue>
--- KEYS[4]  ZSET  redisson_delay_queue_idle:{N}      consumer token -> messages it can start now
--- KEYS[5]  CHANNEL redisson_delay_queue_channel:{N} wake channels are this .. ":wake:{token}"
--- KEYS[6]  HASH  redisson_delay_queue_fetched:{N}   fetch records (the ids put back lose theirs)
--- KEYS[7..9]      optional: the flow keys (see flow_context.lua); with them ARGV[1] and ARGV[2] are
---                 the lanes' and rings' key prefixes, and the ids start at ARGV[3]
+-- KEYS[1]  acks            SET     <ns>:__acks__.<worker id>.<queue>
+-- KEYS[2]  ready_msgs      HASH    <ns>:<queue>.msgs
+-- KEYS[3]  ready           LIST    <ns>:<queue>
+-- KEYS[4]  idle            ZSET    redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
+-- KEYS[5]  channel         CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
+-- KEYS[6]  fetched         HASH    redisson_delay_queue_fetched:{N}  fetch records (the ids put back lose theirs)
+-- KEYS[7]  flow +lanes     HASH    redisson_delay_queue_flow:{N}  optional, the +lanes keys: the flow
+--                                  keys (see flow_context.lua); with them ARGV[1] and ARGV[2] are
+--                                  the lanes' and rings' key prefixes, and the ids start at ARGV[3]
+-- KEYS[8]  levels +lanes   ZSET    redisson_delay_queue_levels:{N}
+-- KEYS[9]  lane_of +lanes  HASH    redisson_delay_queue_lane_of:{N}
 --
 -- ARGV[1..] redis message ids, in the order they were fetched
 --

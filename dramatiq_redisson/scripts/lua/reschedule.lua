@@ -1,8 +1,8 @@
 -- reschedule: give one scheduled message a new due time, atomically, on the server clock.
 --
--- KEYS[1]  ZSET    redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
--- KEYS[2]  HASH    redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
--- KEYS[3]  CHANNEL redisson_delay_queue_channel:{N}   receives the due time of a new earliest entry
+-- KEYS[1]  timeout_zset ZSET    redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[2]  payloads     HASH    redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[3]  channel      CHANNEL redisson_delay_queue_channel:{N}   receives the due time of a new earliest entry
 --
 -- ARGV[1]  message id
 -- ARGV[2]  "in": due ARGV[3] ms from the server's now; "at": due at ARGV[3] (epoch ms;

@@ -1,7 +1,7 @@
 -- scan: one page of scheduled messages in due order, after a cursor, with their payloads.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
--- KEYS[2]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
+-- KEYS[1]  timeout_zset ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[2]  payloads     HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
 --
 -- ARGV[1]  page size
 -- ARGV[2]  the cursor: the due time of the last entry of the previous page, or "" to

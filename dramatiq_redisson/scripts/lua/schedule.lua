@@ -1,13 +1,13 @@
--- schedule: change a periodic actor's schedule, atomically (see _periodic.py).
+-- schedule: change a periodic actor's schedule, atomically (see periodic/_schedules.py).
 --
 -- A schedule is a chain of delayed messages: exactly one tick of it is scheduled at a
 -- time, in the queue's ZSET, and transfer.lua, when it moves that tick, schedules the next
 -- one in the same step. The next tick times come from the client (cron needs a time zone
 -- database), a few dozen ahead, in KEYS[3]'s "<name>|t" field.
 --
--- KEYS[1]  HASH  redisson_delay_queue_schedules:{N}      name -> definition (JSON)
--- KEYS[2]  HASH  redisson_delay_queue_chains:{N}         name -> member of the scheduled tick
--- KEYS[3]  HASH  redisson_delay_queue_schedule_state:{N} "<name>|t" upcoming ticks (epoch ms,
+-- KEYS[1]  schedules      HASH  redisson_delay_queue_schedules:{N}      name -> definition (JSON)
+-- KEYS[2]  chains         HASH  redisson_delay_queue_chains:{N}         name -> member of the scheduled tick
+-- KEYS[3]  schedule_state HASH  redisson_delay_queue_schedule_state:{N} "<name>|t" upcoming ticks (epoch ms,
 --                comma-separated; "<tick>+<jitter ms>" when the tick is due later than its
 --                time), "|r" last tick run, "|l" its lateness (ms), "|s" the first tick not
 --                run while the chain waits to be resumed, "|p" "1": paused; policies (issue
@@ -16,13 +16,13 @@
 --                "|k" the ticks skipped, "|d" the ticks dropped (not started by their
 --                deadline), "|e" why the schedule ended ("end": its window; "limit"), "|g"
 --                the latest tick started (with a deadline)
--- KEYS[4]  ZSET  redisson_delay_queue_timeout:{N}        member -> due time (epoch ms)
--- KEYS[5]  LIST  redisson_delay_queue:{N}                backup list
--- KEYS[6]  HASH  redisson_delay_queue_msgs:{N}           message id -> sort key .. payload
--- KEYS[7]  CHANNEL redisson_delay_queue_channel:{N}      a new earliest due time
--- KEYS[8]  LIST  <ns>:<queue>                            ready queue
--- KEYS[9]  HASH  <ns>:<queue>.msgs                       redis message id -> encoded message
--- KEYS[10] ZSET  redisson_delay_queue_idle:{N}           idle consumers (see wake.lua)
+-- KEYS[4]  timeout_zset   ZSET  redisson_delay_queue_timeout:{N}        member -> due time (epoch ms)
+-- KEYS[5]  backup_list    LIST  redisson_delay_queue:{N}                backup list
+-- KEYS[6]  payloads       HASH  redisson_delay_queue_msgs:{N}           message id -> sort key .. payload
+-- KEYS[7]  channel        CHANNEL redisson_delay_queue_channel:{N}      a new earliest due time
+-- KEYS[8]  ready          LIST  <ns>:<queue>                            ready queue
+-- KEYS[9]  ready_msgs     HASH  <ns>:<queue>.msgs                       redis message id -> encoded message
+-- KEYS[10] idle           ZSET  redisson_delay_queue_idle:{N}           idle consumers (see wake.lua)
 --
 -- ARGV[1] the operation, ARGV[2] the schedule's name, then per operation:
 --

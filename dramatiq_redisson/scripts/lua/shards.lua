@@ -1,6 +1,6 @@
--- shards: change the stored shard layout of a queue (issue 36; see _shards.py), atomically.
+-- shards: change the stored shard layout of a queue (issue 36; see sharding/_shards.py), atomically.
 --
--- KEYS[1]  HASH  redisson_delay_queue_shards:{N}   "active": the suffixes of the shards
+-- KEYS[1]  shards HASH  redisson_delay_queue_shards:{N}   "active": the suffixes of the shards
 --          producers send to, in order ("0,17,42"); "retired": those being drained (""
 --          or absent); "r<suffix>": when (server epoch ms) each retired shard was
 --          retired; "a<suffix>": when each shard added to a layout that existed was

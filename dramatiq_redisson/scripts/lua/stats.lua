@@ -1,15 +1,15 @@
 -- stats: one queue's counts, read together on the server clock.
 --
--- KEYS[1]  LIST  <ns>:<queue>           ready queue
--- KEYS[2]  HASH  <ns>:<queue>.msgs      data of ready and in-flight messages
--- KEYS[3]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
--- KEYS[4]  ZSET  <ns>:<queue>.XQ        dead letters
--- KEYS[5]  STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>"
--- KEYS[6]  ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
--- KEYS[7]  LIST  <ns>:<queue>.DQ        the built-in broker's delay queue (not yet migrated)
--- KEYS[8]  STRING redisson_delay_queue_paused:{N}    since when the queue is paused
--- KEYS[9]  HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[10]: lanes (flow_context.lua)
--- KEYS[10] ZSET   redisson_delay_queue_levels:{N}    the priorities with waiting lanes
+-- KEYS[1]  ready         LIST  <ns>:<queue>           ready queue
+-- KEYS[2]  ready_msgs    HASH  <ns>:<queue>.msgs      data of ready and in-flight messages
+-- KEYS[3]  timeout_zset  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[4]  xq            ZSET  <ns>:<queue>.XQ        dead letters
+-- KEYS[5]  lease         STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>"
+-- KEYS[6]  consumers     ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
+-- KEYS[7]  legacy_dq     LIST  <ns>:<queue>.DQ        the built-in broker's delay queue (not yet migrated)
+-- KEYS[8]  paused        STRING redisson_delay_queue_paused:{N}    since when the queue is paused
+-- KEYS[9]  flow +lanes   HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[10]: lanes (flow_context.lua)
+-- KEYS[10] levels +lanes ZSET   redisson_delay_queue_levels:{N}    the priorities with waiting lanes
 --
 -- ARGV[1]  overdue grace (ms): entries due more than this long ago count as overdue
 -- ARGV[2]  consumers seen within this many ms count as live

@@ -1,35 +1,38 @@
 -- transfer: move due entries from a queue's ZSET into its ready queue, atomically,
 -- and keep the backup list free of entries that are no longer scheduled.
 --
--- KEYS[1]  ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
--- KEYS[2]  LIST  redisson_delay_queue:{N}           backup list, offer order
--- KEYS[3]  HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. payload (compact
+-- KEYS[1]  timeout_zset    ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
+-- KEYS[2]  backup_list     LIST  redisson_delay_queue:{N}           backup list, offer order
+-- KEYS[3]  payloads        HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. payload (compact
 --                                                    or encoded message: see ready_body.lua)
--- KEYS[4]  LIST  redisson_delay_queue_compact:{N}   backup list being rebuilt by a compaction pass
--- KEYS[5]  STRING redisson_delay_queue_cursor:{N}   read position of the compaction pass,
+-- KEYS[4]  compact_list    LIST  redisson_delay_queue_compact:{N}   backup list being rebuilt by a compaction pass
+-- KEYS[5]  compact_cursor  STRING redisson_delay_queue_cursor:{N}   read position of the compaction pass,
 --                                                    or "-" (PX) until the next upkeep tick
--- KEYS[6]  LIST  <ns>:<queue>           ready queue (redis message ids)
--- KEYS[7]  HASH  <ns>:<queue>.msgs      redis message id -> encoded message
--- KEYS[8]  ZSET  <ns>:<queue>.XQ        dead letters, scored by time of death (epoch ms)
--- KEYS[9]  HASH  <ns>:<queue>.XQ.msgs   dead letter id -> data
--- KEYS[10] STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>" (PX): who transfers
--- KEYS[11] ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
--- KEYS[12] ZSET  redisson_delay_queue_idle:{N}       consumer token -> messages it can start now
--- KEYS[13] CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
--- KEYS[14] SET   <ns>:__acks__.<worker id>.<queue>   the caller's ack set (hand-off, below)
--- KEYS[15] ZSET  redisson_delay_queue_sent:{N}      member -> when it moved (epoch ms), kept
+-- KEYS[6]  ready           LIST  <ns>:<queue>           ready queue (redis message ids)
+-- KEYS[7]  ready_msgs      HASH  <ns>:<queue>.msgs      redis message id -> encoded message
+-- KEYS[8]  xq              ZSET  <ns>:<queue>.XQ        dead letters, scored by time of death (epoch ms)
+-- KEYS[9]  xq_msgs         HASH  <ns>:<queue>.XQ.msgs   dead letter id -> data
+-- KEYS[10] lease           STRING redisson_delay_queue_lease:{N}     "<token> <expiry ms>" (PX): who transfers
+-- KEYS[11] consumers       ZSET  redisson_delay_queue_consumers:{N}  consumer token -> last seen (epoch ms)
+-- KEYS[12] idle            ZSET  redisson_delay_queue_idle:{N}       consumer token -> messages it can start now
+-- KEYS[13] channel         CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
+-- KEYS[14] acks            SET   <ns>:__acks__.<worker id>.<queue>   the caller's ack set (hand-off, below)
+-- KEYS[15] sent            ZSET  redisson_delay_queue_sent:{N}      member -> when it moved (epoch ms), kept
 --                                                    for the dedupe window
--- KEYS[16] HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
--- KEYS[17] HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
--- KEYS[18] ZSET  redisson_delay_queue_holds:{N}     dedupe key -> end of its throttle window
--- KEYS[19] HASH  redisson_delay_queue_held:{N}      throttle copies: dedupe key -> encoded message that moved
--- KEYS[20] HASH  redisson_delay_queue_chains:{N}    schedule name -> member of its next tick
--- KEYS[21] HASH  redisson_delay_queue_schedule_state:{N}  "<name>|t" the ticks after it, ...
+-- KEYS[16] dedupe          HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
+-- KEYS[17] keyed           HASH  redisson_delay_queue_keyed:{N}     message id -> "<ttl ms>:<dedupe key>"
+-- KEYS[18] holds           ZSET  redisson_delay_queue_holds:{N}     dedupe key -> end of its throttle window
+-- KEYS[19] throttle_copies HASH  redisson_delay_queue_held:{N}      throttle copies: dedupe key -> encoded message that moved
+-- KEYS[20] chains          HASH  redisson_delay_queue_chains:{N}    schedule name -> member of its next tick
+-- KEYS[21] schedule_state  HASH  redisson_delay_queue_schedule_state:{N}  "<name>|t" the ticks after it, ...
 --                                                    (see schedule.lua)
--- KEYS[22] STRING redisson_delay_queue_paused:{N}   set while the queue is paused: no hand-off
--- KEYS[23] HASH  redisson_delay_queue_fetched:{N}   fetch records of handed-off messages
--- KEYS[24..26]    optional: the flow keys (flow, levels, lane_of; see flow_context.lua), with
---                 ARGV[15] and ARGV[16] the lanes' and rings' key prefixes
+-- KEYS[22] paused          STRING redisson_delay_queue_paused:{N}   set while the queue is paused: no hand-off
+-- KEYS[23] fetched         HASH  redisson_delay_queue_fetched:{N}   fetch records of handed-off messages
+-- KEYS[24] flow +lanes     HASH  redisson_delay_queue_flow:{N}     optional, the +lanes keys: the flow
+--                                keys (see flow_context.lua), with ARGV[15] and ARGV[16] the
+--                                lanes' and rings' key prefixes
+-- KEYS[25] levels +lanes   ZSET  redisson_delay_queue_levels:{N}
+-- KEYS[26] lane_of +lanes  HASH  redisson_delay_queue_lane_of:{N}
 --
 -- ARGV[1]  most entries to move in this call
 -- ARGV[2]  most dead entries to pop from the head of the backup list (per upkeep tick)
@@ -58,8 +61,8 @@
 --          message handed off (as fetch.lua records a fetch)
 --
 -- Lanes: while the queue's flow is on (its flag, ARGV[15] .. "on}", exists: read in the
--- MGET below), moved messages go to the lanes
--- KEYS[26] recorded for them at the offer (the ready queue when none) and nothing is
+-- MGET below), moved messages go to the lanes that KEYS[26] recorded for them at the
+-- offer (the ready queue when none) and nothing is
 -- handed off: consumers fetch by priority and in turn (fetch.lua).
 --
 -- Moved members are remembered in KEYS[15] for the dedupe window, so that offering the
@@ -104,7 +107,7 @@
 -- however many consumers transfer, and each tick moves once. A tick that moves late (more
 -- than ARGV[12] ms, or after the next tick's time too: every worker was down) is not run
 -- here: the chain stops, "|s" records the tick, and the caller resumes it by the
--- schedule's catch-up policy (_periodic.py); so does a chain that ran out of upcoming
+-- schedule's catch-up policy (periodic/_schedules.py); so does a chain that ran out of upcoming
 -- times. Both, and a chain running low on times, are returned (the 10th value). Every
 -- other message (a retry of a tick, a tick run now by hand) moves as usual. A schedule's
 -- policies (issue 50: jitter in "|t", overlap "skip", a limit; see chain_step.lua) are read
@@ -137,6 +140,9 @@
 --           for each moved message how late it moved: now minus its due time, in ms
 --           (server clock), in due order, the other holder's token or "" if the caller
 --           holds the lease, names of schedules to attend to (see Periodic ticks)}
+-- returns: {moved, next_due_ms, server_now_us, dead, lease_until_ms, fetched, registered,
+--           lateness_ms, holder, schedules}: the slots' names, read in this order by
+--           TransferResult (scripts/_calls.py; tests/scripts/test_key_lists.py checks them)
 
 -- Its duties, each in an include of its own: the lease (lease_renew.lua), periodic chaining
 -- (chain_step.lua), the backup list's upkeep (backup_upkeep.lua), dedupe keys (dedupe_split.lua),

@@ -3,7 +3,8 @@ alone on the session's real server, with the KEYS and ARGV its header documents,
 reply and what it wrote. No broker, no consumer: a script's contract, one script at a time.
 
 ``lua("offer")`` is the script (its includes written in, as the broker loads it), called as
-``lua("offer")(keys=[...], args=[...])``; ``keys`` names every key of a queue
+``lua("offer")(keys=[...], args=[...])``: a call fails unless its KEYS are in an order the
+script's header allows (:func:`.state.check_key_order`); ``keys`` names every key of a queue
 (:class:`dramatiq_redisson.QueueKeys`, the names the broker uses on one server);
 ``server_ms`` is the server's clock in epoch ms; ``announced()`` lists what was published
 on the queue's channel since the test began (or last asked), ``listen(channel)`` the same for
@@ -24,15 +25,18 @@ from dramatiq_redisson.scripts._runner import load_source
 from tests.helpers import server_ms as _server_ms
 
 from .pubsub import listening
-from .state import Lua, Script
+from .state import Lua, Script, check_key_order
 
 
 @pytest.fixture
-def lua(redis_client: redis.Redis) -> Lua:
+def lua(redis_client: redis.Redis, keys: QueueKeys) -> Lua:
+    queue = keys
+
     def script(name: str) -> Script:
         loaded = redis_client.register_script(load_source(name))
 
         def call(keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+            check_key_order(name, keys, queue)  # the order its header gives (its one source)
             return loaded(keys=list(keys), args=list(args))
 
         return call

@@ -18,7 +18,7 @@ DAY_MS = 86_400_000
 
 
 def _keys(keys: QueueKeys, dead_workers: Sequence[str] = ()) -> list[str]:
-    """maintenance.lua's KEYS, as _scripts.maintenance passes them."""
+    """maintenance.lua's KEYS, as scripts._calls.Scripts.maintenance passes them."""
     return [
         keys.ready,
         keys.ready_msgs,

@@ -16,7 +16,7 @@ from .state import Lua, snapshot
 
 
 def _keys(keys: QueueKeys) -> list[str]:
-    """pending.lua's KEYS, as _scripts.pending passes them."""
+    """pending.lua's KEYS, as scripts._calls.Scripts.pending passes them."""
     return [keys.timeout_zset, keys.ready_msgs, keys.legacy_dq_msgs, keys.chains]
 
 

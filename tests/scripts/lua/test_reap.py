@@ -20,7 +20,7 @@ FORGET = 3_600_000
 
 
 def reap(lua: Lua, keys: QueueKeys, by_beat: Sequence[str], by_connection: Sequence[str] = ()) -> list[int]:
-    """Run reap.lua as the broker does (``_scripts.Scripts.reap``)."""
+    """Run reap.lua as the broker does (``scripts._calls.Scripts.reap``)."""
     workers = [*by_connection, *by_beat]
     result: list[int] = lua("reap")(
         keys=[

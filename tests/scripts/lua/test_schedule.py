@@ -21,7 +21,7 @@ T0 = 1_700_000_000_000
 
 
 def _keys(keys: QueueKeys) -> list[str]:
-    """schedule.lua's KEYS, in the order of its header (and of _scripts.schedule)."""
+    """schedule.lua's KEYS, in the order of its header (and of scripts._calls.Scripts.schedule)."""
     return [
         *keys.schedule_keys,
         keys.timeout_zset,

@@ -16,7 +16,7 @@ from .state import Lua, snapshot, turn_flow_on
 
 
 def _keys(keys: QueueKeys) -> list[str]:
-    """stats.lua's KEYS, as _scripts.stats passes them."""
+    """stats.lua's KEYS, as scripts._calls.Scripts.stats passes them."""
     return [
         keys.ready,
         keys.ready_msgs,
