@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -132,8 +133,33 @@ def _serve(broker: AnyBroker) -> Iterator[AnyBroker]:
     broker.close()
 
 
+#: How long (s) a queue's declaration waits for the worker's consumer of it to exist.
+CONSUMER_READY_S = 2.0
+
+
+def _consumers_ready_on_declare(worker: Worker) -> None:
+    """Dramatiq's worker adds a consumer thread when a queue is declared, and the thread
+    makes its consumer when it first runs. Some of Dramatiq's tests declare an actor, send,
+    and read ``worker.consumers[queue].consumer`` at once
+    (``test_redis_consumer_ack_can_retry_on_connection_error``): under load the thread has
+    not run yet and the test reads ``None`` (CI, 2026-11-28, a 2-core machine running two
+    tests at once). Here the declaration returns once the consumer exists, as it does at
+    once on a quiet machine; what the tests check is unchanged."""
+    add_consumer = worker._add_consumer
+
+    def add_and_wait(queue_name: str, *, delay: bool = False) -> None:
+        add_consumer(queue_name, delay=delay)
+        thread = worker.consumers.get(queue_name)
+        deadline = time.monotonic() + CONSUMER_READY_S
+        while thread is not None and thread.is_alive() and thread.consumer is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    worker._add_consumer = add_and_wait  # type: ignore[method-assign]
+
+
 def _run_worker(broker: RedissonBroker) -> Iterator[Worker]:
     worker = Worker(broker, worker_timeout=WORKER_TIMEOUT)
+    _consumers_ready_on_declare(worker)
     worker.start()
     yield worker
     worker.stop()
