@@ -316,10 +316,15 @@ class RedissonConsumer(Consumer):
                     if not self._fetch(depth, listed=False):
                         self.failures.recovered()
                     continue
-                if self.registered and (can == 0 or (self.idle_score > 0 and now < self.idle_poll_at)):
+                before_poll = self.idle_score > 0 and now < self.idle_poll_at
+                if self.registered and not self.backlog and (can == 0 or before_poll):
                     # Listed as idle: a wake-up ends the wait; no polling. Listed at 0
                     # (every thread busy), it waits the same way: the ack that frees a
                     # thread lists it again, or wakes it when messages wait (ack.lua).
+                    # Not while its last fetch saw more messages ready (backlog): no
+                    # enqueue or transfer is coming to wake it for them, and its listing
+                    # may lag what it can start (see relist), so an ack need not wake it
+                    # either: it fetches now, or when a thread frees up (below).
                     self.failures.recovered()
                     wait = self.timeout / 1000 if can == 0 else min(self.timeout / 1000, self.idle_poll_at - now)
                     self.transfers.wait(min(wait, self.timer.seconds_until_due()))
