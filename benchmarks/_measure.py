@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import statistics
 import time
@@ -231,6 +232,11 @@ def analyze(dues: dict[int, float], records: list[tuple[int, float, int]]) -> di
     }
     if first:
         out["first_due_to_last_start_ms"] = max(first.values()) - min(dues.values())
+        # The longest time between two consecutive starts: a fleet that stalls while
+        # messages wait (a lost wake-up, a poll) shows here first (see benchmarks/README.md,
+        # "A burst that waited for a poll").
+        starts = sorted(first.values())
+        out["longest_gap_ms"] = round(max((b - a for a, b in itertools.pairwise(starts)), default=0.0), 3)
     out["_lateness_samples"] = [round(x, 3) for x in lateness]
     return out
 

@@ -81,6 +81,8 @@ NOISE = {
     "p50": 0.15,
     "p99": 0.25,
     "max": 0.35,
+    # backlog: the longest time between two consecutive starts of the burst (a max).
+    "gap": 0.35,
     "cpu us/msg": 0.08,
     "commands/msg": 0.02,
     "offer vs builtin": 0.05,
@@ -163,6 +165,7 @@ def _backlog_figures(data: dict[str, Any]) -> dict[str, float | None]:
         lat = level.get("lateness_ms") or {}
         out[f"p99 @{level['backlog']}"] = lat.get("p99")
         out[f"max @{level['backlog']}"] = lat.get("max")
+        out[f"gap @{level['backlog']}"] = level.get("longest_gap_ms")
     return out
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks._measure import analyze
 from benchmarks.ab import READERS, export_ref, verdict
 from benchmarks.cli import sized
 
@@ -57,6 +58,23 @@ def test_a_work_run_gives_lateness_the_busiest_share_and_the_throughput() -> Non
     assert verdict("throughput/s", [74.5] * 3, [74.0] * 3) == "same"
     # The existing scenarios read as before.
     assert READERS["lateness"]({"redisson": {"lateness_ms": {"p50": 1.0}, "offer_rate": 500}})["offer/s"] == 500
+
+
+def test_a_burst_that_stalls_shows_as_the_longest_gap_between_starts() -> None:
+    """``analyze`` reports the longest time between two consecutive starts (a fleet idle
+    while messages wait), and ab reads it per backlog as ``gap``, a max-like figure."""
+    dues = {i: 1000.0 for i in range(6)}
+    # Three start at once, then nothing for 900 ms, then the rest (and a duplicate run).
+    records = [(0, 1001.0, 1), (1, 1002.0, 2), (2, 1003.0, 1), (3, 1903.0, 2), (4, 1904.0, 1), (5, 1905.0, 2)]
+    res = analyze(dues, [*records, (5, 1950.0, 1)])
+    assert res["longest_gap_ms"] == 900.0
+    assert res["duplicated"] == 1
+    assert analyze({0: 1000.0}, [(0, 1001.0, 1)])["longest_gap_ms"] == 0.0
+    data = {"redisson": [{"backlog": 0, "lateness_ms": {"p99": 905.0, "max": 905.0}, "longest_gap_ms": 900.0}]}
+    assert READERS["backlog"](data) == {"p99 @0": 905.0, "max @0": 905.0, "gap @0": 900.0}
+    # Its margin is max's (35 %): 30 % lower in every round is not yet "better".
+    assert verdict("gap @0", [630.0] * 3, [900.0] * 3) == "same"
+    assert verdict("gap @0", [90.0] * 3, [900.0] * 3) == "better"
 
 
 def test_set_overrides_one_parameter_of_a_size_and_nothing_else() -> None:
