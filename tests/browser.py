@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dramatiq_redisson.embedded import free_loopback_port
+from tests.helpers import sigint_as_in_a_terminal
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Playwright
@@ -104,6 +105,7 @@ def serve_dashboard(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=sigint_as_in_a_terminal,  # stopped by SIGINT, as by Ctrl-C
         )
 
         def output() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -108,3 +109,11 @@ def stop_worker_processes(client: redis.Redis, procs: Sequence[subprocess.Popen[
             proc.kill()
             proc.wait()
     client.delete(STOP, READY)
+
+
+def sigint_as_in_a_terminal() -> None:
+    """A ``preexec_fn`` for a child that a test stops with SIGINT, as Ctrl-C would: a suite
+    started in the background by a non-interactive shell (a CI runner, ``cmd &``) passes
+    SIGINT on ignored, and a Python started so installs no KeyboardInterrupt handler (it
+    then ignores the test's SIGINT until the test's timeout kills it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

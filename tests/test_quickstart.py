@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dramatiq_redisson.embedded import free_loopback_port
-from tests.helpers import wait_for
+from tests.helpers import sigint_as_in_a_terminal, wait_for
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BIN = Path(sys.executable).parent
@@ -59,6 +59,7 @@ class Process:
             stdout=self.file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=sigint_as_in_a_terminal,  # stopped by SIGINT, as by Ctrl-C
         )
 
     def output(self) -> str:
