@@ -96,8 +96,13 @@ def processes(redis_url: str, redis_client: redis.Redis) -> Iterator[Callable[..
         return new
 
     yield start
-    for process in made:
-        process.stop()
+    # All at once: a Worker stops once its consumer thread's wait ends (up to its
+    # worker_timeout), and the processes need not wait for each other's.
+    stopping = [threading.Thread(target=process.stop) for process in made]
+    for thread in stopping:
+        thread.start()
+    for thread in stopping:
+        thread.join()
 
 
 def _block(target: Process, threads: int) -> None:
