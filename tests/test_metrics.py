@@ -28,7 +28,7 @@ from dramatiq_redisson import QueueStats, RedissonBroker
 from dramatiq_redisson import metrics as m
 from dramatiq_redisson._keys import registry_key
 from dramatiq_redisson.embedded import free_loopback_port
-from tests.helpers import records, wait_for
+from tests.helpers import records, sigint_as_in_a_terminal, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -311,11 +311,7 @@ def test_wsgi_app_reports_a_failed_read_instead_of_failing(make_broker: Callable
 
 
 SERVE = """
-import os, signal, sys
-# A job started in the background by a non-interactive shell (a CI runner) inherits
-# SIGINT ignored, and Python then installs no KeyboardInterrupt handler: restore it, as
-# an interactive `dramatiq-redisson metrics` has it.
-signal.signal(signal.SIGINT, signal.default_int_handler)
+import os, sys
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson.metrics import serve
 
@@ -338,7 +334,13 @@ def test_serve_blocks_serving_the_gauges_until_keyboard_interrupt(
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-c", SERVE, str(port)]
     with subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        command,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=sigint_as_in_a_terminal,  # stopped by SIGINT, as an interactive one by Ctrl-C
     ) as proc:
         try:
             url = f"http://127.0.0.1:{port}/metrics"
