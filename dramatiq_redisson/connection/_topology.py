@@ -115,7 +115,9 @@ class Topology:
 
     def pubsub(self, key: str) -> redis.client.PubSub:
         """A pub/sub connection for channels of ``key``'s slot."""
-        return cast("redis.client.PubSub", self.node(key).pubsub())
+        # (Typed by assignment, not cast: redis-py 8.2 types pubsub(), earlier releases do not.)
+        connection: redis.client.PubSub = self.node(key).pubsub()
+        return connection
 
     def subscribe(self, pubsub: Any, *channels: str) -> None:
         pubsub.subscribe(*channels)

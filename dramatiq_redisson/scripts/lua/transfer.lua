@@ -154,15 +154,13 @@
 -- include: ready_body.lua
 -- include: variadic.lua
 -- include: gather.lua
--- include: unkey.lua
--- include: trim_holds.lua
--- include: expire_holds.lua
+-- include: release_keys.lua
+-- include: caller_share.lua
 -- include: lease_end_of.lua
 -- include: lease_other.lua
 -- include: lease_seen.lua
 -- include: lease_renew.lua
--- include: chain_step.lua
--- include: chain_write.lua
+-- include: periodic_lib.lua
 -- include: backup_upkeep.lua
 -- include: wake.lua
 -- include: flow_context.lua
@@ -171,19 +169,18 @@
 local zset, backup, payloads, compact, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ready, ready_msgs, xq, xq_msgs = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local lease, consumers, idle, channel = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+-- Only what every call needs is read here: the upkeep's arguments (ARGV[2..4], [11]) are
+-- read on an upkeep tick, the dedupe window (ARGV[9]) when a message moves or on a tick,
+-- the periodic ones (ARGV[12..13]) when a tick is due (tonumber costs a call ~1 µs).
 local limit = tonumber(ARGV[1])
-local trim_budget = tonumber(ARGV[2])
-local compact_step = tonumber(ARGV[3])
-local slack = tonumber(ARGV[4])
-local token, lease_ms, own_slots = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local acks, listening = KEYS[14], ARGV[8] == "1" or ARGV[8] == "2" or ARGV[8] == "3"
-local compare, keep_ties = ARGV[8] == "2" or ARGV[8] == "3", ARGV[8] == "3"
-local sent, window = KEYS[15], tonumber(ARGV[9] or "0")
+local token, own_slots = ARGV[5], tonumber(ARGV[7])
+local lease_ms = token ~= "" and tonumber(ARGV[6]) or 0
+local mode = ARGV[8]
+local acks, listening = KEYS[14], mode == "1" or mode == "2" or mode == "3"
+local compare, keep_ties = mode == "2" or mode == "3", mode == "3"
+local sent = KEYS[15]
 local queue_json = ARGV[10]
-local upkeep_ms = tonumber(ARGV[11] or "0")
 local dedupe, keyed, holds, throttle_copies = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
-local chains, schedule_state = KEYS[20], KEYS[21]
-local grace, low_water = tonumber(ARGV[12] or "1000"), tonumber(ARGV[13] or "0")
 
 local t = redis.call("TIME")
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -215,51 +212,95 @@ if token ~= "" then
 end
 
 -- Periodic ticks (see the header and chain_step.lua): decided by reads only; the writes come
--- after the ZREM below, the call's first write.
-local chain = {
-    chains = chains, state = schedule_state, zset = zset, backup = backup, payloads = payloads,
-    ready_msgs = ready_msgs, now_ms = now_ms, grace = grace, low_water = low_water, writes = {}, attend = {}
-}
+-- after the ZREM below, the call's first write. Their state is made when a tick is due.
+local chain = nil
 
 local moved, dead = 0, 0
 local handed = {}
 local handing, take = false, 0 -- the moved messages could be handed off; how many were
 local wrote = false
 local lateness = {}
-local due, due_at = {}, {}
 -- The first two entries. When at most one of them is due (one message per due time, the
 -- common case) they tell both what moves and the next due time, and the reply needs no
 -- second read of the head at the end (unless a periodic tick adds an entry meanwhile).
 local probe = redis.call("ZRANGE", zset, 0, 1, "WITHSCORES")
-local due_flat, next_known = {}, nil
+local due_flat, next_known = nil, nil
 if probe[3] and limit > 1 and tonumber(probe[4]) <= now_ms then
     due_flat = redis.call("ZRANGEBYSCORE", zset, "-inf", now_ms, "WITHSCORES", "LIMIT", 0, limit)
 elseif probe[1] and limit >= 1 and tonumber(probe[2]) <= now_ms then
-    due_flat = { probe[1], probe[2] }
     next_known = tonumber(probe[4] or "-1")
+    -- The common call (issue 55): one entry due, an ordinary message with its payload, no
+    -- lanes. It moves here, in straight-line code without the batch's tables (what a call
+    -- costs the server is mostly its Lua, not its commands); anything else (a periodic
+    -- tick, a member without its payload, lanes) takes the batch path below, which does
+    -- the same for any number of entries. The HGET is a read: the first write is the ZREM.
+    local member = probe[1]
+    local n = key_len(member)
+    local data = not laned and #member > n and string.sub(member, n + 1, n + 9) ~= "periodic:"
+        and redis.call("HGET", payloads, string.sub(member, n + 1))
+    if data and string.sub(data, 1, n) == string.sub(member, 1, n) then
+        local message_id = string.sub(member, n + 1)
+        local body = ready_body(member, string.sub(data, n + 1), queue_json)
+        local pair = { member, body }
+        redis.call("ZREM", zset, member)
+        wrote = true
+        redis.call("HDEL", payloads, message_id)
+        redis.call("HSET", ready_msgs, member, body)
+        moved = 1
+        lateness[1] = now_ms - tonumber(probe[2])
+        if own_slots > 0 and token ~= "" and not state[3] and redis.call("LLEN", ready) == 0 then
+            handing = true
+            take = compare and caller_share(idle, token, own_slots, 1, keep_ties) or 1
+            if take > 0 then
+                handed = pair
+                redis.call("SADD", acks, member)
+                redis.call("HSET", KEYS[23], member, now_ms .. "|" .. (ARGV[14] or ""))
+            end
+        end
+        if take == 0 then
+            redis.call("RPUSH", ready, member)
+        end
+        if sent and tonumber(ARGV[9] or "0") > 0 then
+            redis.call("ZADD", sent, now_ms, member)
+        end
+        release_keys(keyed, dedupe, holds, throttle_copies, { message_id }, pair, now_ms)
+    else
+        due_flat = { probe[1], probe[2] }
+    end
 else
     next_known = tonumber(probe[2] or "-1")
 end
-for i = 1, #due_flat, 2 do
-    due[#due + 1] = due_flat[i]
-    due_at[#due_at + 1] = tonumber(due_flat[i + 1])
-end
-if #due > 0 then
+if due_flat then
+    local due, due_at = {}, {}
+    for i = 1, #due_flat, 2 do
+        due[#due + 1] = due_flat[i]
+        due_at[#due_at + 1] = tonumber(due_flat[i + 1])
+    end
     local message_ids = {}
     for i = 1, #due do
         message_ids[i] = message_id_of(due[i])
     end
     local stored = gather("HMGET", payloads, message_ids)
-    local ready_pairs, members, delivered, xq_pairs, xq_msg_pairs, buried = {}, {}, {}, {}, {}, {}
-    local skipped = {}
+    local ready_pairs, members, delivered = {}, {}, {}
+    local xq_pairs, xq_msg_pairs, buried, skipped = nil, nil, nil, nil -- made when needed
     for i = 1, #due do
         local member, data = due[i], stored[i]
         local n = key_len(member)
         local valid = #member > n and data and string.sub(data, 1, n) == string.sub(member, 1, n)
-        if valid and string.sub(member, n + 1, n + 9) == "periodic:"
-            and not chain_step(chain, member, string.sub(data, n + 1), due_at[i]) then
-            skipped[#skipped + 1] = message_ids[i] -- a missed tick: resumed by its catch-up policy
-        elseif valid then
+        local runs = valid
+        if valid and string.sub(member, n + 1, n + 9) == "periodic:" then
+            chain = chain or {
+                chains = KEYS[20], state = KEYS[21], zset = zset, backup = backup, payloads = payloads,
+                ready_msgs = ready_msgs, now_ms = now_ms, grace = tonumber(ARGV[12] or "1000"),
+                low_water = tonumber(ARGV[13] or "0"), writes = {}, attend = {}
+            }
+            runs = periodic_lib().step(chain, member, string.sub(data, n + 1), due_at[i])
+            if not runs then
+                skipped = skipped or {}
+                skipped[#skipped + 1] = message_ids[i] -- a missed tick: resumed by its catch-up policy
+            end
+        end
+        if runs then
             local body = ready_body(member, string.sub(data, n + 1), queue_json)
             ready_pairs[#ready_pairs + 1] = member
             ready_pairs[#ready_pairs + 1] = body
@@ -267,9 +308,10 @@ if #due > 0 then
             delivered[#delivered + 1] = message_ids[i]
             lateness[#lateness + 1] = now_ms - due_at[i]
             moved = moved + 1
-        else
+        elseif not valid then
             -- A member without its payload cannot be delivered: keep what there
             -- is for inspection instead of dropping it silently.
+            xq_pairs, xq_msg_pairs, buried = xq_pairs or {}, xq_msg_pairs or {}, buried or {}
             xq_pairs[#xq_pairs + 1] = now_ms
             xq_pairs[#xq_pairs + 1] = member
             xq_msg_pairs[#xq_msg_pairs + 1] = member
@@ -280,11 +322,13 @@ if #due > 0 then
     end
     variadic("ZREM", zset, due)
     wrote = true
-    if #skipped > 0 then
+    if skipped then
         variadic("HDEL", payloads, skipped)
     end
-    for i = 1, #chain.writes do
-        chain_write(chain, chain.writes[i])
+    if chain then
+        for i = 1, #chain.writes do
+            periodic_lib().write(chain, chain.writes[i])
+        end
     end
     if moved > 0 then
         variadic("HDEL", payloads, delivered)
@@ -306,28 +350,10 @@ if #due > 0 then
             flow_lib().push(flow, members, lanes, false) -- no hand-off: consumers fetch through the lanes
         elseif own_slots > 0 and token ~= "" and not state[3] and redis.call("LLEN", ready) == 0 then
             handing = true
-            take = math.min(own_slots, moved)
             if compare then
-                -- One message at a time to whoever can start more: the caller, or the idle
-                -- consumer that can start the most (a tie as the caller chose).
-                local best, other = redis.call("ZRANGE", idle, -2, -1, "WITHSCORES"), 0
-                for i = #best - 1, 1, -2 do
-                    if best[i] ~= token then
-                        other = tonumber(best[i + 1])
-                        break
-                    end
-                end
-                local left = own_slots
-                take = 0
-                for _ = 1, moved do
-                    if left > other or (keep_ties and left == other and left > 0) then
-                        take, left = take + 1, left - 1
-                    elseif other > 0 then
-                        other = other - 1
-                    else
-                        break
-                    end
-                end
+                take = caller_share(idle, token, own_slots, moved, keep_ties)
+            else
+                take = math.min(own_slots, moved)
             end
             if take > 0 then
                 local record, records = now_ms .. "|" .. (ARGV[14] or ""), {}
@@ -344,7 +370,7 @@ if #due > 0 then
         if not laned and take < moved then
             variadic("RPUSH", ready, { unpack(members, take + 1) })
         end
-        if sent and window > 0 then
+        if sent and tonumber(ARGV[9] or "0") > 0 then
             local stamped = {}
             for i = 1, #members do
                 stamped[#stamped + 1] = now_ms
@@ -359,7 +385,7 @@ if #due > 0 then
     end
     -- Dedupe keys of the messages that left the schedule: released, or held for their ttl.
     local leaving = delivered
-    if #buried > 0 then
+    if buried then
         leaving = {}
         for i = 1, #delivered do
             leaving[i] = delivered[i]
@@ -368,29 +394,15 @@ if #due > 0 then
             leaving[#leaving + 1] = buried[i]
         end
     end
-    local found = unkey(keyed, dedupe, leaving)
-    local windows, copies = {}, {}
-    for i = 1, #delivered do
-        local entry = found[i]
-        if entry and entry[1] > 0 then
-            windows[#windows + 1] = now_ms + entry[1]
-            windows[#windows + 1] = entry[2]
-            copies[#copies + 1] = entry[2]
-            copies[#copies + 1] = ready_pairs[2 * i]
-        end
-    end
-    if #windows > 0 then
-        variadic("ZADD", holds, windows)
-        variadic("HSET", throttle_copies, copies)
-        trim_holds(holds, throttle_copies, now_ms)
-        expire_holds(holds, throttle_copies, now_ms)
-    end
+    release_keys(keyed, dedupe, holds, throttle_copies, leaving, ready_pairs, now_ms)
 end
 
 local cursor = state[2]
 local tick = cursor ~= "-" -- "-": between upkeep ticks (a compaction pass steps on every call)
-local refused = backup_upkeep(zset, backup, compact, cursor_key, cursor, wrote, trim_budget, compact_step, slack,
-    upkeep_ms)
+local window = tick and tonumber(ARGV[9] or "0")
+local upkeep_ms = tick and tonumber(ARGV[11] or "0")
+local refused = tick and backup_upkeep(zset, backup, compact, cursor_key, cursor, wrote, tonumber(ARGV[2]),
+    tonumber(ARGV[3]), tonumber(ARGV[4]), upkeep_ms)
 if refused then
     return refused
 end
@@ -422,8 +434,8 @@ if token ~= "" then
 end
 
 local next_due = next_known
-if not next_due or #chain.writes > 0 then
+if not next_due or (chain and #chain.writes > 0) then
     local first = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")
     next_due = first[1] and tonumber(first[2]) or -1
 end
-return {moved, next_due, now_us, dead, 0, handed, registered, lateness, "", chain.attend}
+return {moved, next_due, now_us, dead, 0, handed, registered, lateness, "", chain and chain.attend or {}}
