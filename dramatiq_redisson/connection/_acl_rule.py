@@ -118,6 +118,13 @@ CLIENT_COMMANDS: tuple[str, ...] = (
 #: EVALSHA misses (``Scripts.stream``).
 SCRIPTING_COMMANDS: tuple[str, ...] = ("eval", "evalsha", "script|exists", "script|load")
 
+#: How the hot consumer scripts run where the server has functions (Redis >= 7.0, Valkey;
+#: ``scripts._library``): FCALL, and FUNCTION LOAD when the library is missing. Granted
+#: from 7.0 on, so that a user with the rule is never refused them (each refusal is an
+#: ``ACL LOG`` entry); not asked for by the probe: a user without them (a rule of an
+#: earlier release) runs every script with EVALSHA, at a few percent more server CPU.
+FUNCTION_COMMANDS: tuple[str, ...] = ("fcall", "function|load")
+
 #: The consumer's subscription to its queue's channel.
 PUBSUB_COMMANDS: tuple[str, ...] = ("ping", "pubsub|numsub", "subscribe", "unsubscribe")
 
@@ -168,6 +175,7 @@ COMMANDS: tuple[str, ...] = tuple(
         set(SCRIPT_COMMANDS)
         | set(CLIENT_COMMANDS)
         | set(SCRIPTING_COMMANDS)
+        | set(FUNCTION_COMMANDS)
         | set(PUBSUB_COMMANDS)
         | set(CONNECTION_COMMANDS)
     )
@@ -186,8 +194,9 @@ SHARDED_PUBSUB: dict[str, str] = {
 #: Commands of :data:`COMMANDS` a cluster broker never sends: SCAN (the maintenance of
 #: dead workers' ack sets is per queue there, without SCAN), SELECT (a cluster has only
 #: database 0), SCRIPT EXISTS (only a pipeline that runs scripts sends it: ``stats`` on a
-#: single server; on a cluster each queue's call goes alone to its node).
-NOT_ON_CLUSTER: tuple[str, ...] = ("scan", "script|exists", "select")
+#: single server; on a cluster each queue's call goes alone to its node), FCALL and
+#: FUNCTION LOAD (a cluster's calls keep EVALSHA: see ``scripts._library``).
+NOT_ON_CLUSTER: tuple[str, ...] = ("fcall", "function|load", "scan", "script|exists", "select")
 
 #: What redis-py's :class:`redis.cluster.RedisCluster` itself sends: CLUSTER SLOTS (the
 #: slot map, at start and on every refresh after a redirect or a failover), COMMAND (its
@@ -261,6 +270,8 @@ def rule_commands(
     commands = set(layout.commands) - set(CONNECTION_COMMANDS)
     commands |= set(connection_commands(server_version))
     commands -= set(layout.never_sent)
+    if server_version is not None and server_version < (7, 0, 0):
+        commands -= set(FUNCTION_COMMANDS)  # 6.2 has no functions (ACL SETUSER refuses the names)
     if wait_for_replicas:
         commands |= set(REPLICATION_COMMANDS)
     return tuple(sorted(commands))

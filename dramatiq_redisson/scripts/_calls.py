@@ -22,6 +22,7 @@ from .._message import queue_json
 from .._queue_names import base_queue
 from .._tuning import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ..connection._topology import Topology
+from ._library import build_library
 from ._runner import ScriptRunner, load_source
 
 _NAMES = (
@@ -235,6 +236,7 @@ class Scripts(ScriptRunner):
             wait_for_replicas=wait_for_replicas,
             wait_timeout=wait_timeout,
             topology=topology,
+            library=build_library,
         )
         #: Seconds between this process's heartbeat writes to one heartbeat set: fetch
         #: and ack write it only when the last write is older (the broker derives it from

@@ -14,15 +14,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, Protocol, cast
 
 import redis
 from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, OutOfMemoryError, TryAgainError
 
 from .._errors import NotReplicated
+from .._logs import logger_for
 from ..connection._topology import Topology, topology_for
 from ._direct_calls import DirectCalls
+
+logger = logger_for("scripts")
 
 #: A line ``-- include: <name>.lua`` in a script stands for the text of
 #: ``lua/include/<name>.lua``: one shared Lua function, ``<name>``, and the local constants
@@ -36,6 +39,21 @@ def _read(file_name: str) -> bytes:
     return resources.files(__package__).joinpath("lua").joinpath(file_name).read_bytes()
 
 
+def read_script(name: str) -> bytes:
+    """The text of ``lua/<name>.lua``, as stored (its includes not written in)."""
+    return _read(f"{name}.lua")
+
+
+def split_includes(text: bytes) -> tuple[bytes, bytes]:
+    """A script's text as ``(its include lines outside any body, the rest)``; raises
+    :class:`ValueError` for an include written inside a body (an indented line), which
+    cannot be moved out of it."""
+    lines = [match for match in _INCLUDE.finditer(text)]
+    if any(match.group(1) for match in lines):
+        raise ValueError("an include written inside a body cannot be moved out of it")
+    return b"\n".join(match.group(0) for match in lines), _INCLUDE.sub(b"", text)
+
+
 def read_include(file_name: str) -> bytes:
     """The text of ``lua/include/<file_name>`` (one shared function), as stored."""
     return resources.files(__package__).joinpath("lua").joinpath("include").joinpath(file_name).read_bytes()
@@ -43,7 +61,7 @@ def read_include(file_name: str) -> bytes:
 
 def load_source(name: str) -> bytes:
     """The text of ``lua/<name>.lua`` with its includes written in (see :func:`expand_includes`)."""
-    return expand_includes(_read(f"{name}.lua"))
+    return expand_includes(read_script(name))
 
 
 def expand_includes(text: bytes) -> bytes:
@@ -77,6 +95,39 @@ def expand_includes(text: bytes) -> bytes:
         return _INCLUDE.sub(include, text)
 
     return expand(text, b"<script>", ())
+
+
+class Library(Protocol):
+    """A function library the runner calls some scripts through (built by
+    :mod:`dramatiq_redisson.scripts._library`): its ``name``, its ``source`` (what FUNCTION
+    LOAD takes) and ``functions``, script name -> the function that runs it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def source(self) -> bytes: ...
+
+    @property
+    def functions(self) -> Mapping[str, str]: ...
+
+
+#: :meth:`ScriptRunner._fcall`'s word for: the call did not run as a function (EVALSHA it).
+_NOT_RUN = object()
+
+#: Replies to FUNCTION LOAD or FCALL itself that mean the server cannot run functions for
+#: this user: no such command (Redis 6.2) or an ACL rule without it. (A refusal of a
+#: command inside a function names that command, not these.)
+_UNAVAILABLE = re.compile(r"(unknown command|no permissions to run the) [`'\"]?(fcall|function)", re.IGNORECASE)
+
+#: FCALL's NOSCRIPT: the library is not (or no longer) loaded; the call did not run.
+FUNCTION_NOT_FOUND = "Function not found"
+
+
+def unavailable(error: Exception) -> bool:
+    """Whether ``error`` (a reply to FUNCTION LOAD or FCALL) says the server cannot run
+    functions for this user: no functions (Redis 6.2) or an ACL rule without them."""
+    return bool(_UNAVAILABLE.search(str(error)))
 
 
 #: Replies of a cluster node that mean the call did not run there: the slot moved or is
@@ -154,6 +205,7 @@ class ScriptRunner:
         wait_for_replicas: int = 0,
         wait_timeout: int = 1000,
         topology: Topology | None = None,
+        library: Callable[[Callable[[bytes], bytes]], Library] | None = None,
     ) -> None:
         self.client = client
         #: Where a call runs (see :mod:`dramatiq_redisson.connection._topology`): calls that must share a connection
@@ -168,6 +220,11 @@ class ScriptRunner:
         #: The script calls' own connections (see :mod:`dramatiq_redisson.scripts._direct_calls`), or ``None``: a
         #: cluster client (or a pipeline, a single-connection client) keeps redis-py's path.
         self.direct = DirectCalls(client) if DirectCalls.suits(client) else None
+        #: The function library some scripts run from on the direct path (``library``, made
+        #: with the topology's text of the scripts; see :mod:`dramatiq_redisson.scripts._library`), or ``None``:
+        #: EVALSHA for every script (no direct path, or the server or the user has no
+        #: functions, found at the first call).
+        self.library = library(self.topology.script_source) if library is not None and self.direct else None
 
     def close(self) -> None:
         """Disconnect the script calls' own connections (the client's are its owner's)."""
@@ -251,6 +308,11 @@ class ScriptRunner:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
         try:
             if self.direct is not None and client is None:
+                library = self.library
+                if library is not None and name in library.functions:
+                    reply = self._fcall(library, name, keys, args)
+                    if reply is not _NOT_RUN:
+                        return reply
                 script = self._s[name]
                 try:
                     return self.direct.call("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -261,6 +323,38 @@ class ScriptRunner:
             return self._s[name](keys=list(keys), args=list(args), client=client or self.client)
         except redis.ResponseError as e:
             _raise_script_error(e)
+
+    def _fcall(self, library: Library, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script as its function of ``library`` (FCALL); the library is loaded when
+        the server does not have it (a first call, a restarted or flushed server).
+        Returns :data:`_NOT_RUN` when the server or the user cannot run functions (then
+        every later call takes EVALSHA: :attr:`library` is dropped) or the library could
+        not be loaded now; raises the function's error reply."""
+        assert self.direct is not None
+        command = ("FCALL", library.functions[name], len(keys), *keys, *args)
+        try:
+            return self.direct.call(*command)
+        except redis.ResponseError as e:
+            if unavailable(e):
+                self._without_library(e)
+                return _NOT_RUN
+            if FUNCTION_NOT_FOUND not in str(e):
+                raise
+        # Not loaded (the call did not run): load it, then call again.
+        try:
+            self.direct.call("FUNCTION", "LOAD", "REPLACE", library.source)
+        except redis.ResponseError as e:
+            if unavailable(e):
+                self._without_library(e)
+            else:  # e.g. refused on a server at its maxmemory limit: EVALSHA this time
+                logger.debug("Function library %s not loaded (%s): EVALSHA this call.", library.name, e)
+            return _NOT_RUN
+        return self.direct.call(*command)
+
+    def _without_library(self, error: Exception) -> None:
+        if self.library is not None:
+            self.library = None
+            logger.info("Scripts run with EVALSHA: the server or this user cannot run functions (%s).", error)
 
     def _run_idempotent(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script whose second run changes nothing the first did not (ack, nack,

@@ -31,6 +31,7 @@ from dramatiq_redisson.connection._acl_rule import (
     CLUSTER_COMMANDS,
     COMMANDS,
     CONNECTION_COMMANDS,
+    FUNCTION_COMMANDS,
     OPTIONAL_COMMANDS,
     PUBSUB_COMMANDS,
     REPLICATION_COMMANDS,
@@ -207,6 +208,7 @@ def test_rule_has_every_command_the_python_code_issues() -> None:
     allowed = (
         set(CLIENT_COMMANDS)
         | set(SCRIPTING_COMMANDS)
+        | set(FUNCTION_COMMANDS)
         | set(PUBSUB_COMMANDS)
         | set(OPTIONAL_COMMANDS)
         | set(REPLICATION_COMMANDS)
@@ -256,8 +258,10 @@ def test_probe_tries_every_command_of_the_rule() -> None:
     from_python = {command for command, _, _ in _client_calls(QueueKeys("dramatiq", "q"), "w")}
     tried = in_script | from_python | {"subscribe", "unsubscribe"}
     # SELECT and CLIENT SETINFO are redis-py's connection setup: it runs them (or fails
-    # on SELECT) before any probe could.
-    assert set(COMMANDS) - set(CONNECTION_COMMANDS) <= tried, sorted(set(COMMANDS) - tried)
+    # on SELECT) before any probe could. FCALL and FUNCTION LOAD are granted but not asked
+    # for: without them the scripts run with EVALSHA (see FUNCTION_COMMANDS).
+    untried = set(CONNECTION_COMMANDS) | set(FUNCTION_COMMANDS)
+    assert set(COMMANDS) - untried <= tried, sorted(set(COMMANDS) - untried - tried)
     assert tried <= set(COMMANDS), sorted(tried - set(COMMANDS))
 
 
@@ -940,3 +944,34 @@ def _move_all(broker: RedissonBroker, queue_name: str) -> int:
         broker.keys(queue_name), limit=100, trim_budget=100, compact_step=100, compact_slack=100
     )
     return int(broker.client.zcard(broker.keys(queue_name).timeout_zset))
+
+
+def test_a_user_without_functions_runs_every_script_with_evalsha(
+    redis_client: redis.Redis,
+    make_user: Callable[[list[str]], str],
+    rule_tokens: Callable[..., list[str]],
+) -> None:
+    """A rule from before FCALL and FUNCTION LOAD were in it (scripts._library): the consumer's
+    scripts run with EVALSHA after one refused FCALL; the probe does not ask for them."""
+    # Given a user on the rule without +fcall and +function|load
+    url = make_user([t for t in rule_tokens() if t not in ("+fcall", "+function|load")])
+    user = _user_of(url)
+    redis_client.acl_log_reset()
+    broker = RedissonBroker(url=url)
+    try:
+        keys, scripts = broker.keys("no-functions"), broker.redisson_scripts
+        check_permissions(broker.client, keys, server_version=broker.server_version)
+        # When a message is offered, moved and handed off, and acked
+        message = dramatiq.Message(queue_name="no-functions", actor_name="a", args=(1,), kwargs={}, options={})
+        broker.enqueue(message, delay=1)
+        assert wait_for(lambda: _move_all(broker, "no-functions") == 0)
+        fetched = scripts.fetch(keys, broker.broker_id, 1)
+        assert fetched is not None and len(fetched) == 1
+        assert broker.do_ack("no-functions", fetched[0][0]) == 1
+        # Then everything went through, the scripts with EVALSHA from the first refusal on
+        assert scripts.library is None
+        refused = {e["object"] for e in _acl_log(redis_client, user)}
+        assert refused <= {"fcall"}, refused
+    finally:
+        broker.flush_all()
+        broker.close()
