@@ -103,6 +103,9 @@ def script_names(broker: Any) -> dict[str, str]:
     if hasattr(broker, "redisson_scripts"):
         for name, script in broker.redisson_scripts._s.items():
             names[script.sha] = name
+        library = getattr(broker.redisson_scripts, "library", None)  # FCALL's functions (issue 55)
+        for name, function in (library.functions if library is not None else {}).items():
+            names[function] = name
     if hasattr(broker, "scripts"):
         for name, script in broker.scripts.items():
             names[script.sha] = name

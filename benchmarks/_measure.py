@@ -52,6 +52,10 @@ def classify_slowlog(entries: Iterable[tuple[int, list[bytes]]], names: dict[str
             name = "(harness) " + cmd
         elif cmd == "EVAL":
             name = "recorder"
+        elif cmd == "FCALL" and len(argv) > 2:
+            # A function of the product's library (scripts._library): named after its script.
+            function = argv[1].decode()
+            name = names.get(function, "function " + function)
         elif cmd == "EVALSHA" and len(argv) > 2:
             sha = argv[1].decode()
             name = names.get(sha, "script " + sha[:8])
@@ -116,7 +120,7 @@ def counter_slots(command_names: Iterable[str]) -> list[str]:
 
 
 class CommandCounter:
-    """Counts the commands this process sends, by name, and its EVALSHA calls by
+    """Counts the commands this process sends, by name, and its EVALSHA (and FCALL) calls by
     :data:`SCRIPT_CATEGORIES`, into ``out[base + slot]`` (a list, or a shared array the
     harness reads). Hooked into redis-py's command packer, which every command, pipelined
     or not, goes through; counts only while :meth:`active` (one counter at a time)."""
@@ -136,7 +140,8 @@ class CommandCounter:
         first = argv[0]
         name = (first.decode() if isinstance(first, bytes) else str(first)).split(" ", 1)[0].lower()
         slots = [self.index.get(name, self.unknown)]
-        if name == "evalsha" and len(argv) > 2:
+        if name in ("evalsha", "fcall") and len(argv) > 2:
+            # (FCALL names a function of the library: script_names maps it to its script)
             sha = argv[1].decode() if isinstance(argv[1], bytes) else str(argv[1])
             category = script_category(self.scripts.get(sha, "?"), argv)
             slots.append(self.index[f"script:{category}"])
@@ -298,9 +303,10 @@ def median_merge(runs: list[Any]) -> Any:
 
 
 #: Commands the harness itself runs during a measurement: the recorder's EVAL (one TIME
-#: and one RPUSH inside each), INFO and CONFIG RESETSTAT; script calls (EVAL, EVALSHA)
-#: are wrappers, the commands they run are counted by name.
-_HARNESS = ("eval", "evalsha", "info", "config", "client", "hello", "script", "ping", "command")
+#: and one RPUSH inside each), INFO and CONFIG RESETSTAT; script calls (EVAL, EVALSHA, and
+#: FCALL with the FUNCTION LOAD that loads its library) are wrappers, the commands they run
+#: are counted by name.
+_HARNESS = ("eval", "evalsha", "fcall", "function", "info", "config", "client", "hello", "script", "ping", "command")
 
 
 def server_work(stats: dict[str, tuple[int, int]], n: int) -> dict[str, Any]:
@@ -317,7 +323,9 @@ def server_work(stats: dict[str, tuple[int, int]], n: int) -> dict[str, Any]:
     # built-in broker's; the recorder's go through EVAL), commands inside them included:
     # the server work of the broker itself, without the per-call I/O that "server CPU"
     # also holds, and far less sensitive to a noisy machine.
-    script_calls, script_us = stats.get("evalsha", (0, 0))
+    evalsha_calls, evalsha_us = stats.get("evalsha", (0, 0))
+    fcall_calls, fcall_us = stats.get("fcall", (0, 0))  # the library's functions (issue 55)
+    script_calls, script_us = evalsha_calls + fcall_calls, evalsha_us + fcall_us
     return {
         "commands_per_msg": round(total / n, 1) if n else None,
         "script_calls_per_msg": round(script_calls / n, 3) if n else None,

@@ -80,8 +80,8 @@ class Server:
         """(calls, usec) of EVALSHA since the last CONFIG RESETSTAT: the brokers' scripts
         (the recorder runs with EVAL and is counted apart)."""
         stats = self.r.info("commandstats")
-        entry = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
-        return int(entry["calls"]), int(entry["usec"])
+        entries = [stats.get(f"cmdstat_{command}", {"calls": 0, "usec": 0}) for command in ("evalsha", "fcall")]
+        return sum(int(e["calls"]) for e in entries), sum(int(e["usec"]) for e in entries)
 
     def script_rate(self, fn: Any, n: int) -> tuple[float, float]:
         """Run ``fn`` (which sends ``n`` messages) once: (messages per second of wall
@@ -156,9 +156,11 @@ class ServerGroup:
         """(calls, usec) of EVALSHA since the last reset, over all the servers."""
         calls = usec = 0
         for client in self.clients:
-            entry = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
-            calls += int(entry["calls"])
-            usec += int(entry["usec"])
+            stats = client.info("commandstats")
+            for command in ("evalsha", "fcall"):  # (a cluster's calls stay EVALSHA)
+                entry = stats.get(f"cmdstat_{command}", {"calls": 0, "usec": 0})
+                calls += int(entry["calls"])
+                usec += int(entry["usec"])
         return calls, usec
 
     def cpu_seconds(self) -> float:

@@ -11,7 +11,8 @@ Per scenario it prints each round's figures, the medians of both sides, and a ve
 on lateness p99 and max, server CPU and commands per message (and, for ``offer``, the
 one-by-one rate vs the built-in broker's in the same run; for the ``work-*`` scenarios,
 the busiest worker process's share of the runs and the messages started per second
-too): ``better`` or ``worse`` when
+too; for ``script-cost``, the instructions per call of each phase, in one round: callgrind
+counts the same run after run): ``better`` or ``worse`` when
 the medians differ by more than the noise margin *and* the tree wins (or loses) at least
 two thirds of the rounds, else ``same``. The exit code is 1 when any scenario failed
 (lost, duplicated or early messages, a crash) on either side, 2 when a verdict is
@@ -23,6 +24,7 @@ Examples::
     python -m benchmarks.ab --ref 8d27b2a --rounds 6 lateness-paced lateness
     python -m benchmarks.ab --ref HEAD~3 --rounds 4 --size small offer
     python -m benchmarks.ab --ref main --rounds 3 work-io work-cpu work-io-immediate work-io-90
+    python -m benchmarks.ab --ref main script-cost  # one round whatever --rounds says
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ DEFAULT_SIZES = {
     # immediate-paced's workloads; a ref without dramatiq_redisson.tracing runs without it.
     "lateness-paced-otel": "full",
     "immediate-paced-otel": "full",
+    # Instructions per script call under callgrind (issue 55): 300 calls per phase.
+    "script-cost": "small",
 }
 #: Parameters each scenario runs with here (``python -m benchmarks --set``): lateness paced
 #: at 500/s, so that a faster offer does not also raise the load it is measured under;
@@ -91,7 +95,11 @@ NOISE = {
     # due times while the workers keep up, and drops when they fall behind.
     "busiest share %": 0.10,
     "throughput/s": 0.03,
+    # script-cost: instructions counted by callgrind, the same run after run within ~0.5 %.
+    "k instr": 0.01,
 }
+#: Rounds a scenario needs at most (its figures do not vary from run to run).
+MAX_ROUNDS = {"script-cost": 1}
 #: Whether a larger value is better.
 HIGHER_IS_BETTER = {"offer vs builtin": True, "offer/s": True, "throughput/s": True}
 
@@ -179,6 +187,14 @@ def _offer_figures(data: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+def _script_cost_figures(data: dict[str, Any]) -> dict[str, float | None]:
+    """Thousands of instructions per call, per phase (``k instr @<phase>``)."""
+    return {
+        f"k instr @{name}": round(phase["instructions_per_call"] / 1000, 1)
+        for name, phase in (data.get("phases") or {}).items()
+    }
+
+
 READERS: dict[str, Callable[[dict[str, Any]], dict[str, float | None]]] = {
     "lateness-paced": _lateness_figures,
     "lateness": _lateness_figures,
@@ -192,6 +208,7 @@ READERS: dict[str, Callable[[dict[str, Any]], dict[str, float | None]]] = {
     "work-cpu-90": _work_figures,
     "lateness-paced-otel": _lateness_figures,
     "immediate-paced-otel": _lateness_figures,
+    "script-cost": _script_cost_figures,
 }
 #: The brokers each scenario runs with (the built-in broker only where a ratio needs it).
 BROKERS = {"offer": "redisson,builtin"}
@@ -352,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             if len(names) == 2 and i % 2:
                 order = order[::-1]
             for scenario in scenarios:
+                if i >= MAX_ROUNDS.get(scenario, args.rounds):
+                    continue
                 size = args.size or DEFAULT_SIZES[scenario]
                 result: dict[str, Any] = {"order": order}
                 for side in order:

@@ -111,7 +111,7 @@ def sized(size: str, overrides: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .scenarios import SCENARIOS, Ctx
+    from .scenarios import NOT_IN_ALL, SCENARIOS, Ctx
 
     parser = _parser(list(SCENARIOS))
     args = parser.parse_args(argv)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     for b in brokers:
         if b not in BROKER_KINDS:
             parser.error(f"unknown broker {b!r}")
-    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    names = [n for n in SCENARIOS if n not in NOT_IN_ALL] if args.scenario == "all" else [args.scenario]
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     if args.jobs > 1 and args.url is not None:

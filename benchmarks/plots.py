@@ -17,6 +17,10 @@ COLORS = {
     "redisson-lrem": "tab:green",
     "redisson-original (reference)": "tab:green",
     "limit (perfect placement)": "grey",
+    # the field scenario's peers
+    "celery": "tab:red",
+    "huey": "tab:brown",
+    "rq": "tab:olive",
 }
 LABELS = {
     "redisson": "RedissonBroker",
@@ -354,6 +358,18 @@ def _plot(plt: Any, name: str, meta: dict[str, Any], data: dict[str, Any], path:
         burst(plt, meta, data, path)
     elif name == "fleet":
         fleet(plt, meta, data, path)
+    elif name == "field":
+        p = data["params"]
+        lateness_like(
+            plt,
+            meta,
+            data,
+            f"field: {p['n']:,} jobs delayed {p['delay_lo'] / 1000:g}–{p['delay_hi'] / 1000:g} s at {p['rate']}/s, "
+            "five job queues",
+            "lateness (ms, log scale; early runs drawn at 0.01)",
+            path,
+            [],
+        )
     elif name.startswith("work-"):
         p = data["params"]
         shown = {k: v for k, v in data.items() if k != "limit"}

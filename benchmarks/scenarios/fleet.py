@@ -85,7 +85,7 @@ def _fleet_window(
     sent = {k: end["workers"][k] - workers0[k] + producer_out[i] for i, k in enumerate(slots)}
     top = _top_level_usec(stats, sent)
     cpu_s = end["cpu"] - cpu0
-    evalsha_calls = stats.get("evalsha", (0, 0))[0]
+    evalsha_calls = stats.get("evalsha", (0, 0))[0] + stats.get("fcall", (0, 0))[0]  # script calls
 
     def per(x: float) -> float:
         return round(x / n, 3)

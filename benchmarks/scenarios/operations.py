@@ -124,7 +124,7 @@ def _op_measure(
         "calls": sum(sent.values()),
         "sent": sent,
         "server_us": sum(_top_level_usec(stats, sent).values()),
-        "script_calls": stats.get("evalsha", (0, 0))[0],
+        "script_calls": stats.get("evalsha", (0, 0))[0] + stats.get("fcall", (0, 0))[0],
         "longest_us": longest["max_us"],
         "longest_by": longest["by"],
         "by_script": {
