@@ -123,6 +123,9 @@ _UNAVAILABLE = re.compile(r"(unknown command|no permissions to run the) [`'\"]?(
 #: FCALL's NOSCRIPT: the library is not (or no longer) loaded; the call did not run.
 FUNCTION_NOT_FOUND = "Function not found"
 
+#: FUNCTION LOAD's reply when a library of that name is loaded already.
+_LOADED_MEANWHILE = "already exists"
+
 
 def unavailable(error: Exception) -> bool:
     """Whether ``error`` (a reply to FUNCTION LOAD or FCALL) says the server cannot run
@@ -340,15 +343,18 @@ class ScriptRunner:
                 return _NOT_RUN
             if FUNCTION_NOT_FOUND not in str(e):
                 raise
-        # Not loaded (the call did not run): load it, then call again.
+        # Not loaded (the call did not run): load it, then call again. Without REPLACE:
+        # a library of that name is this text (its name is the text's digest), so one that
+        # another process loaded meanwhile is as good.
         try:
-            self.direct.call("FUNCTION", "LOAD", "REPLACE", library.source)
+            self.direct.call("FUNCTION", "LOAD", library.source)
         except redis.ResponseError as e:
             if unavailable(e):
                 self._without_library(e)
-            else:  # e.g. refused on a server at its maxmemory limit: EVALSHA this time
+                return _NOT_RUN
+            if _LOADED_MEANWHILE not in str(e):  # e.g. refused on a server at its maxmemory limit
                 logger.debug("Function library %s not loaded (%s): EVALSHA this call.", library.name, e)
-            return _NOT_RUN
+                return _NOT_RUN
         return self.direct.call(*command)
 
     def _without_library(self, error: Exception) -> None:

@@ -139,3 +139,33 @@ def test_an_error_of_a_function_is_raised_and_not_run_again(
 )
 def test_only_a_refusal_of_functions_themselves_means_evalsha(reply: str, unavailable: bool) -> None:
     assert _runner.unavailable(redis.ResponseError(reply)) is unavailable
+
+
+def test_a_library_another_process_loaded_meanwhile_is_used(
+    broker: RedissonBroker, redis_client: redis.Redis, server_version: tuple[int, int, int]
+) -> None:
+    if server_version < (7, 0, 0):
+        return  # no functions: nothing to race for
+    library = build_library()
+    # Given the library flushed, and another process about to load it between this
+    # process's refused FCALL and its FUNCTION LOAD
+    redis_client.function_flush()
+    direct = broker.redisson_scripts.direct
+    assert direct is not None
+    call = direct.call
+
+    def racing(*command: object) -> object:
+        if command[:2] == ("FUNCTION", "LOAD"):
+            redis_client.function_load(library.source)  # the other process, first
+        return call(*command)
+
+    direct.call = racing  # type: ignore[method-assign]
+    try:
+        fcalls = _calls(redis_client, "fcall")
+        # When this process fetches
+        assert broker.redisson_scripts.fetch(broker.keys("raced"), broker.broker_id, 1) == []
+    finally:
+        direct.call = call  # type: ignore[method-assign]
+    # Then its own load's "already exists" is no failure: the fetch ran as a function
+    assert _calls(redis_client, "fcall") - fcalls == 1
+    assert broker.redisson_scripts.library is not None
