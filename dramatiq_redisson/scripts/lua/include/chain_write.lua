@@ -2,7 +2,7 @@
 -- c's fields), after the caller's first write.
 -- include: key_at.lua
 local function chain_write(c, step)
-    local name, times, dues = step.name, step.times, step.dues
+    local name, at = step.name, step.at
     if step.current then
         redis.call("HSET", c.state, name .. "|u", step.current)
         return
@@ -26,18 +26,17 @@ local function chain_write(c, step)
         redis.call("HSET", c.state, name .. "|e", "limit")
         return
     end
-    if not times[1] then
+    if not at then
         redis.call("HDEL", c.chains, name)
         redis.call("HSET", c.state, name .. "|s", string.format("%d", step.tick + 1))
         return
     end
-    local at = times[1]
     local message_id = "periodic:" .. name .. ":" .. at
     local next_member = key_at(tonumber(at)) .. message_id
-    redis.call("ZADD", c.zset, string.format("%d", dues[1]), next_member)
+    redis.call("ZADD", c.zset, string.format("%d", step.due), next_member)
     redis.call("RPUSH", c.backup, next_member)
     -- The same payload, the new time as its timestamp (the last field: see ready_body.lua).
     redis.call("HSET", c.payloads, message_id, key_at(tonumber(at)) .. string.match(step.body, "^(.*\30)") .. at)
     redis.call("HSET", c.chains, name, next_member)
-    redis.call("HSET", c.state, name .. "|t", table.concat(step.raw, ",", 2))
+    redis.call("HSET", c.state, name .. "|t", step.rest)
 end
