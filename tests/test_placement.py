@@ -223,7 +223,20 @@ def test_a_burst_due_at_once_drains_without_waiting_for_a_poll(
     # half the bursts (p99 2-5 s for 1 000 messages in the backlog benchmark; 0.4 s now).
     a, b = processes(2, threads=4, timeout=6_000)
     assert wait_for(lambda: a.holds_lease or b.holds_lease, timeout=10)
+    assert a.consumer is not None and b.consumer is not None
+    idle = a.consumer.keys.idle
+    tokens = [a.consumer.token, b.consumer.token]
     for burst in range(3):
+        # The burst meets a fleet that can be woken: both consumers listed in the idle
+        # registry with a thread free (score > 0; a consumer listed at 0 is busy and wake.lua
+        # passes it over). After a burst a listing lags what its consumer can start (an ack
+        # relists only from 0 or in steps; its idle poll, at most a worker_timeout later,
+        # relists it): only once both are listed is "both processes run some of it" a claim
+        # about placement. (CI, 2026-12-07: process B ran none of a burst twice, once on
+        # Redis 6.2, once on Valkey 9.1 under load, before and after issue 55's changes.)
+        assert wait_for(lambda: all((redis_client.zscore(idle, t) or 0) > 0 for t in tokens), timeout=8), (
+            f"burst {burst}: a consumer is not listed as idle: {redis_client.zrange(idle, 0, -1, withscores=True)}"
+        )
         redis_client.delete(RECORD_KEY)
         due_ms = server_ms(redis_client) + 300
         a.broker.enqueue_many([a.actor.message(i) for i in range(400)], delay=300)
