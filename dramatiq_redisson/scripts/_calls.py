@@ -61,6 +61,10 @@ _NAMES = (
 #: :meth:`dramatiq_redisson.connection._topology.Topology.script_source`).
 _SOURCES = {name: load_source(name) for name in _NAMES}
 
+#: The hot consumer scripts as one function library, built once like their text (about
+#: 7 ms: the files read and expanded again, the text's digest).
+_LIBRARY = build_library()
+
 
 # Every script's KEYS list is made from its header (see ``_keys.script_keys``), once per
 # queue: these name the lists of the producer's scripts.
@@ -236,7 +240,7 @@ class Scripts(ScriptRunner):
             wait_for_replicas=wait_for_replicas,
             wait_timeout=wait_timeout,
             topology=topology,
-            library=build_library,
+            library=_LIBRARY,
         )
         #: Seconds between this process's heartbeat writes to one heartbeat set: fetch
         #: and ack write it only when the last write is older (the broker derives it from

@@ -48,7 +48,7 @@ def split_includes(text: bytes) -> tuple[bytes, bytes]:
     """A script's text as ``(its include lines outside any body, the rest)``; raises
     :class:`ValueError` for an include written inside a body (an indented line), which
     cannot be moved out of it."""
-    lines = [match for match in _INCLUDE.finditer(text)]
+    lines = list(_INCLUDE.finditer(text))
     if any(match.group(1) for match in lines):
         raise ValueError("an include written inside a body cannot be moved out of it")
     return b"\n".join(match.group(0) for match in lines), _INCLUDE.sub(b"", text)
@@ -208,7 +208,7 @@ class ScriptRunner:
         wait_for_replicas: int = 0,
         wait_timeout: int = 1000,
         topology: Topology | None = None,
-        library: Callable[[Callable[[bytes], bytes]], Library] | None = None,
+        library: Library | None = None,
     ) -> None:
         self.client = client
         #: Where a call runs (see :mod:`dramatiq_redisson.connection._topology`): calls that must share a connection
@@ -223,11 +223,15 @@ class ScriptRunner:
         #: The script calls' own connections (see :mod:`dramatiq_redisson.scripts._direct_calls`), or ``None``: a
         #: cluster client (or a pipeline, a single-connection client) keeps redis-py's path.
         self.direct = DirectCalls(client) if DirectCalls.suits(client) else None
-        #: The function library some scripts run from on the direct path (``library``, made
-        #: with the topology's text of the scripts; see :mod:`dramatiq_redisson.scripts._library`), or ``None``:
-        #: EVALSHA for every script (no direct path, or the server or the user has no
-        #: functions, found at the first call).
-        self.library = library(self.topology.script_source) if library is not None and self.direct else None
+        #: The function library some scripts run from on the direct path (``library``; see
+        #: :mod:`dramatiq_redisson.scripts._library`), or ``None``: EVALSHA for every script (no
+        #: direct path, a topology that runs another text of the scripts than the library's,
+        #: or, found at the first call, a server or user without functions).
+        self.library = (
+            library
+            if library is not None and self.direct and self.topology.script_source(library.source) == library.source
+            else None
+        )
 
     def close(self) -> None:
         """Disconnect the script calls' own connections (the client's are its owner's)."""
