@@ -510,14 +510,16 @@ def catch_up_ticks(
       ascending (the last ``limit`` of them); ``"none"``: nothing.
     * ``next_tick_ms`` is the first tick strictly after ``now_ms``.
 
-    When nothing is due yet (``now_ms < last_due_ms``) the answer is ``([],
-    last_due_ms)`` whatever the policy: the pending tick stays as it is.
+    When nothing is due yet (``now_ms < last_due_ms``) the answer is ``([], t)``
+    whatever the policy, ``t`` the first tick at or after ``last_due_ms``: the pending
+    tick stays as it is. (A chain that ran out of times stops at its last tick + 1, not
+    a tick: resumed within that millisecond, it must not get a tick there.)
     Raises :class:`InvalidSchedule` for a policy not in :data:`CATCH_UP_POLICIES`.
     """
     if policy not in CATCH_UP_POLICIES:
         raise InvalidSchedule(f"catch_up: unknown policy {policy!r}, expected one of {', '.join(CATCH_UP_POLICIES)}")
     if now_ms < last_due_ms:
-        return [], last_due_ms
+        return [], spec.next_after(last_due_ms - 1, anchor_ms)
     next_tick = spec.next_after(now_ms, anchor_ms)
     if policy == "none":
         return [], next_tick

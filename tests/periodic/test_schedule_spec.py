@@ -493,6 +493,17 @@ def test_catch_up_nothing_missed_keeps_the_due_tick() -> None:
         assert catch_up_ticks(spec, 5000, 4999, 0, policy) == ([], 5000)
 
 
+def test_a_chain_that_ran_out_resumed_in_the_same_millisecond_gets_no_tick_off_the_grid() -> None:
+    # A chain that ran out of times after its tick at 5000 waits from 5001 (CI, 2026-12-07:
+    # a windowed schedule resumed at 5000 ran a tick at 5001).
+    every, cron = parse_spec(every="1s"), parse_spec(cron="0 * * * *")
+    for policy in CATCH_UP_POLICIES:
+        assert catch_up_ticks(every, 5001, 5000, 0, policy) == ([], 6000)
+        assert catch_up_ticks(every, 5001, 5000, 500, policy) == ([], 5500)
+        hour = ms(2026, 6, 1, 9)
+        assert catch_up_ticks(cron, hour + 1, hour, 0, policy) == ([], ms(2026, 6, 1, 10))
+
+
 def test_catch_up_cron() -> None:
     spec = parse_spec(cron="0 * * * *")
     last_due, now = ms(2026, 6, 1, 9), ms(2026, 6, 1, 12, 30)
