@@ -61,8 +61,11 @@ SHARDS = 6
 #: Sends per second (a third immediate, the rest delayed by 0.5 to 2 s).
 RATE = 40
 DELAY_MS = (500, 2000)
-#: Healthy shards' messages due during the outage run at most this late (ms): far below
-#: the outage (about 3 s here), far above a noisy 2-core machine's usual lateness.
+#: Healthy shards' messages due during the outage run before the promotion or at most
+#: this late (ms): far below the outage (about 3 s here), far above a noisy 2-core
+#: machine's usual lateness. (A bound on lateness alone failed about one run in three
+#: under CI's load: a healthy message 1.8-3.5 s late that still ran seconds before the
+#: promotion had not waited for it.)
 HEALTHY_LATE_MS = 1500
 #: Acks are not waited for (only sends and transfers are): one acknowledged this long
 #: before the kill may be missing on the promoted replica, and its message runs again.
@@ -271,8 +274,8 @@ def test_kill9_of_a_master_stops_only_its_shards_and_loses_nothing(
     """kill -9 of the master of shard 0 and one more shard (its replica takes over):
 
     * the four shards on the other masters keep flowing: each of their messages due
-      between the kill and the promotion ran within 1.5 s of its due time (so none
-      waited for the failover), and none of the sends routed to them was refused (the
+      between the kill and the promotion ran before the promotion or within 1.5 s of its
+      due time (so none waited for the failover), and none of the sends routed to them was refused (the
       stored layout, on the killed master, is read again every second meanwhile);
     * the killed shards' messages due in the outage wait for the promotion, then run;
     * with ``wait_for_replicas=1``, no accepted message is lost; nothing runs early; no
@@ -328,7 +331,12 @@ def test_kill9_of_a_master_stops_only_its_shards_and_loses_nothing(
     # that waited for the failover would be later than that).
     assert promoted_ms - kill_ms > HEALTHY_LATE_MS, report
     assert len(in_outage) >= 20, report  # enough messages due in the outage to tell
-    assert healthy_late[-1] <= HEALTHY_LATE_MS, (healthy_late, report)
+    waited = [
+        (s.i, s.due_ms, out.runs[s.i][0] - s.due_ms)
+        for s in in_outage
+        if out.runs.get(s.i) and out.runs[s.i][0] >= promoted_ms and out.runs[s.i][0] - s.due_ms > HEALTHY_LATE_MS
+    ]
+    assert not waited, (waited, report)
     assert not [s for s in out.sent if s.error and s.shard not in killed], report
     # The killed shards did stop (the test sees an outage), and came back.
     assert killed_late and killed_late[-1] >= 1000, report
