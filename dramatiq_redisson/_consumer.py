@@ -12,7 +12,6 @@ and the error and back-off policy all of them share (``_backoff.Failures``).
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import socket
 import threading
@@ -23,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
-from dramatiq.common import compute_backoff
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
@@ -31,6 +29,7 @@ from ._backoff import Failures
 from ._errors import NotReplicated
 from ._liveness import LivenessHost, Reaper
 from ._logs import CONNECTION_ERRORS, logger_for
+from ._pacing import Fetch, Pacing, Wait
 from ._transfer_duty import DutyHost, TransferDuty
 from ._upkeep import Upkeep, UpkeepHost
 from ._worker_threads import relist
@@ -53,21 +52,12 @@ FINISH_RETRY_FOR = 30.0
 #: its heartbeat) again this soon (ms) instead of a ``safety_interval`` later.
 RECONCILE_AFTER_ERROR = 1000
 
-#: While its queue is paused, how often (ms) a consumer asks whether it was resumed (its
-#: fetch does): a resume starts processing within about this long.
-PAUSE_POLL_INTERVAL = 250
-
 #: Upkeep (see RedissonConsumer.upkeep) waits while a due time is closer than this (ms):
 #: its calls take about a round trip each, and would make that transfer late.
 UPKEEP_GAP = 3
 
 #: ... but never longer than this (ms) in a row: at high rates gaps are rare.
 MAX_UPKEEP_DEFER = 250
-
-#: While every thread is busy and it is not listed as idle, the lease holder waits for a
-#: thread in slices this long (ms), handling what its subscription received in between
-#: (an earlier due time announced meanwhile moves at most this late).
-BUSY_LISTEN = 5
 
 #: While every thread of the fleet is busy, a consumer queues up to this many messages per
 #: thread of its Worker behind them (the rest wait in the ready queue, for whichever
@@ -161,29 +151,13 @@ class RedissonConsumer(Consumer):
         self.in_flight: dict[str, float] = {}
         #: Set by close(): a failing ack or nack is no longer retried here (see _finish).
         self.closing = False
-        self.misses = 0
         #: Set when a thread frees up (``freed``: one the consumers of a sharded queue share).
         self.capacity_freed: Freed = threading.Event() if freed is None else freed
-        #: Registered as idle by the last fetch: wait for a wake-up instead of polling.
-        self.registered = False
-        #: The score it is listed with in the idle registry (what it could start then).
-        self.idle_score = 0
-        #: The last fetch took all it asked for and more were ready: every thread of the
-        #: fleet is busy, so it fills its prefetch as Dramatiq's consumers do (a thread that
-        #: frees up starts the next message without a round trip) until a fetch comes up
-        #: short.
-        self.backlog = False
-        #: A wake-up came and no fetch answered it yet.
-        self.answer_wake = False
+        #: When to fetch, how many, and how long to wait otherwise (see ``_pacing``).
+        self.pacing = Pacing(timeout, min(timeout, broker.settings.safety_interval))
         #: The threads of the Worker this consumer feeds, when it has one: it takes only
         #: what they can start now (see :mod:`._worker_threads`); None: up to its prefetch.
         self.threads = threads
-        self.idle_poll_at = 0.0
-        #: When a rate limit allows the next start (monotonic s), if this consumer is the
-        #: one told to fetch again then (see _fetch).
-        self.next_start_at = 0.0
-        #: The last fetch found the queue paused (see pause.lua): poll, start nothing.
-        self.paused = False
         #: Since when (monotonic s) upkeep has waited for a gap between due times.
         self.upkeep_deferred_since: float | None = None
 
@@ -241,7 +215,7 @@ class RedissonConsumer(Consumer):
         return free if self.threads is None else self.threads.room(free, finishing)
 
     def backlog_room(self) -> int:
-        """While every thread is busy and messages wait (:attr:`backlog`): how many more to
+        """While every thread is busy and messages wait (``Pacing.backlog``): how many more to
         queue behind its Worker's threads, up to :data:`BACKLOG_DEPTH` each."""
         free = self.free_slots
         return free if self.threads is None else self.threads.room(free, depth=BACKLOG_DEPTH)
@@ -279,14 +253,12 @@ class RedissonConsumer(Consumer):
 
     def reset_backoff(self) -> None:
         """Something was announced on the queue: the next short fetch backs off from scratch."""
-        self.misses = 0
+        self.pacing.announced()
 
     def woken(self) -> None:
         """A wake-up came (or the wake channel was subscribed): fetch now, and register
         as idle again if the fetch comes up short."""
-        self.registered = False
-        self.misses = 0
-        self.answer_wake = True
+        self.pacing.woken()
 
     # -- the Consumer interface ------------------------------------------------
 
@@ -304,58 +276,25 @@ class RedissonConsumer(Consumer):
                 self.tick()
                 if self.message_cache:
                     continue  # the transfer handed messages off to us
-                can = self.can_start()
-                if can == 0 and self.answer_wake and self.free_slots > 0:
-                    # Woken for a message while its threads turned busy (a listing that
-                    # lagged: another queue's consumer took them): take one all the same,
-                    # behind them, rather than leave it to a poll.
-                    can = 1
-                now = time.monotonic()
-                depth = self.backlog_room() if can == 0 and self.backlog else 0
-                if depth > 0:
-                    if not self._fetch(depth, listed=False):
-                        self.failures.recovered()
-                    continue
-                before_poll = self.idle_score > 0 and now < self.idle_poll_at
-                if self.registered and not self.backlog and (can == 0 or before_poll):
-                    # Listed as idle: a wake-up ends the wait; no polling. Listed at 0
-                    # (every thread busy), it waits the same way: the ack that frees a
-                    # thread lists it again, or wakes it when messages wait (ack.lua).
-                    # Not while its last fetch saw more messages ready (backlog): no
-                    # enqueue or transfer is coming to wake it for them, and its listing
-                    # may lag what it can start (see relist), so an ack need not wake it
-                    # either: it fetches now, or when a thread frees up (below).
+                step = self.pacing.next_step(
+                    time.monotonic(),
+                    can_start=self.can_start(),
+                    free_slots=self.free_slots,
+                    backlog_room=self.backlog_room,
+                    until_due=self.timer.seconds_until_due(),
+                    hears_announcements=self.timer.owner and self.transfers.listening,
+                )
+                if isinstance(step, Fetch):
+                    got = self._fetch(step.count, listed=step.listed)
                     self.failures.recovered()
-                    wait = self.timeout / 1000 if can == 0 else min(self.timeout / 1000, self.idle_poll_at - now)
-                    self.transfers.wait(min(wait, self.timer.seconds_until_due()))
-                    if self.registered:
-                        return None
-                    continue
-                if can > 0:
-                    if self._fetch(can):
-                        self.failures.recovered()
+                    if got or not step.listed:
                         continue
-                    self.failures.recovered()
-                    if self.paused:
-                        self.transfers.wait(min(PAUSE_POLL_INTERVAL / 1000, self.timer.seconds_until_due()))
-                        return None
-                    if self.registered:
-                        continue  # wait for a wake-up (above)
-                    self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
-                    wait = min(backoff_ms / 1000, max(0.0, self.next_start_at - time.monotonic()) or math.inf)
-                    self.transfers.wait(min(wait, self.timer.seconds_until_due()))
-                else:
-                    # Every thread busy (or the prefetch full), and not listed: wait for a
-                    # thread to free up, or for the timer. (The lease holder also hears its
-                    # announcements every BUSY_LISTEN ms meanwhile.)
-                    self.failures.recovered()
-                    self.capacity_freed.clear()
-                    if self.can_start() == 0:
-                        wait = min(self.timeout / 1000, self.timer.seconds_until_due())
-                        if self.timer.owner and self.transfers.listening:
-                            wait = min(wait, BUSY_LISTEN / 1000)
-                        self.capacity_freed.wait(wait)
-                        self.transfers.drain()
+                    wait = self.pacing.after_short_fetch(time.monotonic(), until_due=self.timer.seconds_until_due())
+                    if wait is None:
+                        continue  # listed: wait for a wake-up
+                    step = wait
+                if self._wait(step):
+                    return None
             except (*CONNECTION_ERRORS, redis.ResponseError, NotReplicated) as e:
                 # Dramatiq would restart the whole consumer after 3 s; instead keep
                 # this one, back off briefly and go on with what still works. (A Sentinel
@@ -364,13 +303,27 @@ class RedissonConsumer(Consumer):
                 self._failed(e)
             return None
 
+    def _wait(self, step: Wait) -> bool:
+        """Carry out a wait of the pacing; returns whether ``__next__`` returns now."""
+        self.failures.recovered()
+        if step.on == "wake":
+            self.transfers.wait(step.seconds)
+            return step.then == "return" or (step.then == "return_if_listed" and self.pacing.registered)
+        # A thread: cleared first, then checked, so that one freed in between is not missed.
+        # (The lease holder also hears its announcements every BUSY_LISTEN ms meanwhile.)
+        self.capacity_freed.clear()
+        if self.can_start() == 0:
+            self.capacity_freed.wait(step.seconds)
+            self.transfers.drain()
+        return step.then == "return"
+
     def ack(self, message: MessageProxy) -> None:
-        listed, idle = self.idle_score, self._idle_score_after_ack()
+        listed, idle = self.pacing.idle_score, self._idle_score_after_ack()
 
         def do_ack(queue_name: str, redis_message_id: str) -> int:
             acked = self.broker.do_ack(queue_name, redis_message_id, idle)
-            if idle is not None and self.registered and self.idle_score == listed:
-                self.idle_score = idle.score  # (unless a fetch listed it anew meanwhile)
+            if idle is not None:
+                self.pacing.acked(listed, idle.score)
             return acked
 
         self._finish(message, do_ack if idle is not None else self.broker.do_ack)
@@ -378,10 +331,10 @@ class RedissonConsumer(Consumer):
     def _idle_score_after_ack(self) -> IdleScore | None:
         """The score an ack should list this consumer with, its thread free again; None
         when its listing is good enough (see :func:`._worker_threads.relist`)."""
-        if not self.registered or self.threads is None:
+        if not self.pacing.registered or self.threads is None:
             return None
         after = self.can_start(finishing=1)
-        if not relist(self.idle_score, after, holder=self.timer.owner, long_jobs=self.long_jobs):
+        if not relist(self.pacing.idle_score, after, holder=self.timer.owner, long_jobs=self.long_jobs):
             return None
         return IdleScore(self.token, after, self.wake_channel)
 
@@ -498,29 +451,28 @@ class RedissonConsumer(Consumer):
                 raise
             if fetched is None:
                 self._note_paused(True)
-                self.registered = False
+                self.pacing.fetched_paused()
                 return False
             held.add(self.queue_name, (i for i, data in fetched if data is not None), slots=fetched.uses_slots)
         self._note_paused(False)
-        self.backlog = fetched.more
-        self.answer_wake = False
-        if listed:
-            # Listed with what it can start still (0 when it took all it asked for).
-            self.note_idle(bool(token), count - len(fetched))
-        if fetched.wait_ms is not None:
-            # A rate limit holds messages back, and this consumer is the one that sleeps
-            # until the next start is allowed (fetch.lua): fetch again then.
-            self.next_start_at = time.monotonic() + fetched.wait_ms / 1000
-            if self.registered:
-                self.idle_poll_at = min(self.idle_poll_at, self.next_start_at)
+        # Listed (when ``listed``) with what it can start still (0 when it took all it
+        # asked for); a rate limit's wait_ms: this consumer is the one that sleeps until
+        # the next start is allowed (fetch.lua), and fetches again then.
+        self.pacing.fetched(
+            time.monotonic(),
+            more=fetched.more,
+            listed=listed,
+            registered=bool(token),
+            score=count - len(fetched),
+            wait_ms=fetched.wait_ms,
+        )
         if not fetched:
             return False
         self.take(fetched)
         return True
 
     def _note_paused(self, paused: bool) -> None:
-        if paused != self.paused:
-            self.paused = paused
+        if paused != self.pacing.paused:
             if paused:
                 self.logger.info(
                     "Queue %r is paused: starting none of its messages until it is resumed.", self.queue_name
@@ -531,10 +483,7 @@ class RedissonConsumer(Consumer):
     def note_idle(self, registered: bool, score: int = 0) -> None:
         """A script listed this consumer in the idle registry with ``score`` (what it can
         start still), or took it out."""
-        self.registered = registered
-        self.idle_score = score if registered else 0
-        if registered:
-            self.idle_poll_at = time.monotonic() + min(self.timeout, self.broker.settings.safety_interval) / 1000
+        self.pacing.listed(time.monotonic(), registered, score)
 
     # -- failures ---------------------------------------------------------------------
 
@@ -553,7 +502,7 @@ class RedissonConsumer(Consumer):
 
     def take(self, fetched: list[tuple[str, bytes | None]]) -> None:
         """Cache fetched messages (a fetch's, or those a transfer handed off to us)."""
-        self.misses = 0
+        self.pacing.took()
         for redis_message_id, data in fetched:
             if data is None:
                 self.logger.warning(

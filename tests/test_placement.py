@@ -92,7 +92,7 @@ def processes(redis_url: str, redis_client: redis.Redis) -> Iterator[Callable[..
             Process("ABCD"[len(made) + n], redis_url, redis_client, threads, prefetch, timeout) for n in range(count)
         ]
         made.extend(new)
-        assert wait_for(lambda: all(p.consumer is not None and p.consumer.registered for p in made), timeout=10)
+        assert wait_for(lambda: all(p.consumer is not None and p.consumer.pacing.registered for p in made), timeout=10)
         return new
 
     yield start

@@ -170,11 +170,11 @@ def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: Redisson
     # Given a consumer whose timer has nothing due for a while
     consumer = broker.consume("default", prefetch=1, timeout=100)
     consumer.timer.record(result(next_due_ms=None))
-    consumer.misses = 5
+    consumer.pacing.misses = 5
     # When enqueue.lua announces a message landing in an empty ready queue ("0")
     consumer.transfers.handle({"type": "message", "data": b"0"})
     # Then the consumer fetches at once (no back-off) but runs no transfer for it
-    assert consumer.misses == 0
+    assert consumer.pacing.misses == 0
     assert not consumer.timer.is_due()
     # While a due time still moves the timer
     consumer.transfers.handle({"type": "message", "data": b"999000"})
@@ -196,12 +196,12 @@ def test_the_earliest_of_the_announcements_heard_at_once_moves_the_timer(broker:
         heard = 0
         for due_ms in (now_ms + 5000, now_ms + 2000, 0):
             heard |= subscription.handle({"type": "message", "data": str(due_ms).encode()})
-        consumer.misses = 5
+        consumer.pacing.misses = 5
         consumer.transfers.act(heard)
         # Then the timer is due at the earliest, the next short fetch backs off from
         # scratch, and nothing is left over for the next drain
         assert consumer.timer.seconds_until_due() == pytest.approx(2.0, abs=0.1)
-        assert consumer.misses == 0
+        assert consumer.pacing.misses == 0
         assert subscription.take_announced() == 0
     finally:
         consumer.close()

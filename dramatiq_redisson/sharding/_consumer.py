@@ -139,9 +139,16 @@ class ShardConsumer(RedissonConsumer):
     ) -> None:
         super().__init__(broker, queue_name, prefetch, timeout, threads=threads, freed=budget.freed)
         self.budget = budget
-        #: Idle, this shard polls once every ``turns`` timeouts (see the module).
-        self.turns = turns
+        self.turns = 1
+        self.take_turns(turns)
         budget.join(self)
+
+    def take_turns(self, turns: int) -> None:
+        """Idle, this shard polls once every ``turns`` timeouts (see the module): the poll
+        of shard i of n falls in its turn, (i - 1) timeouts apart from the others', one
+        every timeout in all."""
+        self.turns = turns
+        self.pacing.poll_interval = turns * min(self.timeout, self.broker.settings.safety_interval) / 1000
 
     def spread(self, index: int, count: int) -> None:
         """This is shard ``index`` of ``count``: its share of the queue's periodic work.
@@ -151,16 +158,8 @@ class ShardConsumer(RedissonConsumer):
           ``count`` upkeep intervals, so a queue's shards together do it as often as one
           unsharded queue (each moves 1/count of the messages, so a tick has as much to
           do as an unsharded queue's)."""
-        self.turns = 1 if index == 0 else count - 1
+        self.take_turns(1 if index == 0 else count - 1)
         self.transfers.share_upkeep(count)
-
-    def note_idle(self, registered: bool, score: int = 0) -> None:
-        super().note_idle(registered, score)
-        if registered and self.turns > 1:
-            # The poll of shard i of n falls in its turn: (i - 1) timeouts apart from the
-            # others', one every timeout in all.
-            interval = min(self.timeout, self.broker.settings.safety_interval) / 1000
-            self.idle_poll_at += interval * (self.turns - 1)
 
     @property
     def free_slots(self) -> int:
