@@ -52,7 +52,7 @@ FINISH_RETRY_FOR = 30.0
 #: its heartbeat) again this soon (ms) instead of a ``safety_interval`` later.
 RECONCILE_AFTER_ERROR = 1000
 
-#: Upkeep (see RedissonConsumer.upkeep) waits while a due time is closer than this (ms):
+#: Upkeep (see RedissonConsumer.run_upkeep) waits while a due time is closer than this (ms):
 #: its calls take about a round trip each, and would make that transfer late.
 UPKEEP_GAP = 3
 
@@ -105,7 +105,7 @@ class ConsumerHost(DutyHost, UpkeepHost, LivenessHost, Protocol):
 
 class RedissonConsumer(Consumer):
     """Fetches ready messages and, on the side, does its share of the queue's transfers
-    (:attr:`transfers`).
+    (:attr:`duty`).
 
     Fleet cost stays flat in the number of worker processes:
 
@@ -119,7 +119,7 @@ class RedissonConsumer(Consumer):
     them at once.
     """
 
-    #: The class of :attr:`transfers` (a benchmark swaps in Redisson's original transfer).
+    #: The class of :attr:`duty` (a benchmark swaps in Redisson's original transfer).
     transfer_duty_class: type[TransferDuty] = TransferDuty
 
     def __init__(
@@ -166,7 +166,7 @@ class RedissonConsumer(Consumer):
         #: Puts back the messages of dead workers while this consumer holds the lease.
         self.reaper = Reaper(broker, queue_name)
         #: The queue's transfers, the lease and the subscriptions (see ``_transfer_duty``).
-        self.transfers = self.transfer_duty_class(
+        self.duty = self.transfer_duty_class(
             broker,
             self,
             self.failures,
@@ -178,9 +178,9 @@ class RedissonConsumer(Consumer):
             lapsed=self.reaper.lapsed,
             logger_name=self.logger.name,
         )
-        self.timer = self.transfers.timer
+        self.timer = self.duty.timer
         #: What keeps it sound but delivers nothing now (see ``_upkeep``).
-        self.chores = Upkeep(
+        self.upkeep = Upkeep(
             broker,
             self.failures,
             self.keys,
@@ -237,7 +237,7 @@ class RedissonConsumer(Consumer):
     def lost_reply(self) -> None:
         """A call that may have taken messages into this worker's ack set lost its reply:
         reconcile the ack set at the next upkeep (see ``Upkeep.reconcile``)."""
-        self.chores.lost_reply()
+        self.upkeep.lost_reply()
 
     def transferred(self, result: TransferResult, own_slots: int) -> None:
         """A transfer call of its duty ran, asked to hand off up to ``own_slots``: cache
@@ -249,7 +249,7 @@ class RedissonConsumer(Consumer):
             # what we can start still.
             self.note_idle(result.registered, own_slots - len(result.fetched))
         if result.schedules:
-            self.chores.attend(result.schedules)
+            self.upkeep.attend(result.schedules)
 
     def reset_backoff(self) -> None:
         """Something was announced on the queue: the next short fetch backs off from scratch."""
@@ -282,7 +282,7 @@ class RedissonConsumer(Consumer):
                     free_slots=self.free_slots,
                     backlog_room=self.backlog_room,
                     until_due=self.timer.seconds_until_due(),
-                    hears_announcements=self.timer.owner and self.transfers.listening,
+                    hears_announcements=self.timer.owner and self.duty.listening,
                 )
                 if isinstance(step, Fetch):
                     got = self._fetch(step.count, listed=step.listed)
@@ -307,14 +307,14 @@ class RedissonConsumer(Consumer):
         """Carry out a wait of the pacing; returns whether ``__next__`` returns now."""
         self.failures.recovered()
         if step.on == "wake":
-            self.transfers.wait(step.seconds)
+            self.duty.wait(step.seconds)
             return step.then == "return" or (step.then == "return_if_listed" and self.pacing.registered)
         # A thread: cleared first, then checked, so that one freed in between is not missed.
         # (The lease holder also hears its announcements every BUSY_LISTEN ms meanwhile.)
         self.capacity_freed.clear()
         if self.can_start() == 0:
             self.capacity_freed.wait(step.seconds)
-            self.transfers.drain()
+            self.duty.drain()
         return step.then == "return"
 
     def ack(self, message: MessageProxy) -> None:
@@ -396,19 +396,19 @@ class RedissonConsumer(Consumer):
         finally:
             if self.threads is not None:
                 self.threads.detach(self)
-            self.transfers.close()  # (and off the list of subscribed consumers)
-            self.chores.stop()
+            self.duty.close()  # (and off the list of subscribed consumers)
+            self.upkeep.stop()
 
     # -- one tick of the timer -------------------------------------------------
 
     def tick(self) -> None:
         """Do the timer's work that is due: subscribe, transfer; then, off the due path,
-        the upkeep (see :meth:`upkeep`)."""
+        the upkeep (see :meth:`run_upkeep`)."""
         now = time.monotonic()
-        self.transfers.listen(now)
+        self.duty.listen(now)
         # Not in __init__, which stays free of network calls (see ``_start_gate``).
-        self.chores.start()
-        self.transfers.transfer_if_due()
+        self.upkeep.start()
+        self.duty.transfer_if_due()
         if self.message_cache or self.timer.seconds_until_due() < UPKEEP_GAP / 1000:
             # Messages to hand to Dramatiq first, or a due time too close: upkeep waits for
             # a gap, but never longer than MAX_UPKEEP_DEFER.
@@ -417,16 +417,16 @@ class RedissonConsumer(Consumer):
             if now - self.upkeep_deferred_since < MAX_UPKEEP_DEFER / 1000:
                 return
         self.upkeep_deferred_since = None
-        self.upkeep(now)
+        self.run_upkeep(now)
 
-    def upkeep(self, now: float) -> None:
+    def run_upkeep(self, now: float) -> None:
         """What keeps the consumer sound but delivers nothing now: the subscription check,
-        then its :attr:`chores` (reconciling, the legacy migration, the dead workers'
+        then its :attr:`upkeep` (reconciling, the legacy migration, the dead workers'
         check, the heartbeat and maintenance). Run after the transfer, in a gap between
         due times (see :meth:`tick`), so that none of it stands between a due message and
         its worker thread. A lost connection stops them all (see __next__)."""
-        self.transfers.check_subscription_if_due(now)
-        self.chores.run(now)
+        self.duty.check_subscription_if_due(now)
+        self.upkeep.run(now)
 
     def _fetch(self, count: int, *, listed: bool = True) -> bool:
         """Fetch up to ``count`` ready messages into the cache; returns whether any came.
@@ -440,14 +440,14 @@ class RedissonConsumer(Consumer):
         as an idle built-in consumer does: a wake-up may be lost, and messages pushed by
         something that wakes nobody (the built-in broker's producers during a migration,
         a script of an older version) must not wait longer than they used to."""
-        token = self.token if self.transfers.wake_ready and listed else ""
+        token = self.token if self.duty.wake_ready and listed else ""
         held = self.broker.held
         with held.lock(self.queue_name):
             try:
                 fetched = self.broker.redisson_scripts.fetch(self.keys, self.worker_id, count, token, self.token)
             except CONNECTION_ERRORS:
                 # The script may have run: its ids would be stranded in our ack set.
-                self.chores.lost_reply()
+                self.upkeep.lost_reply()
                 raise
             if fetched is None:
                 self._note_paused(True)
@@ -494,9 +494,9 @@ class RedissonConsumer(Consumer):
             # A call whose reply was lost may run on the server after the first
             # reconciliation that follows (a stalled server works off its buffered
             # commands in its own order): reconcile again soon, not a safety interval later.
-            self.chores.soon(RECONCILE_AFTER_ERROR / 1000)
+            self.upkeep.soon(RECONCILE_AFTER_ERROR / 1000)
         if self.failures.failed(error):
-            self.transfers.resubscribe_now()  # the server is back: subscribe again at once, too
+            self.duty.resubscribe_now()  # the server is back: subscribe again at once, too
 
     # -- messages ----------------------------------------------------------------
 
@@ -525,7 +525,7 @@ class RedissonConsumer(Consumer):
             except (*CONNECTION_ERRORS, redis.ResponseError):
                 # Unheld, the next reconciliation requeues it (and it is nacked then).
                 self.broker.held.discard(self.queue_name, (redis_message_id,))
-                self.chores.lost_reply()
+                self.upkeep.lost_reply()
                 raise
             return None
         # The ack must name the entry this message was fetched as.
@@ -573,9 +573,3 @@ def consumer_token(broker_id: str) -> str:
     (the lease value and the wake channel's hash tag depend on it)."""
     host = "".join(c for c in socket.gethostname() if c.isalnum() or c in "-._") or "host"
     return f"{host}:{os.getpid()}:{broker_id[:8]}:{next(_consumer_numbers)}"
-
-
-def token_pid(token: str) -> int | None:
-    """The pid in a consumer token (see :func:`consumer_token`), if it has one."""
-    parts = token.split(":")
-    return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None

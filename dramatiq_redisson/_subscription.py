@@ -88,7 +88,7 @@ class Gate(Protocol):
     def check(self, keys: QueueKeys, worker_id: str, logger: Any) -> None: ...
 
 
-class Policy(Protocol):
+class FailurePolicy(Protocol):
     """What a subscription's failures do (``_backoff.Failures``)."""
 
     def subscription_lost(self, error: Exception, channel: str, *, gone: bool) -> float: ...
@@ -112,7 +112,7 @@ class Subscription:
     def __init__(
         self,
         host: SubscriptionHost,
-        failures: Policy,
+        failures: FailurePolicy,
         keys: QueueKeys,
         *,
         token: str,

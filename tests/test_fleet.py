@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from dramatiq_redisson import RedissonBroker
-from dramatiq_redisson._consumer import RedissonConsumer, token_pid
+from dramatiq_redisson._consumer import RedissonConsumer
+from tests.harness.faults.procs import token_pid
 from tests.helpers import server_ms, wait_for
 
 

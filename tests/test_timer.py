@@ -172,12 +172,12 @@ def test_ready_announcement_wakes_a_consumer_without_a_transfer(broker: Redisson
     consumer.timer.record(result(next_due_ms=None))
     consumer.pacing.misses = 5
     # When enqueue.lua announces a message landing in an empty ready queue ("0")
-    consumer.transfers.handle({"type": "message", "data": b"0"})
+    consumer.duty.handle({"type": "message", "data": b"0"})
     # Then the consumer fetches at once (no back-off) but runs no transfer for it
     assert consumer.pacing.misses == 0
     assert not consumer.timer.is_due()
     # While a due time still moves the timer
-    consumer.transfers.handle({"type": "message", "data": b"999000"})
+    consumer.duty.handle({"type": "message", "data": b"999000"})
     assert consumer.timer.is_due()
     consumer.close()
 
@@ -192,12 +192,12 @@ def test_the_earliest_of_the_announcements_heard_at_once_moves_the_timer(broker:
         )
         now_ms = consumer.timer.server_now_ms()
         # When its subscription hears three announcements in one drain, the earliest second
-        subscription = consumer.transfers.subscription
+        subscription = consumer.duty.subscription
         heard = 0
         for due_ms in (now_ms + 5000, now_ms + 2000, 0):
             heard |= subscription.handle({"type": "message", "data": str(due_ms).encode()})
         consumer.pacing.misses = 5
-        consumer.transfers.act(heard)
+        consumer.duty.act(heard)
         # Then the timer is due at the earliest, the next short fetch backs off from
         # scratch, and nothing is left over for the next drain
         assert consumer.timer.seconds_until_due() == pytest.approx(2.0, abs=0.1)
@@ -248,8 +248,8 @@ def _settled(consumer: Any) -> None:
         assert time.monotonic() < deadline, "the consumer did not settle"
         consumer.tick()
         time.sleep(0.05)
-        consumer.transfers.drain()
-        if consumer.transfers.wake_ready and consumer.timer.owner and not consumer.timer.is_due():
+        consumer.duty.drain()
+        if consumer.duty.wake_ready and consumer.timer.owner and not consumer.timer.is_due():
             return
 
 
@@ -258,8 +258,8 @@ class _UpkeepSpy:
 
     def __init__(self, consumer: Any) -> None:
         self.runs = 0
-        self.upkeep = consumer.upkeep
-        consumer.upkeep = self
+        self.upkeep = consumer.run_upkeep
+        consumer.run_upkeep = self
 
     def __call__(self, now: float) -> None:
         self.runs += 1
@@ -275,7 +275,7 @@ def test_upkeep_waits_for_a_gap_between_due_times(broker: RedissonBroker, monkey
         _settled(consumer)
         spy = _UpkeepSpy(consumer)
         # When a due time is announced 30 ms ahead (closer than UPKEEP_GAP)
-        consumer.transfers.handle({"type": "message", "data": str(consumer.timer.server_now_ms() + 30).encode()})
+        consumer.duty.handle({"type": "message", "data": str(consumer.timer.server_now_ms() + 30).encode()})
         consumer.tick()
         # Then the tick leaves the upkeep (checks, heartbeat, maintenance) for later
         assert spy.runs == 0
@@ -331,19 +331,19 @@ def test_a_wait_for_the_timer_ends_at_its_deadline_not_a_rounded_millisecond_lat
     consumer = broker.consume("default", prefetch=1, timeout=100)
     try:
         _settled(consumer)
-        consumer.transfers.handle({"type": "message", "data": str(consumer.timer.server_now_ms() + 11).encode()})
+        consumer.duty.handle({"type": "message", "data": str(consumer.timer.server_now_ms() + 11).encode()})
         listened: list[float] = []
-        get_message = consumer.transfers.subscription.pubsub.get_message
+        get_message = consumer.duty.subscription.pubsub.get_message
 
         def spy(timeout: float = 0.0) -> Any:
             listened.append(timeout)
             return get_message(timeout=timeout)
 
-        monkeypatch.setattr(consumer.transfers.subscription.pubsub, "get_message", spy)
+        monkeypatch.setattr(consumer.duty.subscription.pubsub, "get_message", spy)
         seconds = consumer.timer.seconds_until_due()
         deadline = time.monotonic() + seconds
         # When the consumer waits for it
-        consumer.transfers.wait(seconds)
+        consumer.duty.wait(seconds)
         # Then it listened for whole milliseconds ending at least POLL_MARGIN_MS before the
         # deadline (a socket timeout is rounded up to the next millisecond), slept the rest,
         # and woke at the deadline, not before

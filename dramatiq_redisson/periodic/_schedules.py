@@ -46,11 +46,11 @@ from dramatiq.broker import Broker, MessageProxy
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
-from .._format import iso
 from .._ids import sort_key_at
 from .._keys import QueueKeys, registry_key
 from .._logs import logger_for
 from .._message import RS, encode_message, encode_scheduled, with_redis_id
+from .._times import iso
 from .._tuning import PERIODIC_HORIZON, PERIODIC_LOW_WATER
 from ._spec import (
     CATCH_UP_POLICIES,

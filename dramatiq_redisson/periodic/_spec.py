@@ -57,8 +57,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .._format import parse_duration
 from .._settings import is_int
+from .._times import parse_duration
 
 __all__ = [
     "CATCH_UP_POLICIES",
@@ -320,7 +320,7 @@ def parse_spec(
 
     ``every`` is a :class:`datetime.timedelta` or a duration with its unit, as the command
     line takes them (``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"``: see
-    :func:`._format.parse_duration`); it is kept in whole milliseconds and must be at least
+    :func:`._times.parse_duration`); it is kept in whole milliseconds and must be at least
     0.1 s. A bare number is refused: every other time of the package is in milliseconds,
     and ``every`` was once in seconds, so a unit is never guessed. Raises
     :class:`InvalidSchedule`.
@@ -342,7 +342,7 @@ def parse_spec(
 def _duration_ms(field: str, value: object) -> tuple[int, str]:
     """A duration argument (``field``) in whole milliseconds, and how to show it in an
     error: a :class:`datetime.timedelta` (floored to the millisecond) or a text with its
-    unit (:func:`._format.parse_duration`); a bare number is refused, its unit would be a
+    unit (:func:`._times.parse_duration`); a bare number is refused, its unit would be a
     guess."""
     if isinstance(value, dt.timedelta):
         return value // _ONE_MS, f"{value.total_seconds()}s"

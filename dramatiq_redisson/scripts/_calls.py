@@ -21,6 +21,7 @@ from .._keys import LANES, PLAIN_LANE, QueueKeys, ack_keys, fetch_keys, keys_of,
 from .._message import queue_json
 from .._queue_names import base_queue
 from .._tuning import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
+from ..connection._commands import Commands
 from ..connection._topology import Topology
 from ._library import build_library
 from ._runner import ScriptRunner, load_source
@@ -217,7 +218,7 @@ class ScriptsHost(Protocol):
     """What a part that only runs scripts and reads keys (dead letters, the delayed
     queue's operations) reads of its broker."""
 
-    client: Any
+    client: Commands
     redisson_scripts: Scripts
 
 

@@ -159,7 +159,7 @@ class ShardConsumer(RedissonConsumer):
           unsharded queue (each moves 1/count of the messages, so a tick has as much to
           do as an unsharded queue's)."""
         self.take_turns(1 if index == 0 else count - 1)
-        self.transfers.share_upkeep(count)
+        self.duty.share_upkeep(count)
 
     @property
     def free_slots(self) -> int:

@@ -188,7 +188,7 @@ def test_a_subscription_the_server_does_not_list_is_made_again_there_within_seco
     sit on a node that is no longer the primary, where no announcement arrives. The
     consumer asks its server every second; missing twice in a row, it subscribes again."""
     consumer = broker.consume("default", timeout=100)
-    duty = consumer.transfers.subscription  # its pub/sub
+    duty = consumer.duty.subscription  # its pub/sub
     keys = broker.keys("default")
 
     def listed() -> dict[str, int]:

@@ -61,7 +61,7 @@ import redis
 
 from .analysis import EARLY_TOLERANCE_MS, Stats, percentile
 from .fault_common import READY, Record
-from .procs import DEFAULT_PRODUCT_ROOT, ValkeyProcess, WorkerFleet, subprocess_env
+from .procs import DEFAULT_PRODUCT_ROOT, ValkeyProcess, WorkerFleet, subprocess_env, token_pid
 from .scenarios import QUEUE, Criteria, Event, FaultContext, Scenario, Size
 
 if TYPE_CHECKING:
@@ -489,7 +489,7 @@ def owner_kill9_at_ticks(ctx: FaultContext) -> None:
                 return
             holder = admin.get(lease)
             token = _text(holder).split(" ")[0] if holder else ""
-            pid = _token_pid(token)
+            pid = token_pid(token)
             if pid is None or pid not in pids:
                 ctx.count("lease holder not found")
                 continue
@@ -509,12 +509,6 @@ def owner_kill9_at_ticks(ctx: FaultContext) -> None:
             ctx.notes.setdefault("kill offsets from a tick ms", []).append(offset)
     finally:
         admin.close()
-
-
-def _token_pid(token: str) -> int | None:
-    """The pid in a consumer token ``host:pid:broker:n`` (``_consumer.token_pid``)."""
-    parts = token.split(":")
-    return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
 
 
 #: Downtimes (s) of the server restarts: within the grace (ticks run late) and beyond it

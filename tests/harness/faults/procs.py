@@ -277,5 +277,12 @@ class WorkerFleet:
         return [command.stop() for command in self.commands]
 
 
+def token_pid(token: str) -> int | None:
+    """The pid in a consumer token, ``host:pid:broker:n`` (``_consumer.consumer_token``),
+    if it has one: which worker process holds a lease or a listing."""
+    parts = token.split(":")
+    return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
+
+
 def python_module_argv(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]

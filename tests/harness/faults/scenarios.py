@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from .procs import ValkeyProcess, WorkerFleet, subprocess_env
+from .procs import ValkeyProcess, WorkerFleet, subprocess_env, token_pid
 
 #: The queue the fault app's workers consume (``FAULTS_QUEUE`` set by the runner).
 QUEUE = "faults"
@@ -130,7 +130,6 @@ def owner_kill9(ctx: FaultContext) -> None:
     """SIGKILL the worker process that holds the queue's transfer lease every ~5 s (full
     size): the one process that times every transfer of the queue. Another process must
     take the lease over when it lapses (``transfer_lease``, 2 s by default)."""
-    from dramatiq_redisson._consumer import token_pid
     from dramatiq_redisson._keys import QueueKeys
 
     lease = QueueKeys("dramatiq", QUEUE).lease
