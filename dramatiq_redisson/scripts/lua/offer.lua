@@ -351,7 +351,7 @@ else
 end
 
 if laned then
-    flow_lib().enable_keys(KEYS[14], KEYS[15])
+    flow_lib().enable(KEYS[14], KEYS[15])
 end
 if any_added then
     local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")

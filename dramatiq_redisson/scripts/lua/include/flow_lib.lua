@@ -2,7 +2,7 @@
 -- and kept for the rest of the script call: defining them costs a script call about 6 µs,
 -- which a queue without lanes must not pay. Its fields (each in its own file):
 --   push = flow_push, take = flow_take, use_slots = flow_use_slots, enable = flow_enable,
---   enable_keys = enable_flow, record = fetch_record, release = flow_release,
+--   record = fetch_record, release = flow_release,
 --   unblock_all = flow_unblock_all, put_back = flow_put_back, and live_starts (rate_lib's,
 --   made on its first use too).
 local flow_lib_made = nil
@@ -14,7 +14,6 @@ local function flow_lib()
     -- include: flow_push.lua
     -- include: flow_take.lua
     -- include: flow_use_slots.lua
-    -- include: enable_flow.lua
     -- include: flow_enable.lua
     -- include: fetch_record.lua
     -- include: flow_release.lua
@@ -25,7 +24,6 @@ local function flow_lib()
         take = flow_take,
         use_slots = flow_use_slots,
         enable = flow_enable,
-        enable_keys = enable_flow,
         record = fetch_record,
         release = flow_release,
         unblock_all = flow_unblock_all,
