@@ -87,7 +87,7 @@ class IdleScore(NamedTuple):
 class Fetched(list[tuple[str, "bytes | None"]]):
     """What a fetch took: (redis message id, its data or None) pairs; ``uses_slots``: they
     were taken through lanes and hold slots, which their ack or nack gives back (fetch.lua's
-    reply says "held", a word kept on the wire); ``wait_ms``:
+    reply says "slots"); ``wait_ms``:
     a rate limit holds messages back, and this consumer is the one to fetch again in that
     many ms (None: nothing to wait for, or another consumer waits); ``more``: it took all
     it asked for, and more messages are ready."""
@@ -99,9 +99,9 @@ class Fetched(list[tuple[str, "bytes | None"]]):
     @classmethod
     def from_reply(cls, flat: list[Any]) -> Fetched:
         fetched = cls((flat[i].decode(), flat[i + 1]) for i in range(0, len(flat) - 1, 2))
-        if len(flat) % 2:  # a trailing status (fetch.lua): "held", "wait:<ms>" or both; "more"
+        if len(flat) % 2:  # a trailing status (fetch.lua): "slots", "wait:<ms>" or both; "more"
             for word in flat[-1].decode().split():
-                if word == "held":  # the wire's word for slots in use (fetch.lua)
+                if word == "slots":
                     fetched.uses_slots = True
                 elif word == "more":
                     fetched.more = True

@@ -17,7 +17,7 @@
 --          moment behind the server's at a minute's start is handled by record_history.lua.)
 --
 -- A message fetched through lanes uses concurrency slots (fetch.lua's reply ended with
--- "held"): the caller then adds the keys marked +slots,
+-- "slots"): the caller then adds the keys marked +slots,
 -- KEYS[7]  flow +slots   HASH   redisson_delay_queue_flow:{N}  concurrency slots in use, blocked lanes (flow_context.lua)
 -- KEYS[8]  levels +slots ZSET   redisson_delay_queue_levels:{N}
 -- KEYS[9]  idle +slots   ZSET   redisson_delay_queue_idle:{N}  consumer token -> messages it can start now

@@ -57,8 +57,8 @@
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
 --          no message (it is then dropped from the ack set too); or false (nil) when the
 --          queue is paused. Through lanes, one more element may end the list: its
---          words "held" (the reply's word for: the messages use concurrency slots, their
---          acks and nacks give them back, see ack.lua) and "wait:<ms>" (a rate limit keeps
+--          words "slots" (the messages use concurrency slots, their acks and nacks give
+--          them back, see ack.lua) and "wait:<ms>" (a rate limit keeps
 --          messages back: this consumer fetches again in that many ms, a wake-up aside). Without lanes, "more": it
 --          took ARGV[1] messages and more are ready.
 
@@ -165,7 +165,7 @@ if #held > 0 then
     redis.call("HSET", fetched, unpack(pairs))
     if lanes then
         flow_lib().use_slots(flow, slot_lanes)
-        status = status and ("held " .. status) or "held" -- the ack gives the slots back (ack.lua)
+        status = status and ("slots " .. status) or "slots" -- the ack gives the slots back (ack.lua)
     end
 end
 if status then

@@ -59,7 +59,7 @@ def schedule_entry(
 def fetch_flow(lua: Lua, keys: QueueKeys, count: int, clock_ms: int, token: str = "") -> tuple[list[bytes], str]:
     """fetch.lua as worker "w1" (consumer ``token``, "" by default) calls it with the flow
     keys, on the server clock estimate ``clock_ms``: the ids taken and the reply's trailing
-    status ("" without one; "held", "wait:<ms>" or both)."""
+    status ("" without one; "slots", "wait:<ms>" or both)."""
     reply = lua("fetch")(
         keys=[
             keys.ready,
@@ -91,7 +91,7 @@ def fetch_ids(lua: Lua, keys: QueueKeys, count: int, clock_ms: int) -> list[byte
     """The ids :func:`fetch_flow` takes (a status, if any, says they hold slots, or, off
     the lanes, that more are ready)."""
     ids, status = fetch_flow(lua, keys, count, clock_ms)
-    assert status in ("", "held", "more")
+    assert status in ("", "slots", "more")
     return ids
 
 

@@ -45,7 +45,7 @@ def test_a_fetch_takes_no_more_than_the_queues_rate_allows_and_one_consumer_slee
     assert ids == [b"m0", b"m1"]
     wait = _wait(status)
     assert wait is not None and 9_000 <= wait <= 10_000
-    assert "held" in status.split()
+    assert "slots" in status.split()
     starts = _log(redis_client, keys.rate_log())
     assert len(starts) == 2 and all(before <= t <= server_ms() for t in starts)
     assert redis_client.pttl(keys.rate_log()) == -1  # one key, never longer than the rate
@@ -116,7 +116,7 @@ def test_messages_without_a_group_are_not_held_by_a_group_rate(
     _ready(redis_client, keys, lane_id(2, None), "p1", "p2", "p3")
     ids, status = fetch_flow(lua, keys, 5, CLOCK)
     assert ids == [b"p1", b"p2", b"p3"]
-    assert status == "held"
+    assert status == "slots"
 
 
 def test_the_consumer_that_sleeps_for_the_rate_wakes_the_others_when_more_may_start(
@@ -131,7 +131,7 @@ def test_the_consumer_that_sleeps_for_the_rate_wakes_the_others_when_more_may_st
     redis_client.zadd(keys.idle, {"tok-1": 2, "tok-2": 4, "tok-3": 4})
     woken = {t: listen(keys.wake_channel(t)) for t in ("tok-1", "tok-2", "tok-3")}
     ids, status = fetch_flow(lua, keys, 2, CLOCK, token="tok-1")
-    assert ids == [b"m0", b"m1"] and status == "held"
+    assert ids == [b"m0", b"m1"] and status == "slots"
     # 8 more starts allowed, 6 ready: the idle consumers with the most slots first, itself aside.
     assert {t: w() for t, w in woken.items()} == {"tok-1": [], "tok-2": [b"0"], "tok-3": [b"0"]}
     assert not redis_client.hexists(keys.flow, "rate_at")
