@@ -33,6 +33,7 @@ from ._settings import (
     DEFAULT_TRANSFER_BATCH_SIZE,
     DEFAULT_TRANSFER_LEASE,
     DEFAULT_WAIT_TIMEOUT,
+    SETTING_DOCS,
     BrokerSettings,
     checked_settings,
 )
@@ -59,9 +60,10 @@ from .sharding._views import ShardedDeadLetters, ShardedDelayedQueue
 
 
 def _setting(name: str, *, settable: bool = True) -> Any:
-    """A broker attribute backed by its :class:`BrokerSettings`: assigning it checks the
-    value as the constructor does. ``settable=False``: fixed once the broker is built
-    (its scripts' runner took it)."""
+    """A broker attribute backed by its :class:`BrokerSettings`, documented by its
+    :data:`SETTING_DOCS` entry (the API reference shows it): assigning it checks the value
+    as the constructor does. ``settable=False``: fixed once the broker is built (its
+    scripts' runner took it)."""
 
     def get(broker: RedissonBroker) -> Any:
         return getattr(broker._settings, name)
@@ -69,7 +71,14 @@ def _setting(name: str, *, settable: bool = True) -> Any:
     def set_(broker: RedissonBroker, value: Any) -> None:
         broker._settings = broker._settings.replace(**{name: value})
 
-    return property(get, set_ if settable else None)
+    # The reference shows the setting's type (the field's annotation) rather than Any.
+    get.__annotations__["return"] = BrokerSettings.__annotations__[name]
+    doc = SETTING_DOCS[name]
+    if settable:
+        doc += " Assigning it checks the new value as the constructor does (ValueError, the old value kept)."
+    else:
+        doc += " Read-only: fixed once the broker is built."
+    return property(get, set_ if settable else None, doc=doc)
 
 
 class RedissonBroker(RedisBroker):
@@ -89,20 +98,27 @@ class RedissonBroker(RedisBroker):
       maintenance_chance: Accepted for compatibility; maintenance runs every
         ``maintenance_interval`` ms instead of by chance.
       client: A redis client to use.
-      heartbeat_timeout, dead_message_ttl, transfer_batch_size, safety_interval: The
-        broker's settings, with those of the next entry, checked together before
-        anything is made (one ValueError names every bad value): see
-        :class:`dramatiq_redisson._settings.BrokerSettings` for each; read back as
-        ``broker.settings``.
-      maintenance_interval, transfer_lease, dedupe_window, wait_for_replicas, wait_timeout, liveness_timeout:
-        The broker's settings too, as above.
+      heartbeat_timeout: Time (ms) without a heartbeat after which a worker is dead and
+        its unacked messages are requeued; default 60000.
+      dead_message_ttl: Time (ms) a dead letter is kept; default 604800000 (seven days).
+      transfer_batch_size: Most due messages (a count) one transfer call moves; default 100.
+      safety_interval: Longest time (ms) between two transfers of a queue; default 5000.
+      maintenance_interval: Time (ms) between two maintenance runs; default 30000.
+      dedupe_window: Time (ms) a sent immediate message is remembered; default 120000.
+      transfer_lease: Time (ms) a queue's transfer lease lasts; default 2000.
+      wait_for_replicas: Replicas (a count) each write waits for; default 0, none.
+      wait_timeout: Longest wait (ms) for those replicas, per write; default 1000.
+      liveness_timeout: Time (ms) without a liveness beat after which a worker process is
+        dead and its unacked messages run elsewhere; default 6000, 0 turns it off (see
+        :mod:`dramatiq_redisson._liveness`).
       cluster: Connect to a Redis/Valkey Cluster: ``url`` (or the ``host``/``port``
         parameters) names one of its nodes and a :class:`redis.cluster.RedisCluster`
         client is made. A ``RedisCluster`` passed as ``client`` implies it. Keys then
         follow the cluster layout, where every key of a queue hashes to one slot
         (see :mod:`dramatiq_redisson._keys`), and announcements use sharded pub/sub.
-      max_priority: The highest ``broker_priority`` a message may have (None or 0:
-        priorities are ignored; see :mod:`dramatiq_redisson.flow._lanes`).
+      max_priority: The highest ``broker_priority`` a message may have, an int up to 255
+        (higher runs first; a higher value counts as it); default None or 0: priorities
+        are ignored (see :mod:`dramatiq_redisson.flow._lanes`).
       shards: ``{queue name: shard count}``: spread each named queue over that many hash
         slots of a cluster (see :mod:`dramatiq_redisson.sharding._shards`); on one server it works
         but gains nothing, and the broker logs a warning saying so.
@@ -111,7 +127,11 @@ class RedissonBroker(RedisBroker):
         takes is refused with the settings, with the closest known name ("unknown
         argument transfer_batch_szie: did you mean transfer_batch_size?"); so are ``url``
         with ``client`` and connection parameters with ``client`` (the client passed in
-        would be used as it is, the others ignored).
+        would be used as it is, the others ignored), and a bad value of a timeout,
+        interval, count, switch, ``db``, ``port`` or ``retry`` (``socket_timeout="abc"``).
+
+    Each setting is described by the attribute of its name below. Settings and connection
+    parameters are checked before anything is made: one ValueError names every bad value.
 
     ``cluster=True`` against a server without cluster mode raises a ValueError that says
     so. Actor options this broker adds (``broker_priority``, ``group_key``) are checked
@@ -481,9 +501,13 @@ class RedissonBroker(RedisBroker):
 
     def declare_queue(self, queue_name: str) -> None:
         """Declare a queue. Unlike the built-in broker, no ``.DQ`` delay queue is declared:
-        the timer in each queue's consumer moves delayed messages."""
+        the timer in each queue's consumer moves delayed messages. The queue is listed in
+        the namespace's queue registry, so every process knows it (one command, once; a
+        server that cannot be reached now does not fail the declaration: see
+        :meth:`QueueAdmin.list_declared`)."""
         if queue_name not in self.queues:
             self.emit_before("declare_queue", queue_name)
+            self.admin.list_declared(queue_name)
             self.queues.add(queue_name)
             self.emit_after("declare_queue", queue_name)
 

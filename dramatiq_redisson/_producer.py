@@ -14,6 +14,7 @@ makes of the broker and the few members it reads at each send (:class:`ProducerH
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 from collections import defaultdict
@@ -32,6 +33,7 @@ from ._errors import EnqueueError, EnqueueNotReplicated, MissingPermission, NotR
 from ._ids import next_sort_keys
 from ._keys import PLAIN_LANE, QueueKeys
 from ._message import (
+    DEDUPE_OPTIONS,
     dedupe_options,
     encode_message,
     encode_scheduled,
@@ -43,7 +45,7 @@ from ._message import (
 )
 from ._queue_names import base_queue
 from .connection._permissions import check_permissions, is_permission_error
-from .flow._lanes import message_lane
+from .flow._lanes import FLOW_OPTIONS, message_lane
 from .scripts._runner import Outcomes, Unanswered
 
 if TYPE_CHECKING:
@@ -67,6 +69,20 @@ MAX_REDELIVERY_BACKOFF = 2000
 
 #: A keyed send's dedupe key, mode and throttle ttl (see :func:`._message.dedupe_options`).
 Dedupe = tuple[str, str, int]
+
+#: The message options Dramatiq reads or writes (its middleware's, pipelines', groups',
+#: brokers'), and this package's: dedupe keys, lanes, periodic ticks', tracing's.
+KNOWN_OPTIONS = frozenset(
+    "delay eta redis_message_id retries traceback requeue_timestamp max_retries min_backoff max_backoff "
+    "retry_when throws on_retry_exhausted max_age time_limit notify_shutdown on_success on_failure pipe_target "
+    "pipe_ignore group_completion_uuid group_completion_callbacks store_results result_ttl broker_priority "
+    "periodic periodic_start_deadline_ms periodic_jitter_ms trace_context trace_times".split()
+).union(DEDUPE_OPTIONS, FLOW_OPTIONS)
+
+#: How close (``difflib`` ratio) an unknown option's name must be to a known one for a
+#: send to warn: close enough for ``dela`` (delay), ``time_limt`` or ``dedup_key``, far
+#: enough that custom options such as ``trace_id`` or ``priority`` pass silently.
+OPTION_MATCH_CUTOFF = 0.75
 
 
 @dataclass
@@ -286,14 +302,58 @@ def enqueue_error(client: Commands, prepared: list[Message[Any]], outcome: Sorte
     return error
 
 
+class OptionNames:
+    """Warns, through the broker's logger, once per actor and option name, of a message
+    option that no part reads but whose name is close to one that a part reads
+    (``send_with_options(dela=5000)``: did you mean ``delay``?). The option is still sent:
+    Dramatiq passes unknown options on, and user code may read its own. The known names:
+    :data:`KNOWN_OPTIONS`, the broker's ``actor_options`` and those of each middleware
+    added to it (a third-party one's too), gathered again when an unknown name comes and
+    the middleware changed. A send whose names were all seen costs a few set lookups."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.known = KNOWN_OPTIONS
+        #: The middleware the known names were gathered from (None: not yet).
+        self.gathered_from: tuple[Middleware, ...] | None = None
+        #: (actor name, option name) pairs already looked at: warned of or passed.
+        self.seen: set[tuple[str, str]] = set()
+
+    def check(self, message: Message[Any], host: ProducerHost) -> None:
+        """Warn of each option name of ``message`` that looks misspelt, once per actor."""
+        for name in message.options:
+            if name in self.known or (message.actor_name, name) in self.seen:
+                continue
+            middleware = tuple(host.middleware)
+            if middleware != self.gathered_from:
+                names = [getattr(each, "actor_options", None) or () for each in middleware]
+                self.known = KNOWN_OPTIONS.union(host.actor_options, *names)
+                self.gathered_from = middleware
+            if name in self.known:
+                continue
+            self.seen.add((message.actor_name, name))
+            close = difflib.get_close_matches(name, sorted(self.known), n=1, cutoff=OPTION_MATCH_CUTOFF)
+            if close:
+                self.logger.warning(
+                    "Actor %r was sent message option %r, which neither Dramatiq, this broker nor its "
+                    "middleware reads: did you mean %r? The message goes with the option as given "
+                    "(unknown options are passed on); this is logged once per actor and option.",
+                    message.actor_name,
+                    name,
+                    close[0],
+                )
+
+
 class ProducerHost(Protocol):
     """What the producer reads of its broker at each send, as it is then: its settings
     (some may be set after the broker is built), the server's version (known once the
-    server was checked), its actors (a lane's defaults) and its middleware (whether any
-    implements a hook)."""
+    server was checked), its actors (a lane's defaults), its middleware (whether any
+    implements a hook) and the actor options it and its middleware declare (the options
+    a send may carry)."""
 
     actors: dict[str, Actor[..., Any]]
     middleware: list[Middleware]
+    actor_options: set[str]
 
     @property
     def settings(self) -> BrokerSettings: ...
@@ -364,6 +424,8 @@ class Producer:
         self.logger = logging.getLogger(logger_name)
         #: Queues this process listed in the queue registry (see :meth:`register_queue`).
         self.registered: set[str] = set()
+        #: The check of a send's option names (see :class:`OptionNames`).
+        self.option_names = OptionNames(self.logger)
 
     def _hooked(self, signal: str) -> bool:
         """Whether any middleware implements ``signal`` (else emitting it is a no-op): only
@@ -383,6 +445,8 @@ class Producer:
         else:
             delay_ms = validate_delay(delay)
             dedupe = dedupe_options(message.options, delay_ms)
+            # A fresh send (a retry carries the options its first send was checked with).
+            self.option_names.check(message, self.host)
         message, sort_key = prepare(message, delay_ms)
         keys = self.keys(self.route(message.queue_name, message.options, in_flight))
         self.logger.debug(
@@ -671,6 +735,8 @@ class Producer:
         messages = list(messages)
         lanes = [self.lane(m) for m in messages]  # checked before anything is written
         dedupes = [dedupe_options(m.options, delay_ms) for m in messages]
+        for message in messages:
+            self.option_names.check(message, self.host)
         if delay_ms:
             sort_keys = next_sort_keys(len(messages))
             prepared = [prepare_scheduled(m, key)[0] for m, key in zip(messages, sort_keys, strict=True)]

@@ -52,6 +52,63 @@ DEFAULT_WAIT_TIMEOUT = 1000
 #: Default ``liveness_timeout`` (ms): see :mod:`._liveness`.
 DEFAULT_LIVENESS_TIMEOUT = 6000
 
+#: What each setting a broker exposes as an attribute means, its unit and its default:
+#: the docstrings of those attributes (``RedissonBroker.safety_interval``), which the API
+#: reference shows.
+SETTING_DOCS = {
+    "heartbeat_timeout": (
+        "Time (ms) a worker may go without a heartbeat before it counts as dead: the "
+        "maintenance of another worker's consumer then requeues the messages it fetched and "
+        "did not ack (Dramatiq's meaning). A non-negative number; default 60000 (one "
+        "minute); 0 counts every worker as dead at once (Dramatiq's own tests set it)."
+    ),
+    "dead_message_ttl": (
+        "Time (ms) a dead-lettered message (one that failed for good) is kept before "
+        "maintenance deletes it. A non-negative number; default 604800000 (seven days, "
+        "Dramatiq's)."
+    ),
+    "transfer_batch_size": (
+        "Most due messages one transfer call moves from a queue's delayed queue to its ready "
+        "queue (a count): a larger backlog moves in several calls, one after another, so no "
+        "single call blocks the server long. An int of at least 1; default 100."
+    ),
+    "safety_interval": (
+        "Longest time (ms) between two transfers of a queue even when no announcement "
+        "arrives (a lost announcement or subscription delays messages by at most this), and "
+        "the period of each consumer's housekeeping: its heartbeat, the requeue of messages "
+        "a lost reply stranded, and a sharded queue's layout read. A positive number; "
+        "default 5000."
+    ),
+    "maintenance_interval": (
+        "Time (ms) between two maintenance runs of a consumer, which requeue the unacked "
+        "messages of dead workers and delete expired dead letters (the built-in broker "
+        "runs it by chance, ``maintenance_chance``). A positive number; default 30000."
+    ),
+    "dedupe_window": (
+        "Time (ms) an immediate message's id stays remembered per queue after its send, so "
+        "that sending it again (a client's retry of a call whose reply was lost) pushes "
+        "nothing, even once the first copy was acked. The broker widens it to its client's "
+        "retry span when that is longer. A non-negative number; default 120000; 0 keeps "
+        "only the check against copies still queued or in flight."
+    ),
+    "transfer_lease": (
+        "Time (ms) the consumer that runs a queue's transfers holds its lease: it renews it "
+        "at least every third of it, and when it dies another consumer takes over within "
+        "about this long, so it bounds how long a killed process delays the queue's "
+        "transfers. An int of at least 100; default 2000."
+    ),
+    "wait_for_replicas": (
+        "How many replicas (a count) each write (a send, a retry's re-enqueue, a cancel, a "
+        "transfer) waits for (``WAIT``) before it counts as done: replication is "
+        "asynchronous, and without it a write the primary acknowledged can be lost when a "
+        "replica takes over. A send that too few replicas acknowledged raises "
+        "``EnqueueNotReplicated``. A non-negative int; default 0, none."
+    ),
+    "wait_timeout": (
+        "Longest wait (ms) for the ``wait_for_replicas`` replicas, per write. An int of at least 1; default 1000."
+    ),
+}
+
 
 def is_int(value: object) -> TypeIs[int]:
     """An ``int`` that is not a ``bool`` (``True`` is an ``int`` to Python, never a count

@@ -4,7 +4,8 @@ tells when a server that went away accepts connections again.
 A broker given a ``url`` (or ``cluster=True``) makes its own client, with every connection
 parameter applied; :func:`argument_problems` refuses, before that, a keyword argument
 neither the broker nor redis-py takes (the names read from redis-py itself, see
-:func:`connection_parameter_names`), and :func:`make_client` turns ``cluster=True``
+:func:`connection_parameter_names`) and a value of the wrong type for a parameter
+whose type is plain (:func:`value_problems`), and :func:`make_client` turns ``cluster=True``
 against a server without cluster mode into an error that says what to change.
 :func:`client_retry_span_ms` bounds how long that client (or one passed in) may retry a
 command, which sizes the broker's ``dedupe_window``; :func:`close_client` closes what the
@@ -21,16 +22,21 @@ import functools
 import inspect
 import math
 import socket
-from collections.abc import Collection, Mapping
-from typing import Any, cast
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 import redis.cluster
 from redis.cluster import RedisCluster
 from redis.connection import ConnectionPool
 from redis.exceptions import RedisClusterException
+from redis.retry import Retry
 
 from .._keys import check_cluster_name
+from .._settings import is_int
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 
 def _keyword_names(*classes: type) -> set[str]:
@@ -69,15 +75,86 @@ def connection_parameter_names(cluster: bool) -> frozenset[str]:
     return frozenset(names)
 
 
+def _number(value: object) -> TypeIs[int | float]:
+    """An int or a float that is not a bool (``True`` is an int to Python)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_switch(value: object) -> bool:
+    """True or False, or 1 or 0 (redis-py takes any truthy value; a text such as "false",
+    read from the environment, would be true there and is refused here)."""
+    return isinstance(value, bool) or (isinstance(value, int) and value in (0, 1))
+
+
+def _retry_errors(value: object) -> bool:
+    """A list or tuple of exception classes, as redis-py's ``retry_on_error`` takes."""
+    return isinstance(value, list | tuple) and all(
+        isinstance(error, type) and issubclass(error, BaseException) for error in value
+    )
+
+
+#: The connection parameters whose values the broker checks before it makes a client, and
+#: what each must be: those whose wrong type redis-py would only meet at the first command
+#: (a TypeError deep in a send, or a retry span that cannot be bounded). Each value is
+#: ``(test, what it must be)``; a value redis-py converts itself passes (``port`` may be a
+#: string of digits).
+_VALUE_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "socket_timeout": (
+        lambda v: v is None or (_number(v) and v > 0),
+        "a positive number of seconds or None (no timeout)",
+    ),
+    "socket_connect_timeout": (
+        lambda v: v is None or (_number(v) and v > 0),
+        "a positive number of seconds or None (no timeout)",
+    ),
+    "health_check_interval": (lambda v: _number(v) and v >= 0, "a non-negative number of seconds (0: off)"),
+    "max_connections": (lambda v: v is None or (is_int(v) and v > 0), "a positive int or None (no limit)"),
+    "socket_read_size": (lambda v: is_int(v) and v > 0, "a positive int (bytes)"),
+    "db": (lambda v: is_int(v) and v >= 0, "a non-negative int"),
+    "port": (
+        lambda v: (is_int(v) and 0 < v < 65536) or (isinstance(v, str) and v.isdigit() and 0 < int(v) < 65536),
+        "an int from 1 to 65535",
+    ),
+    "retry": (lambda v: v is None or isinstance(v, Retry), "a redis.retry.Retry or None"),
+    "retry_on_error": (lambda v: v is None or _retry_errors(v), "a list of exception classes or None"),
+    "retry_on_timeout": (_is_switch, "True or False (or 1 or 0)"),
+    "socket_keepalive": (lambda v: v is None or _is_switch(v), "True, False (or 1 or 0) or None"),
+    "single_connection_client": (_is_switch, "True or False (or 1 or 0)"),
+    "ssl": (_is_switch, "True or False (or 1 or 0)"),
+    "decode_responses": (_is_switch, "True or False (or 1 or 0)"),
+    "protocol": (lambda v: v is None or v in (2, 3, "2", "3"), "2, 3 or None"),
+    # A cluster client's own.
+    "cluster_error_retry_attempts": (lambda v: is_int(v) and v >= 0, "a non-negative int"),
+    "reinitialize_steps": (lambda v: is_int(v) and v >= 0, "a non-negative int"),
+    "require_full_coverage": (_is_switch, "True or False (or 1 or 0)"),
+    "read_from_replicas": (_is_switch, "True or False (or 1 or 0)"),
+}
+
+
+def value_problems(parameters: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the values of known connection parameters, one text each naming
+    the parameter, what it must be and the value given (see :data:`_VALUE_CHECKS`); an
+    empty list: nothing. Reads nothing from a server."""
+    problems = []
+    for name in sorted(set(parameters) & set(_VALUE_CHECKS)):
+        test, what = _VALUE_CHECKS[name]
+        value = parameters[name]
+        if not test(value):
+            problems.append(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    return problems
+
+
 def argument_problems(
     parameters: Mapping[str, Any], own: Collection[str], *, url: str | None, client: object, cluster: bool
 ) -> list[str]:
     """What is wrong with a broker's connection arguments, one text each (an empty list:
     nothing): each name of ``parameters`` that neither the broker (``own``) nor the redis-py
     client it makes takes, with the closest known name when one is close (a cluster
-    client's parameter without ``cluster``: said so); ``url`` with ``client`` (the client
-    would be used, the url ignored); connection parameters with ``client`` (they would be
-    ignored too). Reads nothing from a server."""
+    client's parameter without ``cluster``: said so); a known parameter's value of the
+    wrong type or range (:func:`value_problems`: ``socket_timeout="abc"`` would otherwise
+    fail at the first send), unless a ``client`` is given; ``url`` with ``client`` (the
+    client would be used, the url ignored); connection parameters with ``client`` (they
+    would be ignored too). Reads nothing from a server."""
     known = connection_parameter_names(cluster)
     every = connection_parameter_names(True)
     problems = []
@@ -89,6 +166,8 @@ def argument_problems(
             problems.append(f"unknown argument {name}: did you mean {close[0]}?")
         else:
             problems.append(f"unknown argument {name}: neither RedissonBroker nor redis-py takes it")
+    if client is None:  # with a client, they are refused below whatever their values
+        problems += value_problems({name: value for name, value in parameters.items() if name in known})
     if client is not None and url is not None:
         problems.append(
             "url= and client= given together: the broker would use client= and ignore url=; pass only one of them"
