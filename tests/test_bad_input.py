@@ -35,11 +35,12 @@ def test_enqueue_rejects_bad_delays_before_writing_anything(
     @dramatiq.actor
     def noop() -> None: ...
 
+    declared = set(redis_client.keys("*"))  # the queue registry: the actor's queue was declared
     with pytest.raises(error):
         noop.send_with_options(delay=delay)
     with pytest.raises(error):
         broker.enqueue_many([noop.message(), noop.message()], delay=delay)  # type: ignore[arg-type]
-    assert redis_client.dbsize() == 0
+    assert set(redis_client.keys("*")) == declared
 
 
 def test_validate_delay_accepts_numbers_and_timedeltas() -> None:

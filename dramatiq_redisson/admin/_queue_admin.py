@@ -8,12 +8,16 @@ thin delegates. It reads only what :class:`AdminHost` names.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+import redis
 from dramatiq.common import q_name
+from redis.exceptions import RedisClusterException
 
 from .._keys import PLAIN_LANE, QueueKeys, heartbeats_key, registry_key
+from .._logs import logger_for, reason
 from .._message import epoch_ms
 from .._queue_names import base_queue
 from .._settings import BrokerSettings, is_int
@@ -25,6 +29,11 @@ from ._stats import OVERDUE_GRACE, QueueStats, Stats, WaitingLane
 if TYPE_CHECKING:
     from ..connection._topology import Topology
     from ..scripts._calls import Scripts
+
+#: After a declaration could not list its queue in the registry (the server could not be
+#: reached, as when an app is imported while it is down), the declarations that follow do
+#: not try again for this long (seconds): each try may wait for a connection timeout.
+RELIST_AFTER_S = 10.0
 
 #: The history windows ``stats()`` reads with the counts (minutes, hours): each queue's
 #: last 60 minutes and last 24 hours.
@@ -113,11 +122,55 @@ class QueueAdmin:
 
     def __init__(self, host: AdminHost) -> None:
         self.host = host
+        self.logger = logger_for(type(self))
+        #: Queues this process declared that the registry may not list yet (see :meth:`list_declared`).
+        self._unlisted: set[str] = set()
+        #: Until when (``time.monotonic()``) declarations do not try to list them.
+        self._quiet_until = 0.0
+
+    def list_declared(self, queue_name: str) -> None:
+        """List a queue this process declares in the namespace's queue registry, so that
+        every process of the namespace knows it (the command line, the dashboard, another
+        process's limits) before anything is sent to it or consumes it. It is the
+        ``SADD`` a send runs for its queue, run once per queue per process at the
+        declaration (the broker's ``declare_queue``), never at a send.
+
+        Declaring never fails because of the server: Dramatiq declares a queue when an
+        actor is made, often while the app is imported, maybe while the server is down.
+        A queue that cannot be listed then is kept, and the next declaration at least
+        :data:`RELIST_AFTER_S` after the failed try lists it with every other one kept
+        (so an import with the server down waits for one connection timeout at most, not
+        one per queue). Its first send, its consumer's heartbeat and a limit set on it
+        list it too.
+
+        Raises:
+          ValueError: On a cluster, a queue name that holds ``{`` or ``}`` (nothing is
+            written).
+        """
+        keys = self.host.keys(queue_name)
+        self._unlisted.add(keys.queue_name)
+        if time.monotonic() < self._quiet_until:
+            return
+        names = sorted(self._unlisted)
+        try:
+            self.host.client.sadd(keys.registry, *names)
+        except (redis.RedisError, RedisClusterException) as e:
+            self._quiet_until = time.monotonic() + RELIST_AFTER_S
+            self.logger.debug(
+                "Could not list the declared queues %s in %r (%s); the next declaration after %s s tries again.",
+                ", ".join(map(repr, names)),
+                keys.registry,
+                reason(e),
+                RELIST_AFTER_S,
+            )
+            return
+        self._unlisted.difference_update(names)
 
     def known_queues(self) -> list[str]:
-        """The queues this broker declared and those that have had consumers anywhere in
-        its namespace (each consumer's heartbeat lists its queue), sorted. A sharded
-        queue is listed once, by its name (its shards' internal names are not queues)."""
+        """The queues this broker declared and those any process of its namespace
+        declared, sent to or consumed (the namespace's queue registry lists them: see
+        :meth:`list_declared`), sorted. A sharded queue is listed once, by its name (its
+        shards' internal names are not queues)."""
         names = {base_queue(name) for name in self._registered()}
         names.update(q for q in self.host.queues if q_name(q) == q)  # not the .DQ/.XQ names
         return sorted(names)

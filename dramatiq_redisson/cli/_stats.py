@@ -29,8 +29,8 @@ def stats_blocks(stats: Stats, namespace: str) -> list[Block]:
         return [
             header,
             Cell(
-                "No known queues: name one (stats QUEUE), or give the app's broker import path to "
-                "declare its queues; queues also become known once a worker has consumed them."
+                "No known queues: a queue becomes known once a process of the app declares it (an "
+                "actor on it), sends to it or consumes it; or give the app's broker import path."
             ),
         ]
     legacy = any(q["legacy_delayed"] for q in stats["queues"].values())

@@ -167,7 +167,12 @@ def _info(reply: list[int], blocked: int | None = None) -> QueueLimits:
 
 
 class Limits:
-    """``broker.limits``: set, read and clear a queue's concurrency and rate limits."""
+    """``broker.limits``: set, read and clear a queue's concurrency and rate limits.
+
+    Each write (:meth:`set`, :meth:`update`, :meth:`clear`, :meth:`set_weights`) also lists
+    the queue in the namespace's queue registry, so that every process knows the queue
+    whose limits it sees in force (the command line's ``limits get`` shows them); the
+    reads write nothing."""
 
     def __init__(self, host: LimitsHost) -> None:
         self.host = host
@@ -252,19 +257,31 @@ class Limits:
             if _WINDOW_ERROR not in str(e):
                 raise
             raise ValueError(f"{e}: the limits changed meanwhile; nothing was written") from None
+        self._list(name, [name])
         return _info(reply, 0)
+
+    def _list(self, name: str, shards: Sequence[str]) -> None:
+        """List the queue whose limits were just written (its internal queues, ``shards``)
+        in the namespace's queue registry, as a send lists the queue it sends to: a queue
+        this process declared but the registry does not list (declared while the server
+        was down, or flushed since) would otherwise keep its limits out of sight of every
+        other process (the command line refuses it as unknown). One ``SADD``."""
+        self.host.client.sadd(self.host.keys(name).registry, *shards)
 
     def _set(self, name: str, asked: dict[str, int | None]) -> QueueLimits:
         """Make the known queue ``name``'s limits exactly ``asked`` (checked already)."""
         shards = self.host.shards_of(name)
         if len(shards) == 1:
             values = tuple(asked[field] for field in LIMIT_NAMES)
-            return _info(self.host.redisson_scripts.limits(self.host.keys(name), "set", values), 0)
+            reply = self.host.redisson_scripts.limits(self.host.keys(name), "set", values)
+            self._list(name, shards)
+            return _info(reply, 0)
         # A sharded queue (issue 36): what was asked is kept beside the layout (first: a
         # consumer that reapplies meanwhile applies this), and each shard gets its share.
         self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(asked))
         for shard in shards:
             self.host.redisson_scripts.limits(self.host.keys(shard), "set", _shares(asked, len(shards)))
+        self._list(name, shards)
         return self._get(name)
 
     def reapply(self, queue_name: str, shards: Sequence[str]) -> int:
@@ -329,8 +346,10 @@ class Limits:
                 raise ValueError(f"the weight of group {group!r} must be an int from 1 to {MAX_WEIGHT}, got {weight!r}")
         pairs = _weight_pairs(weights)
         name = self.host.admin.known(queue_name)
-        for shard in self.host.shards_of(name):  # a group's shard has its weight
+        shards = self.host.shards_of(name)
+        for shard in shards:  # a group's shard has its weight
             self.host.redisson_scripts.limits(self.host.keys(shard), "weights", (), pairs)
+        self._list(name, shards)
         return self._weights(name)
 
     def weights(self, queue_name: str) -> dict[str, int]:
@@ -394,6 +413,7 @@ class Limits:
         if len(shards) > 1:  # first: a consumer that reapplies meanwhile clears too
             self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(dict.fromkeys(_ASKED)))
         replies = [self.host.redisson_scripts.limits(self.host.keys(shard), "clear") for shard in shards]
+        self._list(name, shards)
         if len(shards) == 1:
             return _info(replies[0], 0)
         return self._get(name)
