@@ -9,8 +9,8 @@ Ready-queue layout, shared with :class:`dramatiq.brokers.redis.RedisBroker`:
 ``ns:Q.msgs``                          HASH    redis message id -> encoded message
 ``ns:__acks__.<worker id>.Q``          SET     fetched by a worker, not yet acked
 ``ns:__heartbeats__``                  ZSET    worker id -> last seen (epoch ms)
-``ns:__queues__``                      SET     queues that have had consumers (for the
-                                               operators' tools; not in the built-in layout)
+``ns:__queues__``                      SET     queues declared, sent to, consumed or limited (for
+                                               the operators' tools; not in the built-in layout)
 ``ns:Q.XQ`` / ``ns:Q.XQ.msgs``         ZSET    dead letters (scored by time of death) / data
 ``ns:Q.DQ`` / ``ns:Q.DQ.msgs``         LIST    the built-in broker's delay queue (migrated)
 =====================================  ======  ==========================================
@@ -134,7 +134,8 @@ def heartbeats_key(namespace: str) -> str:
 
 
 def registry_key(namespace: str) -> str:
-    """The set of queue names of ``namespace`` that have had consumers."""
+    """The set of queue names of ``namespace`` that a process declared, sent to, consumed
+    or gave a limit."""
     return f"{namespace}:__queues__"
 
 
@@ -236,8 +237,9 @@ class QueueKeys:
 
     @property
     def registry(self) -> str:
-        """The names of the namespace's queues that have had consumers (written by each
-        consumer's heartbeat; read by :meth:`RedissonBroker.stats` and the CLI)."""
+        """The names of the namespace's known queues (written by a process that declares a
+        queue, a first send, each consumer's heartbeat and every limit write; read by
+        :meth:`RedissonBroker.stats` and the CLI)."""
         return registry_key(self.namespace)
 
     # Redisson delayed queue.

@@ -330,7 +330,8 @@ def history_blocks(history: History, namespace: str) -> list[Block]:
         blocks.append(
             Cell(
                 "No known queues: name one (history QUEUE), or give the app's broker import path to "
-                "declare its queues; queues also become known once sent to or consumed."
+                "declare its queues; a queue also becomes known once a process of the app declares it, "
+                "sends to it or consumes it."
             )
         )
         return blocks

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  heartbeats|alive   ZSET  <ns>:__heartbeats__  worker id -> last seen (epoch ms,
 --          server clock); or a queue's redisson_delay_queue_alive:{N} (a process's liveness beat)
--- KEYS[2]  registry +registry SET   <ns>:__queues__  names of the queues that have had consumers
+-- KEYS[2]  registry +registry SET   <ns>:__queues__  names of the known queues (see _keys.py)
 --          (left out on a cluster, where it lives in another slot)
 --
 -- ARGV[1]  worker id
