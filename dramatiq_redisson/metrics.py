@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from dramatiq.middleware import Middleware
 
 from ._errors import needs_extra
+from ._logs import CONNECTION_ERRORS
+from ._wsgi import Reachability, serve_wsgi
 from .admin._stats import OVERDUE_GRACE
 
 if TYPE_CHECKING:
@@ -76,9 +78,12 @@ class _LimitReader(Protocol):
 class MetricsBroker(Protocol):
     """What the exporters read of a :class:`~dramatiq_redisson.RedissonBroker` (every
     ``broker`` parameter of this module is one): its stats, known queues, schedules and
-    limits at scrape time, and its transfer listeners. A Protocol, so that this optional
-    module does not import the broker back (the broker loads this module only to adopt
-    Dramatiq's own ``Prometheus``)."""
+    limits at scrape time, its transfer listeners, and its client (where it connects, and
+    a PING at start). A Protocol, so that this optional module does not import the broker
+    back (the broker loads this module only to adopt Dramatiq's own ``Prometheus``)."""
+
+    @property
+    def client(self) -> Any: ...
 
     @property
     def transfer_listeners(self) -> list[Callable[[str, list[int]], None]]: ...
@@ -107,6 +112,9 @@ LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 BROKER_ENV = "dramatiq_redisson_broker"
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+#: What the metrics export while the server is away (said after "Cannot reach …").
+_AWAY = "The metrics export dramatiq_redisson_stats_up 0 until it answers."
 
 # name, help, QueueStats field (None: computed), per queue
 _QUEUE_GAUGES: tuple[tuple[str, str, str | None], ...] = (
@@ -196,9 +204,11 @@ class StatsCollector:
     It also exports the schedule gauges of the periodic actors' schedules stored on those
     queues (:meth:`Schedules.list`).
 
-    A failed read (server unreachable, ...) is logged and exports only
-    ``dramatiq_redisson_stats_up 0``, so the rest of the registry is still served. A failed
-    read of the schedules alone is logged and exports the queue gauges without them.
+    A failed read exports only ``dramatiq_redisson_stats_up 0``, so the rest of the
+    registry is still served. A server that is away is said once per outage, naming it
+    (its :attr:`reachability`), and once more when a read works again; any other failed
+    read is logged with its traceback. A failed read of the schedules or the limits alone
+    exports the queue gauges without them.
     """
 
     def __init__(
@@ -213,6 +223,13 @@ class StatsCollector:
             raise ValueError("queues must be a non-empty list of queue names, or None for every known queue")
         self.queues = list(queues) if queues is not None else None
         self.overdue_grace = overdue_grace
+        #: Says when the server is away and when it is back (see :meth:`check`).
+        self.reachability = Reachability(broker.client, logger, _AWAY)
+
+    def check(self) -> bool:
+        """PING the server (when serving starts): if it does not answer, say so now, once,
+        rather than at the first scrape; whether it answered."""
+        return self.reachability.check()
 
     def read(self) -> Stats:
         """The stats exported: of every known queue (one call), or of the given queues."""
@@ -243,17 +260,28 @@ class StatsCollector:
     def collect(self) -> Iterator[Metric]:
         try:
             stats = self.read()
+        except CONNECTION_ERRORS as e:
+            self.reachability.failed(e)
+            yield self._up(0.0)
+            return
         except Exception:
             logger.exception("Could not read the queue stats for the metrics.")
             yield self._up(0.0)
             return
+        self.reachability.reached()
         try:
             schedules = self.read_schedules()
+        except CONNECTION_ERRORS as e:
+            self.reachability.failed(e)
+            schedules = []
         except Exception:
             logger.exception("Could not read the schedules for the metrics.")
             schedules = []
         try:
             limits = {name: self.broker.limits.get(name) for name in stats["queues"]}
+        except CONNECTION_ERRORS as e:
+            self.reachability.failed(e)
+            limits = {}
         except Exception:
             logger.exception("Could not read the limits for the metrics.")
             limits = {}
@@ -549,8 +577,9 @@ def exposition_server() -> int:
 
     The ``dramatiq`` command forks it once (not per worker process). It loads the broker
     the command was given (or ``$dramatiq_redisson_broker``), so its redis connections
-    are made in this process, after the fork, and reads the stats at each scrape. If the
-    broker cannot be loaded the error is logged and Dramatiq's metrics are served alone.
+    are made in this process, after the fork, and reads the stats at each scrape (a
+    server that does not answer is said once, once the port is bound). If the broker
+    cannot be loaded the error is logged and Dramatiq's metrics are served alone.
     """
     from dramatiq.middleware.prometheus import DB_PATH, HTTP_HOST, HTTP_PORT
 
@@ -562,13 +591,15 @@ def exposition_server() -> int:
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=DB_PATH)
     broker = None
+    collector = None
     try:
         broker = _load_broker()
-        registry.register(StatsCollector(broker))
+        collector = StatsCollector(broker)
+        registry.register(collector)
     except Exception:
         logger.exception("Serving Dramatiq's metrics without the dramatiq_redisson ones.")
     try:
-        _serve_registry(registry, HTTP_HOST, HTTP_PORT)
+        _serve_registry(registry, HTTP_HOST, HTTP_PORT, collector=collector)
     finally:
         if broker is not None:
             broker.close()
@@ -592,6 +623,14 @@ def make_registry(
     Raises:
       ImportError: prometheus-client is not installed.
     """
+    registry, _ = _registry_and_collector(broker, queues, overdue_grace, multiprocess_dir)
+    return registry
+
+
+def _registry_and_collector(
+    broker: MetricsBroker, queues: Sequence[str] | None, overdue_grace: int, multiprocess_dir: str | None
+) -> tuple[CollectorRegistry, StatsCollector]:
+    """:func:`make_registry`'s registry, and the StatsCollector it holds."""
     _require_prometheus_client()
     from prometheus_client import CollectorRegistry
 
@@ -600,8 +639,9 @@ def make_registry(
         from prometheus_client.multiprocess import MultiProcessCollector
 
         MultiProcessCollector(registry, path=multiprocess_dir)
-    registry.register(StatsCollector(broker, queues=queues, overdue_grace=overdue_grace))
-    return registry
+    collector = StatsCollector(broker, queues=queues, overdue_grace=overdue_grace)
+    registry.register(collector)
+    return registry, collector
 
 
 def make_wsgi_app(
@@ -628,25 +668,43 @@ def serve(
     queues: Sequence[str] | None = None,
     overdue_grace: int = OVERDUE_GRACE,
     multiprocess_dir: str | None = None,
+    ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve :func:`make_registry`'s metrics over HTTP on ``host``:``port`` until
     KeyboardInterrupt (then close the socket and return). ``dramatiq-redisson metrics``.
+
+    ``ready`` is called with the metrics URL once the port is bound (so nothing says it
+    serves on a port that is taken). Then the server is PINGed: one that does not answer
+    is said once, naming it, and the scrapes export ``dramatiq_redisson_stats_up 0`` until
+    it does (see :class:`StatsCollector`).
 
     Raises:
       ImportError: prometheus-client is not installed.
       OSError: The address cannot be bound.
     """
-    registry = make_registry(broker, queues=queues, overdue_grace=overdue_grace, multiprocess_dir=multiprocess_dir)
+    registry, collector = _registry_and_collector(broker, queues, overdue_grace, multiprocess_dir)
     try:
-        _serve_registry(registry, host, port)
+        _serve_registry(registry, host, port, collector=collector, ready=ready)
     except KeyboardInterrupt:
         pass
 
 
-def _serve_registry(registry: CollectorRegistry, host: str, port: int) -> None:
-    """Serve ``registry`` over HTTP until an exception leaves the server (see serve_wsgi)."""
+def _serve_registry(
+    registry: CollectorRegistry,
+    host: str,
+    port: int,
+    *,
+    collector: StatsCollector | None = None,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``registry`` over HTTP until an exception leaves the server (see serve_wsgi);
+    once the port is bound, call ``ready`` and let ``collector`` check its server."""
     from prometheus_client import make_wsgi_app as prometheus_wsgi_app
 
-    from ._wsgi import serve_wsgi
+    def bound(url: str) -> None:
+        if ready is not None:
+            ready(url)
+        if collector is not None:
+            collector.check()
 
-    serve_wsgi(prometheus_wsgi_app(registry), host, port, logger=logger, path="/metrics")
+    serve_wsgi(prometheus_wsgi_app(registry), host, port, logger=logger, path="/metrics", ready=bound)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import redis
 
+from dramatiq_redisson.embedded import free_loopback_port
 from example_app.orders import CANCELLED, PAID, OrderStore
 from example_app.scenario import PLAN, expected_counts
 
@@ -100,3 +101,19 @@ def test_tasks_module_is_a_broker_module_for_the_dramatiq_cli(redis_url: str) ->
     default = run_python("-c", PROBE, redis_url=None)
     assert default.returncode == 0, default.stderr
     assert default.stdout.split() == ["127.0.0.1", "6379", "0"]
+
+
+def test_demo_against_a_closed_redis_url_says_so_in_one_line() -> None:
+    port = free_loopback_port()
+    for url, shown in (
+        (f"redis://127.0.0.1:{port}/0", f"redis://127.0.0.1:{port}/0"),
+        (f"redis://shop:s3cret@127.0.0.1:{port}/0", f"redis://shop:***@127.0.0.1:{port}/0"),
+    ):
+        result = run_python("-m", "example_app", redis_url=url)
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith(f"python -m example_app: error: cannot reach REDIS_URL={shown}: "), lines[0]
+        assert "`dramatiq-redisson server`" in lines[0] and "unset REDIS_URL" in lines[0]
+        assert "s3cret" not in lines[0]

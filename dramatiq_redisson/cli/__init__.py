@@ -15,8 +15,8 @@ gives each time as epoch ms (``*_ms``) and as an ISO 8601 UTC string.
 
 Human output uses ``rich`` tables when it is installed (``pip install
 -e '.[cli]'`` in a clone), otherwise plain aligned text; ``--plain`` or
-``DRAMATIQ_REDISSON_PLAIN=1`` forces plain text. Colour only goes to a terminal
-(and never with ``NO_COLOR`` set).
+``DRAMATIQ_REDISSON_PLAIN=1`` forces plain text. ``--plain`` and ``--json`` go before
+or after the command. Colour only goes to a terminal (and never with ``NO_COLOR`` set).
 """
 
 from __future__ import annotations
@@ -132,9 +132,14 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
+    # --json and --plain are taken after the command too; SUPPRESS keeps the command's
+    # parser from resetting one given before it.
     common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document on stdout"
+    )
+    common.add_argument(
+        "--plain", action="store_true", default=argparse.SUPPRESS, help="plain text tables, even with rich installed"
     )
     bulk = Parser(add_help=False)
     bulk.add_argument("--yes", "-y", action="store_true", help="do it without asking (required without a terminal)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 from collections.abc import Callable
@@ -12,6 +13,12 @@ from .._errors import needs_extra
 from .._format import one_line
 from ._base import EXIT_OK, Command, Context, UsageError, port_number
 from ._output import Output
+
+
+def _cannot_serve(what: str, host: str, port: int, error: OSError) -> UsageError:
+    """The usage error of an address that cannot be bound; a taken port says what to do."""
+    hint = "; stop what listens there or choose another port with --port" if error.errno == errno.EADDRINUSE else ""
+    return UsageError(f"cannot serve {what} on {host}:{port}: {one_line(error)}{hint}")
 
 
 def _metrics_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,18 +37,21 @@ def cmd_metrics(ctx: Context) -> int:
     except ImportError as e:
         raise UsageError(f"{needs}: {one_line(e)}") from None
     serve: Callable[..., Any] = metrics.serve
-    url = f"http://{args.host}:{args.port}/metrics"
-    if ctx.json_mode:
-        ctx.out.json({"host": args.host, "port": args.port, "url": url})
-    Output.note(f"Serving Prometheus metrics of namespace {ctx.broker.namespace!r} on {url} (Ctrl-C stops)")
+
+    # Called once the port is bound: a taken port is refused before anything says it serves.
+    def ready(url: str) -> None:
+        if ctx.json_mode:
+            ctx.out.json({"host": args.host, "port": args.port, "url": url})
+        Output.note(f"Serving Prometheus metrics of namespace {ctx.broker.namespace!r} on {url} (Ctrl-C stops)")
+
     try:
-        serve(ctx.broker, host=args.host, port=args.port)
+        serve(ctx.broker, host=args.host, port=args.port, ready=ready)
     except KeyboardInterrupt:
         pass
     except ImportError as e:
         raise UsageError(f"{needs}: {one_line(e)}") from None
     except OSError as e:
-        raise UsageError(f"cannot serve metrics on {args.host}:{args.port}: {one_line(e)}") from None
+        raise _cannot_serve("metrics", args.host, args.port, e) from None
     return EXIT_OK
 
 
@@ -98,7 +108,7 @@ def cmd_dashboard(ctx: Context) -> int:
     except ImportError as e:
         raise UsageError(f"cannot load the dashboard: {one_line(e)}") from None
     except OSError as e:
-        raise UsageError(f"cannot serve the dashboard on {args.host}:{args.port}: {one_line(e)}") from None
+        raise _cannot_serve("the dashboard", args.host, args.port, e) from None
     return EXIT_OK
 
 

@@ -68,7 +68,9 @@ def serve(
 ) -> None:
     """Serve :func:`make_app` (``options`` are its keyword arguments) from the standard
     library's threading WSGI server on ``host``:``port`` until KeyboardInterrupt;
-    ``ready`` is called with the dashboard's URL once the port is bound.
+    ``ready`` is called with the dashboard's URL once the port is bound. Then the server
+    is PINGed: one that does not answer is said once, naming it, as its pages say
+    meanwhile, and once more when a page reads it again.
 
     Raises:
       ImportError: Jinja2 is not installed.
@@ -76,7 +78,13 @@ def serve(
       OSError: The address cannot be bound.
     """
     app = make_app(broker, **options)
+
+    def bound(url: str) -> None:
+        if ready is not None:
+            ready(url)
+        app.reachability.check()
+
     try:
-        serve_wsgi(app, host, port, logger=get_logger(__name__), path=app.prefix, ready=ready)
+        serve_wsgi(app, host, port, logger=get_logger(__name__), path=app.prefix, ready=bound)
     except KeyboardInterrupt:
         pass

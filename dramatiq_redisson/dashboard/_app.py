@@ -22,7 +22,8 @@ import redis
 from .. import _format
 from .._broker import RedissonBroker
 from .._errors import needs_extra
-from .._logs import logger_for
+from .._logs import CONNECTION_ERRORS, logger_for
+from .._wsgi import Reachability
 from ..admin._dead_letters import SEARCH_LIMIT
 from ..admin._delayed_queue import DelayedQueue
 from . import _charts, _limits_page, _live_pages, _schedule_pages
@@ -96,6 +97,8 @@ class Dashboard:
             raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {page_size!r}")
         self.logger = logger_for(type(self))
         self.broker = broker
+        #: Says once when the server is away (its pages say so too) and once when it is back.
+        self.reachability = Reachability(broker.client, self.logger, "The dashboard's pages say so until it answers.")
         self.prefix = prefix.rstrip("/") + "/"
         self.read_only = read_only
         self.auth = auth
@@ -153,6 +156,8 @@ class Dashboard:
             request = self._request(environ)
             self._authenticate(environ)
             body = self._dispatch(request)
+            if not request.path.startswith("/static/"):
+                self.reachability.reached()
             status = HTTPStatus.OK
             if isinstance(body, Body):
                 content = body.data
@@ -166,6 +171,13 @@ class Dashboard:
         except HTTPError as e:
             status, content = e.status, self._error_page(request, e).encode()
             headers += [("Content-Type", "text/html; charset=utf-8"), *e.headers]
+        except CONNECTION_ERRORS as e:
+            # Said once per outage in the log; every page asked for meanwhile says it.
+            self.reachability.failed(e)
+            detail = f"{self.reachability.describe(e)} Start the server (or check the broker's URL), then reload."
+            error = HTTPError(HTTPStatus.SERVICE_UNAVAILABLE, detail)
+            status, content = error.status, self._error_page(request, error).encode()
+            headers.append(("Content-Type", "text/html; charset=utf-8"))
         except redis.RedisError as e:
             self.logger.warning("Dashboard request failed on Redis: %s", e)
             error = HTTPError(HTTPStatus.SERVICE_UNAVAILABLE, f"Redis error: {type(e).__name__}: {_format.one_line(e)}")

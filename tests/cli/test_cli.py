@@ -254,6 +254,22 @@ def test_plain_fallback_and_rich_tables(cli: Run, actors: tuple[Actor[..., None]
         assert all(line == line.rstrip() for line in lines)
 
 
+def test_plain_and_json_are_taken_after_the_command_too(
+    cli: Run, actors: tuple[Actor[..., None], Actor[..., None]]
+) -> None:
+    alpha, _ = actors
+    schedule(alpha, 1, 600_000)
+    for args in (("--plain", "stats", "default"), ("stats", "default", "--plain")):
+        result = cli(*args)
+        assert result.returncode == 0, (args, result.stderr)
+        lines = result.stdout.splitlines()
+        # A plain table: no rich rules, a dashed rule under the headers.
+        assert "─" not in result.stdout and set(lines[2]) == {"-", " "}, (args, result.stdout)
+        assert lines[1].split()[:3] == ["queue", "ready", "in"] and lines[3].startswith("default"), args
+    for args in (("--json", "stats", "default"), ("stats", "default", "--json")):
+        assert ok_json(cli(*args))["queues"]["default"]["scheduled"] == 1, args
+
+
 def test_watch_runs_count_refreshes(cli: Run, actors: tuple[Actor[..., None], Actor[..., None]]) -> None:
     alpha, _ = actors
     schedule(alpha, 1, 600_000)
@@ -554,6 +570,17 @@ def test_dashboard_usage_errors(cli: Run) -> None:
         taken.listen()
         port = str(taken.getsockname()[1])
         assert_one_line_error(cli("dashboard", "--port", port), 2, f"cannot serve the dashboard on 127.0.0.1:{port}")
+
+
+def test_metrics_on_a_taken_port_is_refused_before_it_says_it_serves(cli: Run) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for json_flag in ((), ("--json",)):
+            result = cli("metrics", "--port", port, *json_flag)
+            assert_one_line_error(result, 2, f"cannot serve metrics on 127.0.0.1:{port}", "--port")
+            assert result.stdout == "" and "Serving" not in result.stderr
 
 
 def test_broker_import_path(cli: Run, redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> None:
