@@ -86,7 +86,7 @@ OPTION_MATCH_CUTOFF = 0.75
 
 
 @dataclass
-class Packed:
+class BulkCalls:
     """A bulk send cut into script calls (see :func:`pack`).
 
     Attributes:
@@ -119,7 +119,7 @@ def pack(
     chunk_size: int = BULK_CHUNK_SIZE,
     lanes: list[str] | None = None,
     targets: list[str] | None = None,
-) -> Packed:
+) -> BulkCalls:
     """Cut prepared messages into script calls: per queue, in chunks of ``chunk_size``.
 
     Everything is encoded here, before the first write: an argument that cannot be
@@ -130,7 +130,7 @@ def pack(
     by_queue: dict[str, list[int]] = defaultdict(list)
     for index, message in enumerate(prepared):
         by_queue[targets[index] if targets else message.queue_name].append(index)
-    packed = Packed()
+    packed = BulkCalls()
     for queue_name, indexes in by_queue.items():
         keys = keys_of(queue_name)
         for start in range(0, len(indexes), chunk_size):
@@ -166,7 +166,7 @@ def pack(
 
 
 @dataclass
-class Sorted:
+class BulkOutcome:
     """What each message of a bulk send became (indexes into the prepared list).
 
     Attributes:
@@ -187,11 +187,11 @@ class Sorted:
     duplicates: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-def sort_outcomes(packed: Packed, outcomes: list[Any], delay_ms: int | None) -> Sorted:
+def sort_outcomes(packed: BulkCalls, outcomes: list[Any], delay_ms: int | None) -> BulkOutcome:
     """Sort the messages of a bulk send by the outcome of their call: an :class:`Unanswered`
     (sent: unknown, else failed), an error (failed), a per-entry reply of a keyed call
     (a due time, or the message that kept it out), or ``[due, pushed]`` of a plain one."""
-    result = Sorted()
+    result = BulkOutcome()
     for n, (chunk, outcome) in enumerate(zip(packed.chunks, outcomes, strict=True)):
         if isinstance(outcome, Unanswered):
             (result.unknown if outcome.sent else result.failed).extend(chunk)
@@ -279,7 +279,7 @@ def memory_full_error(
     )
 
 
-def enqueue_error(client: Commands, prepared: list[Message[Any]], outcome: Sorted) -> EnqueueError:
+def enqueue_error(client: Commands, prepared: list[Message[Any]], outcome: BulkOutcome) -> EnqueueError:
     """The error of a bulk send some of whose calls failed; the first error is the cause."""
     lists = {
         "enqueued": [prepared[i] for i in outcome.enqueued],

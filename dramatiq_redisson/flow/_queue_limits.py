@@ -99,11 +99,9 @@ def check_window(rate: int | None, group_rate: int | None, per_ms: int | None) -
         )
 
 
-#: The limits asked for a whole sharded queue, as kept beside its layout.
-_ASKED = ("concurrency", "rate", "per_ms", "group_concurrency", "group_rate")
-
 #: The limits, in limits.lua's order ("set" and "update"; the command line shows and
-#: takes them in it too), and the most each may be.
+#: takes them in it too; the fields of what is asked for a whole sharded queue, kept
+#: beside its layout), and the most each may be.
 LIMIT_NAMES = ("concurrency", "group_concurrency", "rate", "per_ms", "group_rate")
 _MOST = {
     "concurrency": MAX_LIMIT,
@@ -217,7 +215,7 @@ class Limits:
         check_window(rate, group_rate, per_ms)
         name = self.host.admin.known(queue_name)
         return self._set(
-            name, dict(zip(_ASKED, (concurrency, rate, per_ms, group_concurrency, group_rate), strict=True))
+            name, dict(zip(LIMIT_NAMES, (concurrency, group_concurrency, rate, per_ms, group_rate), strict=True))
         )
 
     def update(self, queue_name: str, **changes: int | None) -> QueueLimits:
@@ -244,7 +242,7 @@ class Limits:
             _limit(field, value, _MOST[field])
         name = self.host.admin.known(queue_name)
         current = self._get(name)
-        merged = {field: changes.get(field, current[field]) for field in _ASKED}  # type: ignore[literal-required]
+        merged = {field: changes.get(field, current[field]) for field in LIMIT_NAMES}  # type: ignore[literal-required]
         check_window(merged["rate"], merged["group_rate"], merged["per_ms"])
         if len(self.host.shards_of(name)) > 1:
             return self._set(name, merged)
@@ -302,7 +300,7 @@ class Limits:
         if stored:
             asked = json.loads(stored)
         else:
-            asked = {field: have[name][field] for field in _ASKED}  # type: ignore[literal-required]
+            asked = {field: have[name][field] for field in LIMIT_NAMES}  # type: ignore[literal-required]
             if all(value is None for value in asked.values()):
                 asked = {}
             else:
@@ -386,7 +384,7 @@ class Limits:
         if len(each) == 1:
             return each[0]
         stored = self.host.client.hget(self.host.keys(name).shards, "limits")
-        asked = json.loads(stored) if stored else dict.fromkeys(_ASKED)
+        asked = json.loads(stored) if stored else dict.fromkeys(LIMIT_NAMES)
         started = [e["started_in_window"] for e in each if e["started_in_window"] is not None]
         return QueueLimits(
             concurrency=asked["concurrency"],
@@ -411,7 +409,7 @@ class Limits:
         name = self.host.admin.known(queue_name)
         shards = self.host.shards_of(name)
         if len(shards) > 1:  # first: a consumer that reapplies meanwhile clears too
-            self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(dict.fromkeys(_ASKED)))
+            self.host.client.hset(self.host.keys(name).shards, "limits", json.dumps(dict.fromkeys(LIMIT_NAMES)))
         replies = [self.host.redisson_scripts.limits(self.host.keys(shard), "clear") for shard in shards]
         self._list(name, shards)
         if len(shards) == 1:

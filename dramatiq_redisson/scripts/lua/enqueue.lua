@@ -33,10 +33,8 @@
 -- call: it is on about one in TRIM_EVERY (by the clock's millisecond) and on the transfer's
 -- upkeep ticks, and it expires after a window of quiet.
 --
--- Memory: the first write is the HSETNX of the first fresh payload, which may grow
--- memory: on a server at its maxmemory limit (noeviction) the whole call is refused with
--- OOM and writes nothing. (Redis checks maxmemory only before a script's first write.)
--- A key of the wrong type fails the call with nothing written too (see below). A call
+-- Memory (see scripts/README.md): the first write is the HSETNX of the first fresh
+-- payload: on a full server the whole call is refused with OOM and writes nothing. A key of the wrong type fails the call with nothing written too (see below). A call
 -- whose ids are all duplicates writes nothing. With ARGV[2] the first write is the HDEL
 -- of the in-flight copy (when it is still there), so the retry goes through on a full
 -- server; the worker's ack finds nothing more to delete, and a requeue of that id after
@@ -82,9 +80,8 @@ end
 -- flight) from a new one: one command for the HEXISTS and HSET of the previous release.
 -- A KEYS[2] of the wrong type, or a full server, fails that first HSETNX with nothing
 -- written; a KEYS[1] of the wrong type fails the RPUSH after it, and the payloads this
--- call wrote are taken back (pcall), so nothing stays. HSETNX is newer in the ACL rule
--- than the other commands: a user still on the rule before it gets the previous
--- release's HEXISTS, RPUSH, HSET (same outcome). So does a call with ARGV[2], whose HDEL
+-- call wrote are taken back (pcall), so nothing stays. An older ACL rule without HSETNX
+-- gets HEXISTS, RPUSH, HSET (scripts/README.md). So does a call with ARGV[2], whose HDEL
 -- of the in-flight copy must come before anything that grows memory.
 local pairs_, ids, recorded = {}, {}, {}
 local seen = {}

@@ -48,11 +48,8 @@
 -- Paused (KEYS[6] exists): nothing is taken and the consumer leaves the idle registry
 -- (enqueues do not wake it; it polls until the queue is resumed).
 --
--- Memory: the first write (ZREM of the heartbeat, or the LPOP) never grows memory, so
--- this runs on
--- a server at its maxmemory limit: a full server keeps handing out work, and the
--- acks that follow free the messages' memory. (Redis checks maxmemory only before a
--- script's first write.)
+-- Memory (see scripts/README.md): the first write is the ZREM of the heartbeat, or the
+-- LPOP: a full server keeps handing out work, and the acks that follow free memory.
 --
 -- Returns: a flat list id1, data1, id2, data2, ...; data is false when the id had
 --          no message (it is then dropped from the ack set too); or false (nil) when the
@@ -84,9 +81,9 @@ if ARGV[4] ~= "0" then
     redis.call("ZREM", heartbeats, worker_id)
     redis.call("ZADD", heartbeats, now_ms, worker_id)
 end
--- The pause and the flow's flag (_keys.flow_flag) in one read (MGET is newer in the ACL
--- rule than this script's other commands: a user still on the rule before it reads them
--- one by one). The flow's context is made only when the flag is set.
+-- The pause and the flow's flag (_keys.flow_flag) in one read (an older ACL rule without
+-- MGET: one GET each, see scripts/README.md). The flow's context is made only when the
+-- flag is set.
 local flag = KEYS[8] and (ARGV[7] .. "on}")
 local state
 if flag then

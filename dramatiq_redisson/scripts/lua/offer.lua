@@ -45,11 +45,10 @@
 -- prepared message, e.g. a retry of a call whose reply was lost) moves its due time
 -- and leaves it scheduled once.
 --
--- Memory: a fresh offer reads (type-checks) every key it writes before its first write,
--- and that first write is the ZADD of the new members, which may grow memory: on a
--- server at its maxmemory limit (noeviction) the whole call is refused with OOM and
--- writes nothing. (Redis checks maxmemory only before a script's first write; a ZREM of
--- the previous member first would let every later write through.) A legacy claim
+-- Memory (see scripts/README.md): a fresh offer reads (type-checks) every key it writes,
+-- then writes the ZADD of the new members first: on a full server the whole call is
+-- refused with OOM and writes nothing (a ZREM of the previous member first would let
+-- every later write through). A legacy claim
 -- (KEYS[5]) writes its LREM first: a migration moves data and runs on a full server.
 -- "move:" (sent only after a refusal) writes the HDEL of the in-flight copy first, when
 -- that copy is still there: the retry replaces it, and runs on a full server (the

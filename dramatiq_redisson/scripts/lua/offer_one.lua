@@ -32,8 +32,7 @@
 -- HSET of the previous release), so a payload hash of the wrong type, or a server at its
 -- maxmemory limit (noeviction), fails the call with nothing written. A backup list of the
 -- wrong type fails the RPUSH after it: the payload is taken back (pcall), nothing stays.
--- HSETNX is newer in the ACL rule than the other commands: a user still on the rule
--- before it gets the previous release's HGET and HSET (same outcome).
+-- An older ACL rule without HSETNX gets HGET and HSET (scripts/README.md).
 --
 -- Returns: the due time in epoch ms, -2 when the member had already moved to the ready
 --          queue, -4 when the message id is scheduled under another member.

@@ -123,9 +123,8 @@
 -- Every step is a handful of variadic commands per call, not commands per entry:
 -- the cost is O(moved + examined + log n), never O(backlog).
 --
--- Memory: Redis checks maxmemory only before a script's first write. The first write
--- here is the ZREM of the due entries (never grows memory), so due messages keep
--- moving on a server at its maxmemory limit (they move from one hash to another).
+-- Memory (see scripts/README.md): the first write is the ZREM of the due entries, so due
+-- messages keep moving on a full server (they move from one hash to another).
 -- A compaction step copies entries to a new list: when nothing else was written in
 -- the call it tries that copy with pcall and, on a full server, leaves the pass
 -- where it is until a later call.
@@ -187,8 +186,8 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 
 -- The STRING keys of the queue's state in one read: the lease, the compaction cursor
--- (or upkeep marker), the pause and the flow's flag. MGET is newer in the ACL rule than this script's other
--- commands: a user still on the rule before it reads them one by one (same values).
+-- (or upkeep marker), the pause and the flow's flag (an older ACL rule without MGET:
+-- one GET each, see scripts/README.md).
 local flow = KEYS[24] and flow_context(ready, KEYS[24], KEYS[25], KEYS[26], ARGV[15], ARGV[16])
 local flag = flow and flow.flag or KEYS[22] -- (the pause again: MGET needs a key)
 local state = redis.pcall("MGET", lease, cursor_key, KEYS[22], flag)
