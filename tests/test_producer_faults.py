@@ -490,7 +490,7 @@ def test_offering_the_same_prepared_message_twice_keeps_it_scheduled_once(
     # When exactly the same call runs again, singly and in bulk
     broker.redisson_scripts.offer(keys, [entry])
     value = sort_key.encode() + b"{}"
-    broker.redisson_scripts.offer_bulk([(keys, 60_000, [message.message_id, value])])
+    broker.redisson_scripts.offer_calls([(keys, ["bulk", 60_000, message.message_id, value], False)])
     # Then its member is scheduled once and listed once
     member = message.options["redis_message_id"].encode()
     assert redis_client.zrange(keys.timeout_zset, 0, -1) == [member]

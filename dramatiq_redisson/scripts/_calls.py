@@ -324,17 +324,6 @@ class Scripts(ScriptRunner):
             "offer", [(_offer_flow_keys(keys) if laned else _offer_keys(keys), args) for keys, args, laned in calls]
         )
 
-    def offer_bulk(self, calls: Sequence[tuple[QueueKeys, int, Sequence[str | bytes]]]) -> list[Any]:
-        """Schedule entries ``delay_ms`` from now, one script call per ``(keys, delay_ms,
-        entries)``, streamed (see :meth:`stream`). ``entries`` is flat: message id,
-        sort key + data, message id, sort key + data, ...
-
-        Returns per call its outcome (see :meth:`stream`); a reply is
-        ``[entries scheduled, their due time in epoch ms]``."""
-        return self.stream(
-            "offer", [(_offer_keys(keys), ("bulk", delay_ms, *entries)) for keys, delay_ms, entries in calls]
-        )
-
     def enqueue_bulk(
         self, calls: Sequence[tuple[QueueKeys, Sequence[tuple[str, bytes] | tuple[str, bytes, str]]]], window_ms: float
     ) -> list[Any]:

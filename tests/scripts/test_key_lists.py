@@ -157,7 +157,7 @@ def run_every_wrapper(scripts: Scripts, keys: QueueKeys) -> None:
     scripts.offer(keys, [(1000, next_sort_key(), "m2", b"{}", "")], lanes=["1:"])
     scripts.offer_one(keys, 1000, next_sort_key(), "m3", b"{}", "sent")
     scripts.offer_calls([(keys, ["rel", 1000, next_sort_key(), "m4", b"{}", "", "", "", 0], False)])
-    scripts.offer_bulk([(keys, 1000, ["m5", next_sort_key() + "{}"])])
+    scripts.offer_calls([(keys, ["bulk", 1000, "m5", next_sort_key() + "{}"], False)])
     scripts.enqueue(keys, [("r1", b"{}")], 0)
     scripts.enqueue_bulk([(keys, [("r2", b"{}", "0:")])], 0)
     scripts.transfer(keys, limit=10, trim_budget=10, compact_step=10, compact_slack=10, worker_id="w1")
