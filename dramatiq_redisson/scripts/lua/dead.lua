@@ -83,7 +83,7 @@ end
 if #pushed > 0 then
     redis.call("HSET", ready_msgs, unpack(pairs_))
     if laned then
-        flow_lib().enable(flow.flow, flow.flag)
+        flow_lib().enable(flow.flag)
     end
     if flow and flow_on(flow) then
         flow_lib().push(flow, pushed, pushed_lanes, false)

@@ -152,7 +152,7 @@ if flow then
     if laned then
         redis.call("LLEN", ready) -- type check before the first write of the flow path
         flow = flow_context(ready, KEYS[6], KEYS[7], KEYS[8], ARGV[4], ARGV[5])
-        flow_lib().enable(flow.flow, flow.flag)
+        flow_lib().enable(flow.flag)
     end
 end
 if laned then

@@ -58,7 +58,7 @@ if op == "update" then
     end
 end
 if op == "set" or op == "update" then
-    flow_lib().enable(flow.flow, flow.flag)
+    flow_lib().enable(flow.flag)
     for i, field in ipairs(FIELDS) do
         if values[i] == "" then
             redis.call("HDEL", KEYS[1], field)
@@ -69,7 +69,7 @@ if op == "set" or op == "update" then
 elseif op == "clear" then
     redis.call("HDEL", KEYS[1], unpack(FIELDS))
 elseif op == "weights" then
-    flow_lib().enable(flow.flow, flow.flag)
+    flow_lib().enable(flow.flag)
     local old = {}
     for _, field in ipairs(redis.call("HKEYS", KEYS[1])) do
         if string.match(field, "^w%x+$") or string.match(field, "^c%d+:%x*$") then

@@ -18,8 +18,7 @@
 -- KEYS[13] lane_of +lanes  HASH    redisson_delay_queue_lane_of:{N}  optional, with the other +lanes
 --                                  keys: message id -> lane, for a scheduled message not in the
 --                                  plain lane
--- KEYS[14] flow +lanes     HASH    redisson_delay_queue_flow:{N}  (see flow_context.lua)
--- KEYS[15] flow_flag +lanes STRING its flag
+-- KEYS[14] flow_flag +lanes STRING redisson_delay_queue_lane:{N}:{on}  the flow's flag (see flow_enable.lua)
 --
 -- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose
@@ -350,7 +349,7 @@ else
 end
 
 if laned then
-    flow_lib().enable(KEYS[14], KEYS[15])
+    flow_lib().enable(KEYS[14])
 end
 if any_added then
     local head = redis.call("ZRANGE", zset, 0, 0, "WITHSCORES")

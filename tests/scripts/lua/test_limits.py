@@ -39,12 +39,12 @@ NO_RATES = [-1, -1, -1, -1, 0]
 def test_set_turns_the_flow_on_and_writes_the_limits(lua: Lua, keys: QueueKeys, redis_client: redis.Redis) -> None:
     redis_client.rpush(keys.ready, "r1")
     assert _limits(lua, keys, "set", 4, "") == [4, -1, 0, 0, 0, *NO_RATES]
-    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"concurrency": b"4"}
+    assert redis_client.hgetall(keys.flow) == {b"concurrency": b"4"}
     assert redis_client.get(keys.flow_flag) == b"1"
     assert redis_client.lrange(keys.ready, 0, -1) == [b"r1"]  # the fetch takes it in turn
     # set again: exactly what is given ("" removes one)
     assert _limits(lua, keys, "set", "", 1) == [-1, 1, 0, 0, 0, *NO_RATES]
-    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"group_concurrency": b"1"}
+    assert redis_client.hgetall(keys.flow) == {b"group_concurrency": b"1"}
 
 
 def test_clear_frees_blocked_lanes_wakes_idle_consumers_and_keeps_the_flow_on(
@@ -74,12 +74,12 @@ def test_update_keeps_the_limits_not_given_and_removes_those_given_as_minus_1(
     # On a queue without flow: the flow goes on, as with "set"
     redis_client.rpush(keys.ready, "r1")
     assert _limits(lua, keys, "update", 8, 1) == [8, 1, 0, 0, 0, *NO_RATES]
-    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"concurrency": b"8", b"group_concurrency": b"1"}
+    assert redis_client.hgetall(keys.flow) == {b"concurrency": b"8", b"group_concurrency": b"1"}
     # "" keeps a limit: only the queue limit changes
     assert _limits(lua, keys, "update", 4) == [4, 1, 0, 0, 0, *NO_RATES]
     # a rate with its window joins them; -1 removes the group limit only
     assert _limits(lua, keys, "update", "", -1, 10, 1000) == [4, -1, 0, 0, 0, 10, 1000, -1, 0, 0]
-    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"concurrency": b"4", b"rate": b"10", b"per_ms": b"1000"}
+    assert redis_client.hgetall(keys.flow) == {b"concurrency": b"4", b"rate": b"10", b"per_ms": b"1000"}
     # a group rate uses the window kept
     assert _limits(lua, keys, "update", "", "", "", "", 3)[5:8] == [10, 1000, 3]
 
@@ -116,7 +116,7 @@ def test_set_writes_rates_and_get_counts_the_starts_in_the_window_and_writes_not
 ) -> None:
     redis_client.rpush(keys.ready, "r1")
     assert _limits(lua, keys, "set", "", "", 5, 60_000, 2) == [-1, -1, 0, 0, 0, 5, 60_000, 2, 0, 0]
-    assert redis_client.hgetall(keys.flow) == {b"on": b"1", b"rate": b"5", b"per_ms": b"60000", b"group_rate": b"2"}
+    assert redis_client.hgetall(keys.flow) == {b"rate": b"5", b"per_ms": b"60000", b"group_rate": b"2"}
     now = server_ms()
     redis_client.rpush(keys.rate_log(), now - 10, now - 20, now - 70_000)  # the last one left the window
     redis_client.zadd(keys.deferred, {lane_id(0, "a"): now + 5_000})

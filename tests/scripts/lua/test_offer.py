@@ -419,7 +419,7 @@ def test_offer_bulk_of_a_keyed_message_releases_its_key(lua: Lua, keys: QueueKey
 
 
 def _flow_keys(keys: QueueKeys) -> list[str]:
-    return [*_offer_keys(keys), keys.lane_of, keys.flow, keys.flow_flag]
+    return [*_offer_keys(keys), keys.lane_of, keys.flow_flag]
 
 
 def _offer_laned(lua: Lua, keys: QueueKeys, *entries: tuple[Sequence[Any], str]) -> Any:
@@ -434,8 +434,8 @@ def test_a_laned_offer_records_its_lane_and_turns_flow_on(lua: Lua, keys: QueueK
     lane = lane_id(4, "acme")
     _offer_laned(lua, keys, (_entry(60_000, next_sort_key(), "m1"), lane), (_entry(60_000, next_sort_key(), "m2"), ""))
     assert redis_client.hgetall(keys.lane_of) == {b"m1": lane.encode()}
-    assert redis_client.hgetall(keys.flow) == {b"on": b"1"}
-    assert redis_client.get(keys.flow_flag) == b"1"
+    assert redis_client.get(keys.flow_flag) == b"1"  # (the flow HASH holds only limits and counts)
+    assert redis_client.exists(keys.flow) == 0
     # the waiting ready queue is left as it is (a fetch through lanes takes it in turn)
     assert redis_client.lrange(keys.ready, 0, -1) == [b"waiting"]
     assert redis_client.exists(keys.ring(0), keys.levels) == 0
@@ -480,4 +480,4 @@ def test_a_bulk_offer_records_the_lanes_given_in_its_triples(
     assert reply[0] == 2
     assert redis_client.hgetall(keys.lane_of) == {b"a": lane.encode()}
     assert redis_client.hgetall(keys.payloads) == {b"a": (sort_a + "{}").encode(), b"b": (sort_b + "{}").encode()}
-    assert redis_client.hget(keys.flow, "on") == b"1"
+    assert redis_client.get(keys.flow_flag) == b"1"

@@ -20,7 +20,8 @@
 -- on the hot path read it in the MGET of their other strings: fetch.lua with the pause,
 -- transfer.lua with its lease and cursor.
 --
--- The flow key is a HASH: "on" = 1 while the queue uses lanes, "plain" = 1 while the plain
+-- The flow key is a HASH ("on" = 1 in it is what releases before issue 56 wrote with the
+-- flag, which alone now says the flow is on: flow_enable.lua): "plain" = 1 while the plain
 -- lane is in ring 0, and "p<priority>" = how
 -- many ids wait in the lanes of that priority but the plain one (whose count is the ready
 -- list's length): stats.lua reads them with a command per priority, whatever the number of

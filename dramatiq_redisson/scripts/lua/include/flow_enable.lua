@@ -1,6 +1,6 @@
--- flow_enable(flow, flag): turn a queue's flow on: its HASH (which flow_on.lua checks) and
--- its flag (the "on}" key that the hot paths read in one MGET; see flow_context.lua).
-local function flow_enable(flow, flag)
-    redis.call("HSETNX", flow, "on", 1)
+-- flow_enable(flag): turn a queue's flow on. Its flag (lane_prefix .. "on}", a STRING, see
+-- flow_context.lua) is the one record that the flow is on: the hot paths read it in their
+-- MGET, the others with flow_on. (The flow HASH holds the limits, slots and counters.)
+local function flow_enable(flag)
     redis.call("SET", flag, 1)
 end

@@ -1,5 +1,5 @@
--- flow_on(ctx): whether the queue's messages go through lanes (EXISTS of its flow HASH;
--- ctx: flow_context()).
+-- flow_on(ctx): whether the queue's messages go through lanes (EXISTS of its flag, as
+-- flow_enable.lua sets it; ctx: flow_context()).
 local function flow_on(ctx)
-    return redis.call("EXISTS", ctx.flow) == 1
+    return redis.call("EXISTS", ctx.flag) == 1
 end
