@@ -31,9 +31,8 @@ import threading
 from typing import Any
 
 import redis
+from dramatiq.logging import get_logger
 from redis.sentinel import SentinelConnectionPool
-
-from .._logs import logger_for
 
 #: Seconds between two questions to the sentinels.
 CHECK_INTERVAL = 0.5
@@ -44,7 +43,8 @@ class PrimaryWatch:
     primary the sentinels name; for any other client, :meth:`start` does nothing."""
 
     def __init__(self, client: Any) -> None:
-        self.logger = logger_for(type(self))
+        # dramatiq_redisson.<class>, as _logs.logger_for names it (connection/ is below _logs).
+        self.logger = get_logger("dramatiq_redisson", type(self))
         pool = getattr(client, "connection_pool", None)
         following = isinstance(pool, SentinelConnectionPool) and pool.is_master
         #: The pool to keep on the named primary (None: not a Sentinel client).
