@@ -16,6 +16,7 @@ import redis
 from dramatiq.common import q_name
 from redis.exceptions import RedisClusterException
 
+from .._errors import UnsupportedServer
 from .._keys import PLAIN_LANE, QueueKeys, heartbeats_key, registry_key
 from .._logs import logger_for, reason
 from .._message import epoch_ms
@@ -116,6 +117,8 @@ class AdminHost(Protocol):
 
     def keys(self, queue_name: str) -> QueueKeys: ...
 
+    def check_server(self) -> Any: ...
+
 
 class QueueAdmin:
     """The read and admin side of one broker (see the module)."""
@@ -153,7 +156,11 @@ class QueueAdmin:
             return
         names = sorted(self._unlisted)
         try:
+            self.host.check_server()  # (once per broker) nothing is written to a server it refuses
             self.host.client.sadd(keys.registry, *names)
+        except UnsupportedServer:
+            self._quiet_until = float("inf")  # a send or a consumer says why, as it raises
+            return
         except (redis.RedisError, RedisClusterException) as e:
             self._quiet_until = time.monotonic() + RELIST_AFTER_S
             self.logger.debug(
