@@ -23,6 +23,7 @@ from .._queue_names import base_queue
 from .._tuning import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ..connection._commands import Commands
 from ..connection._topology import Topology
+from ._contract import contract
 from ._library import build_library
 from ._runner import ScriptRunner, load_source
 
@@ -137,10 +138,33 @@ def _enqueue_args(
 ) -> list[Any]:
     """enqueue.lua's ARGV with the flow keys: ``(redis message id, data, lane)`` triples
     (a pair's lane is the plain one)."""
-    args: list[Any] = [window_ms, in_flight, clock_ms if window_ms else "", *keys.flow_affixes]
+    triples: list[Any] = []
     for entry in entries:
-        args.extend(entry if len(entry) == 3 else (*entry, PLAIN_LANE))
-    return args
+        triples.extend(entry if len(entry) == 3 else (*entry, PLAIN_LANE))
+    lane_prefix, ring_prefix = keys.flow_affixes
+    return _ENQUEUE.argv(
+        window_ms=window_ms,
+        in_flight=in_flight,
+        clock=clock_ms if window_ms else "",
+        lane_prefix=lane_prefix,
+        ring_prefix=ring_prefix,
+        entries=triples,
+    )
+
+
+#: The contracts of the scripts called per message (see ``_contract``), looked up once.
+_TRANSFER, _FETCH, _ACK, _ENQUEUE, _OFFER_ONE = (
+    contract(name) for name in ("transfer", "fetch", "ack", "enqueue", "offer_one")
+)
+
+#: limits.lua's limit arguments (after its op), in its header's order.
+_LIMITS = contract("limits").names[1:6]
+
+
+def _affixes(keys: QueueKeys) -> dict[str, str]:
+    """The lanes' and rings' key prefixes, by their ARGV names."""
+    lane_prefix, ring_prefix = keys.flow_affixes
+    return {"lane_prefix": lane_prefix, "ring_prefix": ring_prefix}
 
 
 class TransferResult:
@@ -297,14 +321,16 @@ class Scripts(ScriptRunner):
         already moved to the ready queue) or, for an entry its dedupe key kept out,
         ``[due time or -3, member, stored payload]`` of the message holding the key; or
         the pipeline when ``client`` is one."""
-        args: list[Any] = ["abs" if absolute else f"move:{replacing}" if replacing else "rel"]
+        values: list[Any] = []
         laned = lanes is not None and any(lane != PLAIN_LANE for lane in lanes)
         for n, entry in enumerate(entries):
-            args.extend(entry)
+            values.extend(entry)
             if len(entry) == 5:
-                args.extend(_NO_KEY)
+                values.extend(_NO_KEY)
             if laned:
-                args.append(lanes[n])  # type: ignore[index]
+                values.append(lanes[n])  # type: ignore[index]
+        mode = "abs" if absolute else f"move:{replacing}" if replacing else "rel"
+        args = contract("offer").argv(mode=mode, entries=values)
         return self._run_resending("offer", _offer_flow_keys(keys) if laned else _offer_keys(keys), args, client)
 
     def offer_one(self, keys: QueueKeys, delay_ms: int, sort_key: str, message_id: str, data: bytes, look: str) -> int:
@@ -314,14 +340,20 @@ class Scripts(ScriptRunner):
         queue, or -4 when its message id is scheduled under another member (nothing was
         written: reschedule it with :meth:`offer`)."""
         one_keys = keys_of("offer_one", keys)
-        return int(self._run_resending("offer_one", one_keys, (delay_ms, sort_key, message_id, data, look)))
+        args = _OFFER_ONE.argv(delay_ms=delay_ms, sort_key=sort_key, message_id=message_id, data=data, look=look)
+        return int(self._run_resending("offer_one", one_keys, args))
 
     def offer_calls(self, calls: Sequence[tuple[QueueKeys, Sequence[Any], bool]]) -> list[Any]:
         """Offer calls of ``(keys, args, laned)`` (offer.lua's ARGV, mode first; ``laned``:
         each entry ends with its lane), streamed (see :meth:`stream`); returns per call its
         outcome."""
+        offer = contract("offer")
         return self.stream(
-            "offer", [(_offer_flow_keys(keys) if laned else _offer_keys(keys), args) for keys, args, laned in calls]
+            "offer",
+            [
+                (_offer_flow_keys(keys) if laned else _offer_keys(keys), offer.argv(mode=args[0], entries=args[1:]))
+                for keys, args, laned in calls
+            ],
         )
 
     def enqueue_bulk(
@@ -378,22 +410,24 @@ class Scripts(ScriptRunner):
         A call that may hand messages off is not retried after a lost reply (they would
         sit in the ack set, unheld): the caller reconciles instead."""
         call_keys = transfer_keys(keys, worker_id)
-        args = (
-            limit,
-            trim_budget,
-            compact_step,
-            compact_slack,
-            token,
-            lease_ms,
-            own_slots,
-            (("3" if keep_ties else "2") if compare else "1") if listening else "",
-            window_ms,
-            _transfer_queue_json(keys),
-            upkeep_ms,
-            PERIODIC_GRACE_MS,
-            PERIODIC_LOW_WATER,
-            f"{worker_id}|{token}",
-            *keys.flow_affixes,
+        lane_prefix, ring_prefix = keys.flow_affixes
+        args = _TRANSFER.argv(
+            limit=limit,
+            trim_budget=trim_budget,
+            compact_step=compact_step,
+            compact_slack=compact_slack,
+            token=token,
+            lease_ms=lease_ms,
+            own_slots=own_slots,
+            listening=(("3" if keep_ties else "2") if compare else "1") if listening else "",
+            window_ms=window_ms,
+            queue_json=_transfer_queue_json(keys),
+            upkeep_ms=upkeep_ms,
+            periodic_grace_ms=PERIODIC_GRACE_MS,
+            periodic_low_water=PERIODIC_LOW_WATER,
+            caller=f"{worker_id}|{token}",
+            lane_prefix=lane_prefix,
+            ring_prefix=ring_prefix,
         )
         replicas: int | None = None
         if self.wait_for_replicas:
@@ -406,19 +440,20 @@ class Scripts(ScriptRunner):
         else:
             run = self._run if own_slots else self._run_idempotent
             reply = run("transfer", call_keys, args)
-        moved, next_due, now_us, dead, lease_until, handed, registered, lateness, holder, attend = reply
-        self._clocks[keys.queue_name] = (int(now_us), time.monotonic())
+        got = _TRANSFER.reply(reply)
+        now_us, handed, holder = int(got["server_now_us"]), got["fetched"], got["holder"]
+        self._clocks[keys.queue_name] = (now_us, time.monotonic())
         result = TransferResult(
-            int(moved),
-            None if int(next_due) < 0 else int(next_due),
-            int(now_us),
-            int(dead),
-            int(lease_until) or None,
-            [(handed[i].decode(), handed[i + 1]) for i in range(0, len(handed), 2)],
-            bool(registered),
-            [int(late) for late in lateness],
-            (holder.decode() if isinstance(holder, bytes) else str(holder)) or None,
-            [name.decode() for name in attend],
+            moved=int(got["moved"]),
+            next_due_ms=None if int(got["next_due_ms"]) < 0 else int(got["next_due_ms"]),
+            server_now_us=now_us,
+            dead=int(got["dead"]),
+            lease_until_ms=int(got["lease_until_ms"]) or None,
+            fetched=[(handed[i].decode(), handed[i + 1]) for i in range(0, len(handed), 2)],
+            registered=bool(got["registered"]),
+            lateness_ms=[int(late) for late in got["lateness_ms"]],
+            holder=(holder.decode() if isinstance(holder, bytes) else str(holder)) or None,
+            schedules=[name.decode() for name in got["schedules"]],
         )
         if self.wait_for_replicas:
             result.replicas = replicas
@@ -429,13 +464,14 @@ class Scripts(ScriptRunner):
         """Change or read one schedule of the queue's periodic actors (schedule.lua: ``op``
         is "start", "extend", "pause", "remove" or "check", ``args`` its arguments)."""
         schedule_keys = keys_of("schedule", keys)
+        argv = contract("schedule").argv(op=op, name=name, rest=args)
         if self.wait_for_replicas and op != "check":
-            return self._wait_checked("A schedule change", "schedule", schedule_keys, (op, name, *args))
-        return self._run("schedule", schedule_keys, (op, name, *args))
+            return self._wait_checked("A schedule change", "schedule", schedule_keys, argv)
+        return self._run("schedule", schedule_keys, argv)
 
     def release(self, keys: QueueKeys, token: str) -> int:
         """A consumer leaves: unregister it, hand its transfer lease over (release.lua)."""
-        return int(self._run_idempotent("release", keys_of("release", keys), (token,)))
+        return int(self._run_idempotent("release", keys_of("release", keys), contract("release").argv(token=token)))
 
     def cancel(self, keys: QueueKeys, message_ids: Sequence[str], *, by_key: bool = False) -> int:
         """Unschedule messages by id (``by_key``: the messages holding these dedupe keys);
@@ -443,14 +479,14 @@ class Scripts(ScriptRunner):
         :class:`NotReplicated` (``reply``: that count) when too few replicas acknowledged
         the cancel in time."""
         cancel_keys = keys_of("cancel", keys, "", ("lane",))
-        args = ("key" if by_key else "id", *message_ids)
+        args = contract("cancel").argv(by="key" if by_key else "id", names=message_ids)
         if self.wait_for_replicas:
             return int(self._wait_checked("Cancel", "cancel", cancel_keys, args))
         return int(self._run("cancel", cancel_keys, args))
 
     def clear(self, keys: QueueKeys, client: Any = None) -> Any:
         """Returns how many were scheduled, or the pipeline when ``client`` is one."""
-        return self._run("clear", keys_of("clear", keys, "", ("dedupe", "lane")), (), client)
+        return self._run("clear", keys_of("clear", keys, "", ("dedupe", "lane")), contract("clear").argv(), client)
 
     def enqueue(
         self,
@@ -483,21 +519,20 @@ class Scripts(ScriptRunner):
         that consumer as idle (woken on its wake channel, see fetch.lua). ``consumer``
         (default: ``token``) is recorded with each message fetched (running now). ``None``:
         the queue is paused (nothing taken)."""
-        flat = self._run(
-            "fetch",
-            fetch_keys(keys, worker_id),
-            (
-                count,
-                worker_id,
-                token,
-                self._beat(keys.heartbeats),
-                f"{worker_id}|{consumer or token}",
-                self.server_now_ms(keys.queue_name),
-                *keys.flow_affixes,
-                keys.rate_prefix,
-                keys.wake_prefix,
-            ),
+        lane_prefix, ring_prefix = keys.flow_affixes
+        args = _FETCH.argv(
+            count=count,
+            worker_id=worker_id,
+            token=token,
+            beat=self._beat(keys.heartbeats),
+            fetcher=f"{worker_id}|{consumer or token}",
+            clock=self.server_now_ms(keys.queue_name),
+            lane_prefix=lane_prefix,
+            ring_prefix=ring_prefix,
+            rate_prefix=keys.rate_prefix,
+            wake_prefix=keys.wake_prefix,
         )
+        flat = self._run("fetch", fetch_keys(keys, worker_id), args)
         if flat is None:
             return None
         return Fetched.from_reply(flat)
@@ -517,16 +552,20 @@ class Scripts(ScriptRunner):
         through lanes (:attr:`Fetched.uses_slots`), and its slots are given back. ``idle``: the
         acking consumer's new score in the idle registry (see ack.lua)."""
         call_keys = ack_keys(keys, worker_id, uses_slots, idle is not None)
-        args: tuple[Any, ...] = (
-            redis_message_id,
-            worker_id,
-            self._beat(keys.heartbeats),
-            "3" if retried else "1",
-            self.server_now_ms(keys.queue_name),
-            *((*keys.flow_affixes, keys.wake_prefix) if uses_slots else ()),
-        )
+        groups: dict[str, Any] = {}
+        if uses_slots:
+            groups.update(zip(("lane_prefix", "ring_prefix"), keys.flow_affixes, strict=True))
+            groups["wake_prefix"] = keys.wake_prefix
         if idle is not None:
-            args = (*args, "idle", idle.token, idle.score, idle.channel)
+            groups.update(idle="idle", idle_token=idle.token, idle_score=idle.score, idle_channel=idle.channel)
+        args = _ACK.argv(
+            redis_message_id=redis_message_id,
+            worker_id=worker_id,
+            beat=self._beat(keys.heartbeats),
+            outcome="3" if retried else "1",
+            clock=self.server_now_ms(keys.queue_name),
+            **groups,
+        )
         return int(self._run_idempotent("ack", call_keys, args))
 
     def nack(
@@ -539,9 +578,12 @@ class Scripts(ScriptRunner):
         uses_slots: bool = False,
     ) -> int:
         """Move a fetched message to the dead letters (``uses_slots``: see :meth:`ack`)."""
-        args: tuple[Any, ...] = (redis_message_id, worker_id) if final is None else (redis_message_id, worker_id, final)
+        given: dict[str, Any] = {} if final is None else {"final": final}
         if uses_slots:
-            args = (redis_message_id, worker_id, final or "", *keys.flow_affixes, keys.wake_prefix)
+            lane_prefix, ring_prefix = keys.flow_affixes
+            given = {"final": final or "", "lane_prefix": lane_prefix, "ring_prefix": ring_prefix}
+            given["wake_prefix"] = keys.wake_prefix
+        args = contract("nack").argv(redis_message_id=redis_message_id, worker_id=worker_id, **given)
         groups = ("lane", "slots") if uses_slots else ("lane",)
         return int(self._run_idempotent("nack", keys_of("nack", keys, worker_id, groups), args))
 
@@ -550,7 +592,7 @@ class Scripts(ScriptRunner):
             self._run_idempotent(
                 "requeue",
                 keys_of("requeue", keys, worker_id, LANES),
-                (*keys.flow_affixes, *redis_message_ids),
+                contract("requeue").argv(**_affixes(keys), ids=redis_message_ids),
             )
         )
 
@@ -560,30 +602,34 @@ class Scripts(ScriptRunner):
         requeued, expired = self._run(
             "maintenance",
             script_keys("maintenance", keys, workers=dead_workers),
-            (dead_message_ttl_ms, expire_limit, *keys.flow_affixes),
+            contract("maintenance").argv(
+                dead_message_ttl_ms=dead_message_ttl_ms, expire_limit=expire_limit, **_affixes(keys)
+            ),
         )
         return int(requeued), int(expired)
 
     def bury_legacy(self, keys: QueueKeys, ids: Sequence[str]) -> int:
         """Move undecodable entries of the built-in ``.DQ`` queue to the dead letters."""
-        return int(self._run("bury", keys_of("bury", keys), ids))
+        return int(self._run("bury", keys_of("bury", keys), contract("bury").argv(ids=ids)))
 
     def peek(self, keys: QueueKeys, message_id: str, *, by_key: bool = False) -> tuple[int, bytes, str] | None:
         """A scheduled message's due time (epoch ms), stored payload and message id, or
         ``None``; ``by_key``: ``message_id`` is a dedupe key (the message holding it)."""
-        due, stored, found = self._run("peek", keys_of("peek", keys), (message_id, "key" if by_key else "id"))
+        args = contract("peek").argv(name=message_id, by="key" if by_key else "id")
+        due, stored, found = self._run("peek", keys_of("peek", keys), args)
         return None if int(due) < 0 or stored is None else (int(due), stored, found.decode())
 
     def reschedule(self, keys: QueueKeys, message_id: str, mode: str, value_ms: int) -> int | None:
         """New due time ``"in"`` ms from the server's now or ``"at"`` epoch ms; returns it,
         or ``None`` when the message is not scheduled."""
-        due = int(self._run("reschedule", keys_of("reschedule", keys), (message_id, mode, value_ms)))
+        args = contract("reschedule").argv(message_id=message_id, mode=mode, value_ms=value_ms)
+        due = int(self._run("reschedule", keys_of("reschedule", keys), args))
         return None if due < 0 else due
 
     def count(self, keys: QueueKeys, mode: str, value_ms: int = 0) -> int:
         """Scheduled messages: ``"all"``, due ``"before"`` an epoch ms, or ``"overdue"``
         by more than ``value_ms`` on the server clock."""
-        return int(self._run("count", keys_of("count", keys), (mode, value_ms)))
+        return int(self._run("count", keys_of("count", keys), contract("count").argv(mode=mode, value_ms=value_ms)))
 
     def bulk(self, keys: QueueKeys, action: str, batch: int, members: Sequence[bytes | str] = ()) -> int:
         """``"promote"`` or ``"remove"`` up to ``batch`` of the earliest scheduled entries,
@@ -592,7 +638,7 @@ class Scripts(ScriptRunner):
             self._run(
                 "bulk",
                 keys_of("bulk", keys, "", ("lane",)),
-                (action, batch, *members),
+                contract("bulk").argv(action=action, batch=batch, members=members),
             )
         )
 
@@ -603,7 +649,8 @@ class Scripts(ScriptRunner):
         (``(due, member)`` as bytes; ``None``: from the head), and the next cursor
         (``None`` at the end)."""
         due, member = after if after is not None else (b"", b"")
-        flat, next_due, next_member = self._run("scan", keys_of("scan", keys), (size, due, member))
+        args = contract("scan").argv(size=size, due=due, member=member)
+        flat, next_due, next_member = self._run("scan", keys_of("scan", keys), args)
         page = [(flat[i], int(float(flat[i + 1])), flat[i + 2]) for i in range(0, len(flat), 3)]
         return page, ((next_due, next_member) if next_due else None)
 
@@ -614,7 +661,7 @@ class Scripts(ScriptRunner):
             self._run(
                 "dead",
                 keys_of("dead", keys, "", LANES),
-                (action, batch, *keys.flow_affixes, *ids),
+                contract("dead").argv(action=action, batch=batch, **_affixes(keys), ids=ids),
             )
         )
 
@@ -623,7 +670,9 @@ class Scripts(ScriptRunner):
         return self._run(
             "stats",
             keys_of("stats", keys, "", LANES),
-            (grace_ms, live_ms, keys.ring_prefix, keys.rate_prefix),
+            contract("stats").argv(
+                grace_ms=grace_ms, live_ms=live_ms, ring_prefix=keys.ring_prefix, rate_prefix=keys.rate_prefix
+            ),
             client,
         )
 
@@ -642,13 +691,19 @@ class Scripts(ScriptRunner):
             for v in self._run_idempotent(
                 "limits",
                 keys_of("limits", keys),
-                (
-                    op,
-                    *("" if v is None else v for v in (*values, *[None] * (5 - len(values)))),
-                    *keys.flow_affixes,
-                    keys.wake_prefix,
-                    keys.rate_prefix,
-                    *weights,
+                contract("limits").argv(
+                    op=op,
+                    **dict(
+                        zip(
+                            _LIMITS,
+                            ("" if v is None else v for v in (*values, *[None] * (5 - len(values)))),
+                            strict=True,
+                        )
+                    ),
+                    **_affixes(keys),
+                    wake_prefix=keys.wake_prefix,
+                    rate_prefix=keys.rate_prefix,
+                    weights=weights,
                 ),
             )
         ]
@@ -656,39 +711,44 @@ class Scripts(ScriptRunner):
     def shards(self, keys: QueueKeys, op: str, *args: Any) -> list[Any]:
         """``op`` ("read", "set", "drop") on a queue's stored shard layout (shards.lua; its
         reply is read by :class:`dramatiq_redisson.sharding._shards.ShardLayouts`)."""
-        return cast("list[Any]", self._run_idempotent("shards", keys_of("shards", keys), (op, *args)))
+        argv = contract("shards").argv(op=op, rest=args)
+        return cast("list[Any]", self._run_idempotent("shards", keys_of("shards", keys), argv))
 
     def pause(self, keys: QueueKeys, op: str) -> tuple[bool, int | None]:
         """``op`` "pause" or "resume" the queue (pause.lua): whether the state changed, and
         since when the queue is paused (epoch ms, server clock) or None."""
-        changed, since = self._run_idempotent("pause", keys_of("pause", keys), (op,))
+        changed, since = self._run_idempotent("pause", keys_of("pause", keys), contract("pause").argv(op=op))
         return bool(changed), None if int(since) < 0 else int(since)
 
     def history(self, keys: QueueKeys, minutes: int, hours: int, client: Any = None) -> Any:
         """The last ``minutes`` and ``hours`` of the queue's activity history (history.lua's
         reply, parsed by :mod:`dramatiq_redisson.admin._history`), or the pipeline when ``client`` is one."""
-        return self._run("history", keys_of("history", keys), (minutes, hours), client)
+        args = contract("history").argv(minutes=minutes, hours=hours)
+        return self._run("history", keys_of("history", keys), args, client)
 
     def pending(self, keys: QueueKeys) -> int:
         """Scheduled (but periodic ticks) + ready + in flight + built-in delayed messages of a
         queue (pending.lua)."""
-        return int(self._run("pending", keys_of("pending", keys, "", ("ticks",)), ()))
+        return int(self._run("pending", keys_of("pending", keys, "", ("ticks",)), contract("pending").argv()))
 
     def heartbeat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark ``worker_id`` alive (runs on a full server too) and list the queue in the
         namespace's registry; returns the server time, epoch ms. On a cluster the
         registry lives in another slot: it is written by a command of its own."""
         if not keys.reaches_namespace:
-            now_ms = int(self._run_idempotent("heartbeat", keys_of("heartbeat", keys), (worker_id,)))
+            args = contract("heartbeat").argv(worker_id=worker_id)
+            now_ms = int(self._run_idempotent("heartbeat", keys_of("heartbeat", keys), args))
             self.client.sadd(keys.registry, keys.queue_name)
             return now_ms
         beat_keys = keys_of("heartbeat", keys, "", ("registry",))
-        return int(self._run_idempotent("heartbeat", beat_keys, (worker_id, keys.queue_name)))
+        args = contract("heartbeat").argv(worker_id=worker_id, queue_name=keys.queue_name)
+        return int(self._run_idempotent("heartbeat", beat_keys, args))
 
     def beat(self, keys: QueueKeys, worker_id: str) -> int:
         """Mark the process of ``worker_id`` alive on the queue (its liveness beat; runs
         on a full server too); returns the server time written, epoch ms."""
-        return int(self._run_idempotent("heartbeat", keys_of("heartbeat", keys, "", ("alive",)), (worker_id,)))
+        args = contract("heartbeat").argv(worker_id=worker_id)
+        return int(self._run_idempotent("heartbeat", keys_of("heartbeat", keys, "", ("alive",)), args))
 
     def reap(
         self,
@@ -706,6 +766,12 @@ class Scripts(ScriptRunner):
         requeued, dead = self._run_idempotent(
             "reap",
             script_keys("reap", keys, workers=workers),
-            (timeout_ms, forget_ms, len(by_connection), *keys.flow_affixes, *workers),
+            contract("reap").argv(
+                timeout_ms=timeout_ms,
+                forget_ms=forget_ms,
+                confirmed=len(by_connection),
+                **_affixes(keys),
+                worker_ids=workers,
+            ),
         )
         return int(requeued), int(dead)

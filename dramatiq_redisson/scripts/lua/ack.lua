@@ -7,11 +7,11 @@
 -- KEYS[5]  minutes       STRING redisson_delay_queue_minutes:{N}  activity history (see record_history.lua)
 -- KEYS[6]  hours         STRING redisson_delay_queue_hours:{N}
 --
--- ARGV[1]  redis message id
--- ARGV[2]  worker id
--- ARGV[3]  "0": leave the heartbeat alone (see fetch.lua); else write it
--- ARGV[4]  "1": the message was processed; "3": it failed and a retry is scheduled
--- ARGV[5]  optional: the caller's estimate of the server clock (epoch ms), from its last
+-- ARGV[1]  redis_message_id
+-- ARGV[2]  worker_id
+-- ARGV[3]  beat  "0": leave the heartbeat alone (see fetch.lua); else write it
+-- ARGV[4]  outcome  "1": the message was processed; "3": it failed and a retry is scheduled
+-- ARGV[5]  clock?  optional: the caller's estimate of the server clock (epoch ms), from its last
 --          transfer's reply and a monotonic clock since: the history's minute and the
 --          heartbeat take it instead of a TIME call; "" or absent: TIME. (An estimate a
 --          moment behind the server's at a minute's start is handled by record_history.lua.)
@@ -21,7 +21,9 @@
 -- KEYS[7]  flow +slots   HASH   redisson_delay_queue_flow:{N}  concurrency slots in use, blocked lanes (flow_context.lua)
 -- KEYS[8]  levels +slots ZSET   redisson_delay_queue_levels:{N}
 -- KEYS[9]  idle +slots   ZSET   redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
--- ARGV[6]  the lanes' key prefix, ARGV[7] the rings', ARGV[8] the wake channels' prefix
+-- ARGV[6]  lane_prefix +slots  the lanes' key prefix
+-- ARGV[7]  ring_prefix +slots  the rings' key prefix
+-- ARGV[8]  wake_prefix +slots  the wake channels' prefix
 -- and the slots the fetch record names are given back: a lane of a group that was at its
 -- limit returns to its ring, and an idle consumer is woken per slot freed (wake.lua).
 -- A repeated ack finds no record and gives nothing back.
@@ -31,10 +33,12 @@
 -- +slots keys they are KEYS[7] and KEYS[8]: a group left out moves the later keys up)
 -- KEYS[10] idle +idle    ZSET   redisson_delay_queue_idle:{N}
 -- KEYS[11] ready +idle   LIST   <ns>:<queue>  the ready queue
--- and (ARGV[6] or, with lanes, ARGV[9] is "idle") ARGV "idle", its token, its new score
--- and its wake channel. Its entry takes the new score (ZADD XX: a consumer woken
--- meanwhile stays out), so that enqueues and
--- transfers can wake it. But if messages wait in the ready queue (with lanes: always, as
+-- ARGV[9]  idle +idle  "idle" (ARGV[6] without the +slots group)
+-- ARGV[10] idle_token +idle  its token
+-- ARGV[11] idle_score +idle  its new score
+-- ARGV[12] idle_channel +idle  its wake channel
+-- Its entry takes the new score (ZADD XX: a consumer woken meanwhile stays out), so that
+-- enqueues and transfers can wake it. But if messages wait in the ready queue (with lanes: always, as
 -- the lanes are not counted here), wake-ups passed them over (every thread was busy, or
 -- its listing lagged): its own wake channel gets "0" instead, and it fetches them.
 --

@@ -9,10 +9,10 @@
 -- KEYS[6]  lane_of +lane HASH  redisson_delay_queue_lane_of:{N}   optional: a removed message's lane
 --                                                   record goes with it
 --
--- ARGV[1]  "promote" or "remove"
--- ARGV[2]  batch: with no members, act on up to this many of the earliest entries
+-- ARGV[1]  action  "promote" or "remove"
+-- ARGV[2]  batch  with no members, act on up to this many of the earliest entries
 --          (for "promote", of those not yet due: due ones already run now)
--- ARGV[3..] members (sort key .. message id), as a scan returned them: act on those of
+-- ARGV[3..] members  (sort key .. message id), as a scan returned them: act on those of
 --          them still scheduled (a member that moved, was cancelled or rescheduled under
 --          a new sort key is skipped)
 --

@@ -6,7 +6,7 @@
 -- KEYS[3]  xq              ZSET  <ns>:<queue>.XQ  dead letter id -> time of death (epoch ms)
 -- KEYS[4]  xq_msgs         HASH  <ns>:<queue>.XQ.msgs
 --
--- ARGV[1..] ids, taken from the head of the source list
+-- ARGV[1..] ids  taken from the head of the source list
 --
 -- Returns: the number of entries moved.
 

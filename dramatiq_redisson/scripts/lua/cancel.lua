@@ -7,8 +7,9 @@
 -- KEYS[5]  lane_of +lane HASH  redisson_delay_queue_lane_of:{N}   optional: message id -> lane; a cancelled
 --                                                   message's record goes with it
 --
--- ARGV[1]  "id": ARGV[2..] are message ids; "key": ARGV[2..] are dedupe keys (the
+-- ARGV[1]  by  "id": ARGV[2..] are message ids; "key": ARGV[2..] are dedupe keys (the
 --          messages that hold them are cancelled)
+-- ARGV[2..] names  message ids or dedupe keys
 --
 -- The backup list keeps the member; transfer trims or compacts it away later. A
 -- cancelled message's dedupe key is released (a throttle window only starts once a

@@ -8,6 +8,7 @@
 -- KEYS[6]  dedupe +dedupe HASH   redisson_delay_queue_dedupe:{N}   dedupe key -> message id (optional)
 -- KEYS[7]  keyed +dedupe  HASH   redisson_delay_queue_keyed:{N}    message id -> ttl:dedupe key (optional)
 -- KEYS[8]  lane_of +lane  HASH   redisson_delay_queue_lane_of:{N}  message id -> lane (optional)
+-- ARGV none
 --
 -- Keys are unlinked, so a large queue is freed off the server's main thread. The dedupe
 -- keys of the dropped messages go with them; throttle windows of messages that already

@@ -2,9 +2,9 @@
 --
 -- KEYS[1]  timeout_zset ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 --
--- ARGV[1]  "all", "before" (due before ARGV[2], epoch ms, exclusive) or "overdue" (due
+-- ARGV[1]  mode  "all", "before" (due before ARGV[2], epoch ms, exclusive) or "overdue" (due
 --          before the server's now minus ARGV[2] ms: they should have moved already)
--- ARGV[2]  milliseconds (integer)
+-- ARGV[2]  value_ms  milliseconds (integer)
 --
 -- Returns: the count.
 

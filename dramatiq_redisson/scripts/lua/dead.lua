@@ -7,14 +7,15 @@
 -- KEYS[5]  idle            ZSET    redisson_delay_queue_idle:{N}  consumer token -> messages it can start now
 -- KEYS[6]  channel         CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
 -- KEYS[7]  flow +lanes     HASH    redisson_delay_queue_flow:{N}  optional, the +lanes keys: the flow
---                                  keys (see flow_context.lua); with them ARGV[3] and ARGV[4] are
---                                  the lanes' and rings' key prefixes and the ids start at ARGV[5]
+--                                  keys (see flow_context.lua), with ARGV[3] and ARGV[4]
 -- KEYS[8]  levels +lanes   ZSET    redisson_delay_queue_levels:{N}
 -- KEYS[9]  lane_of +lanes  HASH    redisson_delay_queue_lane_of:{N}
 --
--- ARGV[1]  "requeue" or "remove"
--- ARGV[2]  batch: with no ids, act on up to this many of the oldest dead letters
--- ARGV[3..] dead letter ids (redis message ids)
+-- ARGV[1]  action  "requeue" or "remove"
+-- ARGV[2]  batch  with no ids, act on up to this many of the oldest dead letters
+-- ARGV[3]  lane_prefix +lanes  the lanes' key prefix
+-- ARGV[4]  ring_prefix +lanes  the rings' key prefix
+-- ARGV[5..] ids  dead letter ids (redis message ids; from ARGV[3] without +lanes)
 --
 -- A requeued message goes to the tail of the ready queue under the same redis message
 -- id, with the data it died with, and wakes an idle consumer. Each id leaves the dead

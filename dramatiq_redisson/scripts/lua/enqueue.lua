@@ -16,14 +16,17 @@
 --                   queue's flow on and sends the call's ids through their lanes; plain
 --                   ids alone go onto the ready queue as without lanes.
 --
--- ARGV[1]   dedupe window in ms (0: only the check against KEYS[2])
--- ARGV[2]   "" or, for the retry of a message in flight on a full server, the redis
---           message id of its in-flight copy: that copy's payload is dropped first, so
---           the retry takes its place (see Memory)
--- ARGV[3]   the caller's estimate of the server clock (epoch ms: a TIME this script
---           returned, or a transfer's, and the caller's monotonic clock since), or "":
---           TIME is read (only with a window). One command less per call.
--- ARGV[4..] repeated pairs: redis message id, encoded message
+-- ARGV[1]  window_ms  dedupe window in ms (0: only the check against KEYS[2])
+-- ARGV[2]  in_flight  "" or, for the retry of a message in flight on a full server, the redis
+--          message id of its in-flight copy: that copy's payload is dropped first, so
+--          the retry takes its place (see Memory)
+-- ARGV[3]  clock  the caller's estimate of the server clock (epoch ms: a TIME this script
+--          returned, or a transfer's, and the caller's monotonic clock since), or "":
+--          TIME is read (only with a window). One command less per call.
+-- ARGV[4]  lane_prefix +lanes  the lanes' key prefix (with the +lanes keys, above)
+-- ARGV[5]  ring_prefix +lanes  the rings' key prefix
+-- ARGV[6..] entries  repeated pairs: redis message id, encoded message (from ARGV[4]
+--          without +lanes); with +lanes, triples: id, encoded message, lane
 --
 -- An id is skipped (a duplicate) when it is already in KEYS[2] (queued or in flight),
 -- when KEYS[4] recorded it within the window (the first copy may already be acked),
@@ -48,6 +51,7 @@
 --
 -- Returns: {length of the ready queue afterwards, ids pushed by this call, the server
 --          clock this call read with TIME (epoch ms), or 0 when it read none}.
+-- returns: {length, pushed, clock_ms}
 
 -- include: variadic.lua
 -- include: wake.lua

@@ -14,23 +14,25 @@
 -- KEYS[9]  levels +lanes  ZSET   redisson_delay_queue_levels:{N}  priorities with lanes in their ring
 -- KEYS[10] lane_of +lanes HASH   redisson_delay_queue_lane_of:{N}  message id -> lane (scheduled ones)
 --
--- ARGV[1]  most messages to take: what the consumer can start now (its idle worker
+-- ARGV[1]  count  most messages to take: what the consumer can start now (its idle worker
 --          threads, within its free prefetch)
--- ARGV[2]  worker id
--- ARGV[3]  the consumer's token, or "": a consumer that listens on its wake channel
+-- ARGV[2]  worker_id  worker id
+-- ARGV[3]  token  the consumer's token, or "": a consumer that listens on its wake channel
 --          gives its token, and is listed in the idle registry with what it can start
 --          still, ARGV[1] minus what came (enqueue and transfer wake the consumer that can
 --          start the most, see wake.lua); 0 when every slot was filled: it is woken by
 --          nobody until an ack raises its score (ack.lua).
--- ARGV[4]  "0": leave the heartbeat alone (this process beat less than a heartbeat
+-- ARGV[4]  beat  "0": leave the heartbeat alone (this process beat less than a heartbeat
 --          interval ago); else write it (ZREM + ZADD, server clock)
--- ARGV[5]  "<worker id>|<consumer token>": who fetches, recorded with the fetch time
+-- ARGV[5]  fetcher  "<worker id>|<consumer token>": who fetches, recorded with the fetch time
 --          (server clock) of each message in KEYS[7], for operators ("running now");
 --          the ack deletes the record
--- ARGV[6]  optional: the caller's estimate of the server clock (epoch ms, see ack.lua),
+-- ARGV[6]  clock?  optional: the caller's estimate of the server clock (epoch ms, see ack.lua),
 --          for the beat and the fetch records instead of a TIME call; "" or absent: TIME
--- ARGV[7]  with KEYS[8]: the lanes' key prefix; ARGV[8] the rings'; ARGV[9] the rate
---          logs' (from _keys.py); ARGV[10] the wake channels' (see wake.lua)
+-- ARGV[7]  lane_prefix +lanes  with KEYS[8..10]: the lanes' key prefix (from _keys.py)
+-- ARGV[8]  ring_prefix +lanes  the rings' key prefix
+-- ARGV[9]  rate_prefix +lanes  the rate logs' key prefix
+-- ARGV[10] wake_prefix +lanes  the wake channels' prefix (see wake.lua)
 --
 -- Lanes: when KEYS[8] exists, ids are taken by priority and in turn over the groups
 -- (flow_take, include/flow_take.lua) instead of from the head of the ready queue, within the queue's

@@ -5,8 +5,8 @@
 -- KEYS[2]  registry +registry SET   <ns>:__queues__  names of the known queues (see _keys.py)
 --          (left out on a cluster, where it lives in another slot)
 --
--- ARGV[1]  worker id
--- ARGV[2]  the name of the queue the heartbeat comes from (listed in KEYS[2], so that
+-- ARGV[1]  worker_id
+-- ARGV[2]  queue_name +registry  the name of the queue the heartbeat comes from (listed in KEYS[2], so that
 --          operators' tools find every consumed queue)
 --
 -- Memory: the first write is a ZREM, which never grows memory, so a server at its

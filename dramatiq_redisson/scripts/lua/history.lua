@@ -3,9 +3,9 @@
 -- KEYS[1]  minutes STRING redisson_delay_queue_minutes:{N}
 -- KEYS[2]  hours   STRING redisson_delay_queue_hours:{N}
 --
--- ARGV[1]  minutes: how many of the last minutes to read (1..HISTORY_MINUTES, the
+-- ARGV[1]  minutes  how many of the last minutes to read (1..HISTORY_MINUTES, the
 --          current one last)
--- ARGV[2]  hours: how many of the last hours (1..HISTORY_HOURS, the current one last)
+-- ARGV[2]  hours  how many of the last hours (1..HISTORY_HOURS, the current one last)
 --
 -- Read only; a ring not written yet reads as zeros.
 --

@@ -6,14 +6,20 @@
 -- KEYS[3]  levels ZSET  redisson_delay_queue_levels:{N}   priorities with lanes in their ring
 -- KEYS[4]  idle   ZSET  redisson_delay_queue_idle:{N}     consumer token -> messages it can start now
 --
--- ARGV[1]  "set", "update", "clear", "get" or "weights"
--- ARGV[2..6] with "set": the queue's concurrency limit, each group's concurrency limit,
---          the queue's rate, the rate window (ms), each group's rate; "" for none;
---          with "update": the same, but "" keeps the limit as it is and -1 removes it
--- ARGV[7]  the lanes' key prefix, ARGV[8] the rings', ARGV[9] the wake channels', ARGV[10]
---          the rate logs' (the queue's start log is ARGV[10] .. "q}", the lanes waiting
---          for their group's rate ARGV[10] .. "deferred}"; see flow_context.lua)
--- ARGV[11..] with "weights": pairs of a group (as hex) and its weight (an int > 1)
+-- ARGV[1]  op  "set", "update", "clear", "get" or "weights"
+-- ARGV[2]  concurrency  with "set", the queue's concurrency limit, "" for none; with
+--          "update" (ARGV[2..6]), "" keeps the limit as it is and -1 removes it
+-- ARGV[3]  group_concurrency  each group's concurrency limit
+-- ARGV[4]  rate  the queue's rate
+-- ARGV[5]  per_ms  the rate window (ms)
+-- ARGV[6]  group_rate  each group's rate
+-- ARGV[7]  lane_prefix  the lanes' key prefix
+-- ARGV[8]  ring_prefix  the rings' key prefix
+-- ARGV[9]  wake_prefix  the wake channels' prefix
+-- ARGV[10] rate_prefix  the rate logs' key prefix (the queue's start log is ARGV[10] ..
+--          "q}", the lanes waiting for their group's rate ARGV[10] .. "deferred}"; see
+--          flow_context.lua)
+-- ARGV[11..] weights  with "weights": pairs of a group (as hex) and its weight (an int > 1)
 --
 -- "set" turns the queue's flow on (its messages go through lanes from now on; the ready
 -- list's ids join ring 0) and writes the limits given ("" removes one). "clear" removes

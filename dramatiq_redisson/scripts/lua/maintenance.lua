@@ -15,9 +15,10 @@
 --          (unacked messages go back to the queue they were fetched from; the .DQ
 --          ones are then migrated to the delayed queue by the consumer)
 --
--- ARGV[1]  dead-letter time to live in ms
--- ARGV[2]  most dead letters to expire in this call
--- ARGV[3]  the lanes' key prefix, ARGV[4] the rings' (from _keys.py)
+-- ARGV[1]  dead_message_ttl_ms  dead-letter time to live in ms
+-- ARGV[2]  expire_limit  most dead letters to expire in this call
+-- ARGV[3]  lane_prefix  the lanes' key prefix (from _keys.py)
+-- ARGV[4]  ring_prefix  the rings' key prefix
 --
 -- Lanes: while the queue's flow is on, each id of the ready queue goes back to the head of
 -- the lane its fetch record names (the ready queue when it names none), and the concurrency
@@ -27,6 +28,7 @@
 -- expiry only deletes, so maintenance runs on a server at its maxmemory limit.
 --
 -- Returns: {messages requeued, dead letters expired}
+-- returns: {requeued, expired}
 
 -- include: variadic.lua
 -- include: flow_context.lua

@@ -12,17 +12,19 @@
 --                               keeps the lane its fetch record names (dead.lua's requeue
 --                               puts it back there)
 --
--- ARGV[1]  redis message id
--- ARGV[2]  worker id
--- ARGV[3]  optional: the message as it failed (encoded, with the traceback Dramatiq
+-- ARGV[1]  redis_message_id
+-- ARGV[2]  worker_id
+-- ARGV[3]  final?  optional: the message as it failed (encoded, with the traceback Dramatiq
 --          recorded in its options), stored in place of the copy fetched ("": none)
 --
 -- A message fetched through lanes uses concurrency slots (see ack.lua): the caller then adds
 -- KEYS[10] flow +slots   HASH   redisson_delay_queue_flow:{N}
 -- KEYS[11] levels +slots ZSET   redisson_delay_queue_levels:{N}
 -- KEYS[12] idle +slots   ZSET   redisson_delay_queue_idle:{N}
--- and ARGV[4..6] the lanes', rings' and wake channels' prefixes; the slots are given back
--- as an ack gives them.
+-- ARGV[4]  lane_prefix +slots  the lanes' key prefix (ARGV[3] is then given, "" for none)
+-- ARGV[5]  ring_prefix +slots  the rings' key prefix
+-- ARGV[6]  wake_prefix +slots  the wake channels' prefix
+-- and the slots are given back as an ack gives them.
 --
 -- Memory: the first write is the SREM (never grows memory), so a nack runs on a full
 -- server too: the message moves between two hashes, it is never left half-moved.

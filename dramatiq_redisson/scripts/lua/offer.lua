@@ -20,12 +20,13 @@
 --                                  plain lane
 -- KEYS[14] flow_flag +lanes STRING redisson_delay_queue_lane:{N}:{on}  the flow's flag (see flow_enable.lua)
 --
--- ARGV[1]  "rel": each time is a delay in ms added to the server clock;
+-- ARGV[1]  mode  "rel": each time is a delay in ms added to the server clock;
 --          "move:<redis message id>": as "rel", for the retry of a message in flight whose
 --          copy is that id: on a full server (see Memory) that copy's payload is
 --          dropped from KEYS[7] first, so the retry takes its place;
 --          "abs": each time is an absolute due time in epoch ms (legacy migration);
 --          "bulk": one delay in ms for every entry (enqueue_many)
+-- ARGV[2..] entries  by mode:
 -- rel/abs: ARGV[2..] repeated groups of 8:
 --          time_ms, sort_key (see key_len.lua), message_id, payload (see ready_body.lua),
 --          claim id ("" for a fresh offer; else a legacy .DQ id that must still be listed),

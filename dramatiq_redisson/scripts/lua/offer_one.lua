@@ -9,11 +9,11 @@
 -- KEYS[5]  sent          ZSET    redisson_delay_queue_sent:{N}  members moved within the dedupe window
 -- KEYS[6]  ready_msgs    HASH    <ns>:<queue>.msgs  ready messages
 --
--- ARGV[1]  delay in ms, added to the server clock
--- ARGV[2]  sort key (see key_len.lua)
--- ARGV[3]  message id
--- ARGV[4]  payload (see ready_body.lua)
--- ARGV[5]  where a member that already came due is looked for (the offer of a prepared
+-- ARGV[1]  delay_ms  delay in ms, added to the server clock
+-- ARGV[2]  sort_key  sort key (see key_len.lua)
+-- ARGV[3]  message_id
+-- ARGV[4]  data  payload (see ready_body.lua)
+-- ARGV[5]  look  where a member that already came due is looked for (the offer of a prepared
 --          message sent again after its first call's reply was lost): "sent" in KEYS[5]
 --          only (the dedupe window covers the client's retry span: a member that moved
 --          before the resend is still recorded there), "ready" in KEYS[6] only (no

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  paused STRING redisson_delay_queue_paused:{N}   since when the queue is paused (epoch ms)
 --
--- ARGV[1]  "pause" or "resume" (anything else: an error, nothing written)
+-- ARGV[1]  op  "pause" or "resume" (anything else: an error, nothing written)
 --
 -- While KEYS[1] exists, fetch.lua hands out nothing and transfer.lua hands nothing off:
 -- consumers start no message of the queue (those in flight finish); due messages still
@@ -10,6 +10,7 @@
 --
 -- Returns: {1 if the state changed (0: it was so already), since when the queue is
 --           paused (epoch ms, server clock) or -1}
+-- returns: {changed, since}
 
 if ARGV[1] ~= "pause" and ARGV[1] ~= "resume" then
     return redis.error_reply("ERR pause: the operation is \"pause\" or \"resume\", not " .. tostring(ARGV[1]))

@@ -5,12 +5,13 @@
 -- KEYS[3]  dedupe       HASH  redisson_delay_queue_dedupe:{N}    dedupe key -> scheduled message id
 --                                                    (read with ARGV[2] "key" only)
 --
--- ARGV[1]  message id, or with ARGV[2] "key" a dedupe key
--- ARGV[2]  "id" (or absent): ARGV[1] is a message id; "key": the message holding it
+-- ARGV[1]  name  message id, or with ARGV[2] "key" a dedupe key
+-- ARGV[2]  by?  "id" (or absent): ARGV[1] is a message id; "key": the message holding it
 --
 -- Returns: {due time in epoch ms, stored payload (sort key .. encoded message), message
 --          id}, or {-1, false, false} when the message is not scheduled (moved,
 --          cancelled, unknown; no message holds the key).
+-- returns: {due, stored, found}
 
 -- include: stored_key.lua
 

@@ -12,6 +12,7 @@
 -- before 7.4 and Valkey 7.2 refuse every command queued in a MULTI, reads included
 -- (server.c, processCommand: reject_cmd_on_oom), while a script that only reads runs on
 -- every version.
+-- ARGV none
 --
 -- Returns: scheduled (but the periodic ticks) + ready + in flight + built-in delayed.
 

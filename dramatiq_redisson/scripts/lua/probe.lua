@@ -5,11 +5,11 @@
 --          KEYS against the user's key patterns before the script runs, so one denied
 --          key would fail the whole probe with a bare "No permissions to access a key";
 --          called from inside, every denial is reported with the key it concerns.
--- ARGV[1]  token: a hash field / set member / zset member that no real entry uses
--- ARGV[2]  scratch: a key of the queue's namespace the broker never uses; commands that
+-- ARGV[1]  token  a hash field / set member / zset member that no real entry uses
+-- ARGV[2]  scratch  a key of the queue's namespace the broker never uses; commands that
 --          would create or delete something run on it, and it is removed again
--- ARGV[3]  the queue's channel (PUBLISH "0": idle consumers fetch once, nothing else)
--- ARGV[4..] pairs: type ("list", "hash", "set", "zset", "string" or "none"), key name
+-- ARGV[3]  channel  the queue's channel (PUBLISH "0": idle consumers fetch once, nothing else)
+-- ARGV[4..] checks  pairs: type ("list", "hash", "set", "zset", "string" or "none"), key name
 --
 -- Every call below is a no-op on real keys: reads, writes of the token that does not
 -- exist (HDEL, SREM, ZREM, ZADD XX), ZPOPMAX of 0 entries, ZREMRANGEBYSCORE of an empty

@@ -12,16 +12,17 @@
 -- KEYS[9]  lane_of     HASH    redisson_delay_queue_lane_of:{N}
 -- KEYS[10..] acks      SET     <ns>:__acks__.<worker id>.<queue>  the ack set of each worker in ARGV[6..]
 --
--- ARGV[1]  liveness timeout (ms): a worker is dead when its last beat is more than this
+-- ARGV[1]  timeout_ms  liveness timeout (ms): a worker is dead when its last beat is more than this
 --          older than the newest beat in KEYS[1]
--- ARGV[2]  forget after (ms): entries whose last beat is more than this older than the
+-- ARGV[2]  forget_ms  forget after (ms): entries whose last beat is more than this older than the
 --          newest are dropped (their process is long gone)
--- ARGV[3]  C: how many of the ids that follow the caller found dead by their connections
+-- ARGV[3]  confirmed  C: how many of the ids that follow the caller found dead by their connections
 --          (every wake-channel subscription of the worker gone for a while): those are
 --          taken as dead; the others, found dead by their beats (ZRANGE of KEYS[1]), are
 --          checked again here, and one that beat meanwhile is left alone
--- ARGV[4]  the lanes' key prefix, ARGV[5] the rings' (from _keys.py)
--- ARGV[6..] worker ids
+-- ARGV[4]  lane_prefix  the lanes' key prefix (from _keys.py)
+-- ARGV[5]  ring_prefix  the rings' key prefix
+-- ARGV[6..] worker_ids
 --
 -- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
 -- record names (the ready queue when it names none), and the concurrency slots the records say their messages use are
@@ -39,6 +40,7 @@
 -- its maxmemory limit.
 --
 -- Returns: {messages put back, dead workers}.
+-- returns: {requeued, dead}
 
 -- include: variadic.lua
 -- include: wake.lua

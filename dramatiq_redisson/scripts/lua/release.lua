@@ -7,7 +7,7 @@
 -- KEYS[3]  idle      ZSET    redisson_delay_queue_idle:{N}       consumer token -> messages it can start now
 -- KEYS[4]  channel   CHANNEL redisson_delay_queue_channel:{N}    wake channels are this .. ":wake:{token}"
 --
--- ARGV[1]  the leaving consumer's token
+-- ARGV[1]  token  the leaving consumer's token
 --
 -- The successor is the consumer seen most recently that still listens on its wake
 -- channel; it gets "-1" there (take the lease). The others find the lease free when

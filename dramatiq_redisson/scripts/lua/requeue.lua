@@ -7,12 +7,13 @@
 -- KEYS[5]  channel         CHANNEL redisson_delay_queue_channel:{N}  wake channels are this .. ":wake:{token}"
 -- KEYS[6]  fetched         HASH    redisson_delay_queue_fetched:{N}  fetch records (the ids put back lose theirs)
 -- KEYS[7]  flow +lanes     HASH    redisson_delay_queue_flow:{N}  optional, the +lanes keys: the flow
---                                  keys (see flow_context.lua); with them ARGV[1] and ARGV[2] are
---                                  the lanes' and rings' key prefixes, and the ids start at ARGV[3]
+--                                  keys (see flow_context.lua), with ARGV[1] and ARGV[2]
 -- KEYS[8]  levels +lanes   ZSET    redisson_delay_queue_levels:{N}
 -- KEYS[9]  lane_of +lanes  HASH    redisson_delay_queue_lane_of:{N}
 --
--- ARGV[1..] redis message ids, in the order they were fetched
+-- ARGV[1]  lane_prefix +lanes  the lanes' key prefix
+-- ARGV[2]  ring_prefix +lanes  the rings' key prefix
+-- ARGV[3..] ids  redis message ids, in the order they were fetched (ARGV[1..] without +lanes)
 --
 -- Lanes: while the queue's flow is on, each id goes back to the head of the lane its fetch
 -- record names (the ready queue when it names none), and the concurrency slots the records say their messages use are

@@ -4,10 +4,10 @@
 -- KEYS[2]  payloads     HASH    redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
 -- KEYS[3]  channel      CHANNEL redisson_delay_queue_channel:{N}   receives the due time of a new earliest entry
 --
--- ARGV[1]  message id
--- ARGV[2]  "in": due ARGV[3] ms from the server's now; "at": due at ARGV[3] (epoch ms;
+-- ARGV[1]  message_id
+-- ARGV[2]  mode  "in": due ARGV[3] ms from the server's now; "at": due at ARGV[3] (epoch ms;
 --          a time in the past means now)
--- ARGV[3]  milliseconds (integer)
+-- ARGV[3]  value_ms  milliseconds (integer)
 --
 -- The member (sort key + message id) stays the same, so the message keeps its id, its
 -- place in the backup list and its place among equal due times. When the message becomes

@@ -3,10 +3,10 @@
 -- KEYS[1]  timeout_zset ZSET  redisson_delay_queue_timeout:{N}   member -> due time (epoch ms)
 -- KEYS[2]  payloads     HASH  redisson_delay_queue_msgs:{N}      message id -> sort key .. encoded message
 --
--- ARGV[1]  page size
--- ARGV[2]  the cursor: the due time of the last entry of the previous page, or "" to
+-- ARGV[1]  size  page size
+-- ARGV[2]  due  the cursor: the due time of the last entry of the previous page, or "" to
 --          start at the head
--- ARGV[3]  the member of that entry
+-- ARGV[3]  member  the member of that entry
 --
 -- Entries come in ZSET order (due time, then member: the member starts with its offer
 -- sort key, so equal due times keep offer order). While the cursor's entry is still
@@ -19,6 +19,7 @@
 -- Returns: {flat list member1, due1, payload1, member2, ... (payload false if it was
 --           gone), cursor due time, cursor member} — the cursor is the page's last
 --           entry ("" when the end was reached).
+-- returns: {entries, next_due, next_member}
 
 -- include: message_id_of.lua
 

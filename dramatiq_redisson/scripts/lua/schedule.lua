@@ -24,7 +24,9 @@
 -- KEYS[9]  ready_msgs     HASH  <ns>:<queue>.msgs                       redis message id -> encoded message
 -- KEYS[10] idle           ZSET  redisson_delay_queue_idle:{N}           idle consumers (see wake.lua)
 --
--- ARGV[1] the operation, ARGV[2] the schedule's name, then per operation:
+-- ARGV[1]  op  the operation
+-- ARGV[2]  name  the schedule's name
+-- ARGV[3..] rest  per operation:
 --
 -- "start": (re)start the chain at a tick, replacing the scheduled tick if there is one,
 --          only if a guard holds: ARGV[3] its kind, ARGV[4] the expected value:

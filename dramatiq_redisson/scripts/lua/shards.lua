@@ -6,7 +6,8 @@
 --          retired; "a<suffix>": when each shard added to a layout that existed was
 --          added. N is the queue's own tag: the layout lives in shard 0's slot.
 --
--- ARGV[1]  "read", "set" or "drop"
+-- ARGV[1]  op  "read", "set" or "drop"
+-- ARGV[2..] rest  per operation:
 --   read:  ARGV[2] ms: the layout, and which active shards were added less than that long
 --          ago (producers do not send to them yet: every consumer reads the layout again
 --          every safety interval, and starts consuming a new shard then). Writes nothing.

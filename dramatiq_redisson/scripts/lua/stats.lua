@@ -11,10 +11,11 @@
 -- KEYS[9]  flow +lanes   HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[10]: lanes (flow_context.lua)
 -- KEYS[10] levels +lanes ZSET   redisson_delay_queue_levels:{N}    the priorities with waiting lanes
 --
--- ARGV[1]  overdue grace (ms): entries due more than this long ago count as overdue
--- ARGV[2]  consumers seen within this many ms count as live
--- ARGV[3]  with KEYS[9]: the ring prefix (a priority's ring is ARGV[3] .. priority .. "}"),
---          ARGV[4] the rate logs' (the lanes waiting for their group's rate are the ZSET
+-- ARGV[1]  grace_ms  overdue grace (ms): entries due more than this long ago count as overdue
+-- ARGV[2]  live_ms  consumers seen within this many ms count as live
+-- ARGV[3]  ring_prefix +lanes  with KEYS[9..]: the ring prefix (a priority's ring is
+--          ARGV[3] .. priority .. "}")
+-- ARGV[4]  rate_prefix +lanes  the rate logs' (the lanes waiting for their group's rate are the ZSET
 --          ARGV[4] .. "deferred}")
 --
 -- Cost: O(log n), a fixed number of commands; with lanes, one more per priority that has

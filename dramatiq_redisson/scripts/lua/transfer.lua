@@ -34,31 +34,33 @@
 -- KEYS[25] levels +lanes   ZSET  redisson_delay_queue_levels:{N}
 -- KEYS[26] lane_of +lanes  HASH  redisson_delay_queue_lane_of:{N}
 --
--- ARGV[1]  most entries to move in this call
--- ARGV[2]  most dead entries to pop from the head of the backup list (per upkeep tick)
--- ARGV[3]  backup-list entries a compaction pass examines in this call
--- ARGV[4]  slack: a pass starts when LLEN(backup) > 2 * ZCARD + slack
--- ARGV[5]  the calling consumer's token, or "": transfer without looking at or taking
+-- ARGV[1]  limit  most entries to move in this call
+-- ARGV[2]  trim_budget  most dead entries to pop from the head of the backup list (per upkeep tick)
+-- ARGV[3]  compact_step  backup-list entries a compaction pass examines in this call
+-- ARGV[4]  compact_slack  slack: a pass starts when LLEN(backup) > 2 * ZCARD + slack
+-- ARGV[5]  token  the calling consumer's token, or "": transfer without looking at or taking
 --          the lease (an operator's one-off transfer)
--- ARGV[6]  lease time in ms
--- ARGV[7]  how many moved messages the caller can start now: its idle worker threads,
+-- ARGV[6]  lease_ms  lease time in ms
+-- ARGV[7]  own_slots  how many moved messages the caller can start now: its idle worker threads,
 --          within its free prefetch (see Placement)
--- ARGV[8]  "1" if the caller listens on its wake channel (it may be registered as idle),
+-- ARGV[8]  listening  "1" if the caller listens on its wake channel (it may be registered as idle),
 --          "2" if it does and it places by idle threads (see Placement), "3" the same, but
 --          it takes the message on a tie
--- ARGV[9]  dedupe window in ms (0 or absent: moved members are not remembered)
--- ARGV[10] the queue's name as a JSON string (written back into compact payloads: see
+-- ARGV[9]  window_ms  dedupe window in ms (0 or absent: moved members are not remembered)
+-- ARGV[10]  queue_json  the queue's name as a JSON string (written back into compact payloads: see
 --          ready_body.lua)
--- ARGV[11] upkeep interval in ms: the backup list's head trim, the compaction check and
+-- ARGV[11]  upkeep_ms  upkeep interval in ms: the backup list's head trim, the compaction check and
 --          the trim of the dedupe window's moved members run at most this often (a
 --          tick; KEYS[5] holds "-" until the next one), not on every call; 0: every call.
 --          While a compaction pass runs, every call steps it and trims those members.
--- ARGV[12] a periodic tick that moves more than this many ms after its time counts as
+-- ARGV[12]  periodic_grace_ms  a periodic tick that moves more than this many ms after its time counts as
 --          missed (see Periodic ticks)
--- ARGV[13] a schedule with fewer upcoming ticks than this after the one chained is
+-- ARGV[13]  periodic_low_water  a schedule with fewer upcoming ticks than this after the one chained is
 --          returned, so that the caller adds more
--- ARGV[14] "<worker id>|<consumer token>" of the caller, recorded with the time of each
+-- ARGV[14]  caller  "<worker id>|<consumer token>" of the caller, recorded with the time of each
 --          message handed off (as fetch.lua records a fetch)
+-- ARGV[15]  lane_prefix +lanes  the lanes' key prefix (with the +lanes keys)
+-- ARGV[16]  ring_prefix +lanes  the rings' key prefix
 --
 -- Lanes: while the queue's flow is on (its flag, ARGV[15] .. "on}", exists: read in the
 -- MGET below), moved messages go to the lanes that KEYS[26] recorded for them at the
