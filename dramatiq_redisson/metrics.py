@@ -119,6 +119,12 @@ _AWAY = "The metrics export dramatiq_redisson_stats_up 0 until it answers."
 # name, help, QueueStats field (None: computed), per queue
 _QUEUE_GAUGES: tuple[tuple[str, str, str | None], ...] = (
     ("dramatiq_redisson_ready_messages", "Messages waiting in the ready queue.", "ready"),
+    (
+        "dramatiq_redisson_queue_latency_seconds",
+        "How long the oldest ready message has waited (server clock), 0 when none is ready: the signal to "
+        "autoscale workers on.",
+        "latency_ms",
+    ),
     ("dramatiq_redisson_in_flight_messages", "Messages fetched by workers and not yet acked.", "in_flight"),
     ("dramatiq_redisson_scheduled_messages", "Messages scheduled for later (delays, retry back-offs).", "scheduled"),
     (
@@ -368,7 +374,7 @@ class StatsCollector:
             family = GaugeMetricFamily(name, documentation, labels=["queue_name"])
             for queue_name, queue in queues.items():
                 if field is not None:
-                    value = float(queue[field])
+                    value = float(queue[field]) / (1000 if field.endswith("_ms") else 1)
                 elif queue["overdue"] > 0 and queue["next_due_ms"] is not None:
                     value = max(0.0, (now_ms - queue["next_due_ms"]) / 1000)
                 else:

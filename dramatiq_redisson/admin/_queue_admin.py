@@ -280,7 +280,8 @@ class QueueAdmin:
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
             _, plain, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply[:11]
-            by_priority, lanes = _waiting(int(plain), reply[11:])
+            latency = reply[11]
+            by_priority, lanes = _waiting(int(plain), reply[12:])
             ready = sum(by_priority.values()) if by_priority else int(plain)
             history = histories[name]
             queues[name] = QueueStats(
@@ -297,6 +298,7 @@ class QueueAdmin:
                 legacy_delayed=int(legacy),
                 paused=int(paused) >= 0,
                 paused_since_ms=int(paused) if int(paused) > 0 else None,
+                latency_ms=int(latency),
                 last_hour=totals(history["minutes"]),
                 last_day=totals(history["hours"]),
             )
@@ -508,6 +510,7 @@ def _fold(shards: list[QueueStats]) -> QueueStats:
         legacy_delayed=total("legacy_delayed"),
         paused=all(s["paused"] for s in shards),
         paused_since_ms=min(paused_since) if paused_since else None,
+        latency_ms=max(s["latency_ms"] for s in shards),
         last_hour=counts("last_hour"),
         last_day=counts("last_day"),
     )

@@ -45,6 +45,12 @@ class QueueStats(TypedDict):
     #: ms, server clock) or None.
     paused: bool
     paused_since_ms: int | None
+    #: How long the oldest ready message has waited (ms, server clock; 0 when none is
+    #: ready): the queue latency that autoscalers read (KEDA, HPA; see docs/scaling.md).
+    #: Exact for the dedupe window (120 s by default) after a message became ready; past
+    #: it, timed from when the message was sent (its producer's clock), which for a
+    #: delayed message counts its delay too.
+    latency_ms: int
     #: Processed, failed and retried messages in the last 60 minutes (the current one
     #: included), and in the last 24 hours (whole hours, the current one included).
     last_hour: Counts

@@ -37,6 +37,7 @@ def stats_blocks(stats: Stats, namespace: str) -> list[Block]:
     headers = [
         "queue",
         "ready",
+        "latency",
         "in flight",
         "scheduled",
         "overdue",
@@ -51,7 +52,7 @@ def stats_blocks(stats: Stats, namespace: str) -> list[Block]:
     ]
     if legacy:
         headers.append("legacy .DQ")
-    table = Table(headers, numeric={1, 2, 3, 4, 6, 7, 8, 9, 10, 13})
+    table = Table(headers, numeric={1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 14})
     for name, q in stats["queues"].items():
         table.add(*queue_row(name, q, now, legacy))
     blocks: list[Block] = [header, table]
@@ -83,6 +84,7 @@ def queue_row(name: str, q: QueueStats, now: int, legacy: bool) -> list[Cell]:
     row = [
         Cell(name, "bold"),
         Cell(str(q["ready"])),
+        Cell(span(q["latency_ms"]) if q["latency_ms"] else "-", None if q["latency_ms"] < 60_000 else "bold yellow"),
         Cell(str(q["in_flight"])),
         Cell(str(q["scheduled"])),
         Cell(str(q["overdue"]), "bold red" if q["overdue"] else None),

@@ -671,7 +671,11 @@ class Scripts(ScriptRunner):
             "stats",
             keys_of("stats", keys, "", LANES),
             contract("stats").argv(
-                grace_ms=grace_ms, live_ms=live_ms, ring_prefix=keys.ring_prefix, rate_prefix=keys.rate_prefix
+                grace_ms=grace_ms,
+                live_ms=live_ms,
+                ring_prefix=keys.ring_prefix,
+                rate_prefix=keys.rate_prefix,
+                lane_prefix=keys.lane_prefix,
             ),
             client,
         )

@@ -188,6 +188,8 @@ def test_stats_table_and_json(
     assert set(document["queues"]) == {"default", "emails"}
     default = document["queues"]["default"]
     next_due = broker.delayed_queue("default").next_due()
+    # The ready message has waited since it was sent, a moment before
+    assert 0 <= default.pop("latency_ms") < 60_000
     assert default == {
         "ready": 1,
         "ready_by_priority": {},
@@ -218,13 +220,14 @@ def test_stats_table_and_json(
     lines = table.stdout.splitlines()
     assert "namespace 'dramatiq'" in lines[0] and "0 live workers" in lines[0]
     header = next(line for line in lines if line.startswith("queue"))
-    titles = ("ready", "in flight", "scheduled", "overdue", "next due", "dead", "processed 1h", "failed 1h")
-    for title in (*titles, "retried 1h", "consumers", "paused", "lease holder"):
+    titles = ("ready", "latency", "in flight", "scheduled", "overdue", "next due", "dead", "processed 1h")
+    for title in (*titles, "failed 1h", "retried 1h", "consumers", "paused", "lease holder"):
         assert title in header
     row = next(line for line in lines if line.startswith("default")).split()
-    assert row[:5] == ["default", "1", "0", "3", "0"]
-    assert row[5] == iso_s(next_due)  # type: ignore[arg-type]
-    assert re.fullmatch(r"\(in (9m [2-5]\ds|10m)\) 1 0 0 0 0 no -", " ".join(row[6:])), row
+    assert row[:2] == ["default", "1"] and re.fullmatch(r"\d+(ms|s)", row[2]), row  # the ready one's wait
+    assert row[3:6] == ["0", "3", "0"]
+    assert row[6] == iso_s(next_due)  # type: ignore[arg-type]
+    assert re.fullmatch(r"\(in (9m [2-5]\ds|10m)\) 1 0 0 0 0 no -", " ".join(row[7:])), row
     assert "\x1b[" not in table.stdout  # no colour off a terminal
 
 
@@ -249,8 +252,8 @@ def test_plain_fallback_and_rich_tables(cli: Run, actors: tuple[Actor[..., None]
         # Columns line up: each header starts where its dashes start, numbers end where they end.
         starts = [m.start() for m in re.finditer(r"-+", rule)]
         ends = [m.end() for m in re.finditer(r"-+", rule)]
-        assert [header.index(t) for t in ("queue", "next due", "lease holder")] == [starts[0], starts[5], starts[12]]
-        assert row[ends[3] - 1] == "1" and row.startswith("default")
+        assert [header.index(t) for t in ("queue", "next due", "lease holder")] == [starts[0], starts[6], starts[13]]
+        assert row[ends[4] - 1] == "1" and row.startswith("default")
         assert all(line == line.rstrip() for line in lines)
 
 
@@ -265,7 +268,7 @@ def test_plain_and_json_are_taken_after_the_command_too(
         lines = result.stdout.splitlines()
         # A plain table: no rich rules, a dashed rule under the headers.
         assert "─" not in result.stdout and set(lines[2]) == {"-", " "}, (args, result.stdout)
-        assert lines[1].split()[:3] == ["queue", "ready", "in"] and lines[3].startswith("default"), args
+        assert lines[1].split()[:3] == ["queue", "ready", "latency"] and lines[3].startswith("default"), args
     for args in (("--json", "stats", "default"), ("stats", "default", "--json")):
         assert ok_json(cli(*args))["queues"]["default"]["scheduled"] == 1, args
 

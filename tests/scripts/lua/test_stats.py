@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 
+from dramatiq_redisson._ids import sort_key_at
 from dramatiq_redisson._keys import QueueKeys
 
 from .state import Lua, snapshot, turn_flow_on
@@ -26,6 +27,7 @@ def _keys(keys: QueueKeys) -> list[str]:
         keys.consumers,
         keys.legacy_dq,
         keys.paused,
+        keys.sent,
     ]
 
 
@@ -41,7 +43,7 @@ def test_stats_of_an_empty_queue(
     before = server_ms()
     reply = stats(1_000, 30_000)
     assert before <= reply[0] <= server_ms()
-    assert reply[1:] == [0, 0, 0, 0, -1, 0, b"", 0, 0, -1]
+    assert reply[1:] == [0, 0, 0, 0, -1, 0, b"", 0, 0, -1, 0]
     assert redis_client.keys("*") == []
 
 
@@ -58,7 +60,8 @@ def test_stats_counts_every_part_of_a_queue(
     redis_client.rpush(keys.legacy_dq, "old")
     redis_client.set(keys.paused, now - 2_000)
     reply = stats(1_000, 60_000)
-    assert reply[1:] == [2, 3, 3, 2, now - 60_000, 4, b"tok-1", 2, 1, now - 2_000]
+    # (the ready ids' wait is not timed: no record, no sort key, no message_timestamp: 0)
+    assert reply[1:] == [2, 3, 3, 2, now - 60_000, 4, b"tok-1", 2, 1, now - 2_000, 0]
 
 
 def test_stats_counts_as_overdue_only_entries_due_more_than_the_grace_ago(
@@ -118,7 +121,7 @@ def test_stats_with_lanes_counts_each_waiting_priority_and_its_lanes(
     flow_keys = [*_keys(keys), keys.flow, keys.levels]
     script = lua("stats")
     # Without the flow hash: the reply ends where it always did, though lanes are passed
-    assert len(script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])) == 11
+    assert len(script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])) == 12
     # Given lanes at priorities 0 and 3 (counters as flow_push.lua keeps them)
     redis_client.rpush(keys.ready, "plain")
     turn_flow_on(redis_client, keys, **{"p3": 5, "p0": 2, "blocked": 4})
@@ -129,5 +132,41 @@ def test_stats_with_lanes_counts_each_waiting_priority_and_its_lanes(
     reply = script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])
     # Then the lanes blocked by their group's limit, the lanes in the rings, and each
     # priority with ids waiting in its lanes (the plain lane's are the ready count)
-    assert reply[11:] == [4, 5, 0, 2, 3, 5]
+    assert reply[12:] == [4, 5, 0, 2, 3, 5]
     assert snapshot(redis_client) == before
+
+
+def test_the_latency_is_the_oldest_ready_head_s_wait_by_its_record_its_sort_key_or_its_send(
+    lua: Lua, keys: QueueKeys, redis_client: redis.Redis, server_ms: Callable[[], int]
+) -> None:
+    script = lua("stats")
+    flow_keys = [*_keys(keys), keys.flow, keys.levels]
+
+    def latency() -> int:
+        reply = script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix, keys.rate_prefix, keys.lane_prefix])
+        return int(reply[11])
+
+    now = server_ms()
+    # The head of the ready list, recorded as ready 5 s ago (enqueue.lua, transfer.lua)
+    redis_client.rpush(keys.ready, "m1", "m2")
+    redis_client.zadd(keys.sent, {"m1": now - 5_000, "m2": now - 1_000})
+    assert 5_000 <= latency() <= 5_000 + 200
+    # A head without a record: a delayed one by its sort key (sent 9 s ago), an immediate
+    # one by its message_timestamp (sent 7 s ago)
+    redis_client.delete(keys.ready, keys.sent)
+    redis_client.rpush(keys.ready, sort_key_at(now - 9_000) + "m3")
+    assert 9_000 <= latency() <= 9_000 + 200
+    redis_client.delete(keys.ready)
+    redis_client.rpush(keys.ready, "m4")
+    redis_client.hset(keys.ready_msgs, "m4", f'{{"message_timestamp":{now - 7_000}}}')
+    assert 7_000 <= latency() <= 7_000 + 200
+    # With lanes: a lane's head older than the ready list's counts
+    turn_flow_on(redis_client, keys, p3=1)
+    redis_client.zadd(keys.levels, {"3": 3})
+    redis_client.rpush(keys.ring(3), "3:61")
+    redis_client.rpush(keys.lane("3:61"), "m5")
+    redis_client.zadd(keys.sent, {"m5": now - 20_000})
+    assert 20_000 <= latency() <= 20_000 + 200
+    # Nothing ready: 0
+    redis_client.delete(keys.ready, keys.lane("3:61"))
+    assert latency() == 0
