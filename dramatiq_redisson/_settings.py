@@ -27,6 +27,11 @@ from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_T
 #: Most scheduled messages one transfer call moves to the ready queue.
 DEFAULT_TRANSFER_BATCH_SIZE = 100
 
+#: The most a transfer call may move: transfer.lua hands the moved members to variadic
+#: commands, and Lua unpacks at most about 8 000 values at once (a call of 7 999 failed
+#: with "too many results to unpack", every call, so nothing moved any more).
+MAX_TRANSFER_BATCH_SIZE = 5000
+
 #: Longest time (ms) between two transfers of a consumer, announcements or not.
 DEFAULT_SAFETY_INTERVAL = 5000
 
@@ -70,7 +75,7 @@ SETTING_DOCS = {
     "transfer_batch_size": (
         "Most due messages one transfer call moves from a queue's delayed queue to its ready "
         "queue (a count): a larger backlog moves in several calls, one after another, so no "
-        "single call blocks the server long. An int of at least 1; default 100."
+        "single call blocks the server long. An int from 1 to 5000; default 100."
     ),
     "safety_interval": (
         "Longest time (ms) between two transfers of a queue even when no announcement "
@@ -230,6 +235,16 @@ def _at_least(name: str, least: int, unit: str = "", *, numbers: bool = False) -
     return check
 
 
+def _transfer_batch_at_most(settings: BrokerSettings) -> str | None:
+    value = settings.transfer_batch_size
+    if is_int(value) and value > MAX_TRANSFER_BATCH_SIZE:
+        return (
+            f"transfer_batch_size must be at most {MAX_TRANSFER_BATCH_SIZE}, got {value!r}: one transfer call "
+            "unpacks that many messages in Lua (a larger backlog moves in several calls anyway)"
+        )
+    return None
+
+
 def _liveness(settings: BrokerSettings) -> str | None:
     value = settings.liveness_timeout
     if is_int(value) and (value == 0 or value >= 100):
@@ -264,6 +279,7 @@ _CHECKS: tuple[Check, ...] = (
     _at_least("heartbeat_timeout", 0, numbers=True),  # 0, as Dramatiq's own tests set it: every worker is dead
     _at_least("dead_message_ttl", 0, numbers=True),
     _at_least("transfer_batch_size", 1),
+    _transfer_batch_at_most,
     _at_least("safety_interval", 1, numbers=True),
     _at_least("maintenance_interval", 1, numbers=True),
     _at_least("dedupe_window", 0, numbers=True),

@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ BAD: list[tuple[str, Any, str]] = [
     ("heartbeat_timeout", -1, "heartbeat_timeout must be a non-negative number, got -1"),
     ("dead_message_ttl", -1, "dead_message_ttl must be a non-negative number"),
     ("transfer_batch_size", 2.5, "transfer_batch_size must be a positive int, got 2.5"),
+    ("transfer_batch_size", 8000, "transfer_batch_size must be at most 5000, got 8000"),
     ("safety_interval", "5000", "safety_interval must be a positive number, got '5000'"),
     ("maintenance_interval", 0, "maintenance_interval must be a positive number"),
     ("dedupe_window", -5, "dedupe_window must be a non-negative number"),
@@ -232,3 +234,19 @@ def test_internal_attributes_are_kept_out_of_the_reference() -> None:
     (line,) = [line for line in directive.splitlines() if ":exclude-members:" in line]
     excluded = {name.strip() for name in line.split(":exclude-members:", 1)[1].split(",")}
     assert {"resend_lookup", "client_retry_span", "primary_watch"} <= excluded
+
+
+def test_the_largest_transfer_batch_moves_in_one_call(broker: RedissonBroker) -> None:
+    # (A batch of 7 999 failed every call: Lua unpacks at most about 8 000 values at once.)
+    from dramatiq_redisson._settings import MAX_TRANSFER_BATCH_SIZE
+
+    @dramatiq.actor(broker=broker, queue_name="batch")
+    def batched(n: int) -> None: ...
+
+    broker.enqueue_many([batched.message(n) for n in range(MAX_TRANSFER_BATCH_SIZE)], delay=50)
+    time.sleep(0.1)
+    keys = broker.keys("batch")
+    moved = broker.redisson_scripts.transfer(
+        keys, limit=MAX_TRANSFER_BATCH_SIZE, trim_budget=0, compact_step=0, compact_slack=0, window_ms=120_000
+    ).moved
+    assert moved == MAX_TRANSFER_BATCH_SIZE
