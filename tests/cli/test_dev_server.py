@@ -31,12 +31,24 @@ COMMANDS = {
 }
 
 
+def _sighup_default() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class Running:
     """A dev server started as a subprocess, with the lines it printed so far."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            # As a terminal starts it: SIGHUP at its default, even under a pytest run with
+            # SIGHUP ignored (nohup, some CI runners), which the server would keep ignoring.
+            preexec_fn=_sighup_default,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)

@@ -346,12 +346,12 @@ def test_cli_shows_each_shards_counts_and_lists_and_acts_over_the_shards(
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     row = next(line for line in lines if line.startswith("default ")).split()
-    assert row[:4] == ["default", "1", "0", "8"]
+    assert row[:2] == ["default", "1"] and row[3:5] == ["0", "8"]  # (row[2]: the ready one's wait)
     title = lines.index("Shards of 'default': 4 (the row above is their sum)")
-    assert lines[title + 1].split()[:4] == ["shard", "ready", "in", "flight"]
+    assert lines[title + 1].split()[:4] == ["shard", "ready", "latency", "in"]
     shard_rows = {line.split()[0]: line.split() for line in lines[title + 2 :] if line.startswith("default")}
     assert set(shard_rows) == set(names)
-    assert sum(int(r[3]) for r in shard_rows.values()) == 8 and sum(int(r[1]) for r in shard_rows.values()) == 1
+    assert sum(int(r[4]) for r in shard_rows.values()) == 8 and sum(int(r[1]) for r in shard_rows.values()) == 1
     # A queue without shards: no shard table (its output as before)
     plain_out = cli("stats", "plain").stdout
     assert "Shards of" not in plain_out and "~" not in plain_out
