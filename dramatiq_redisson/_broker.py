@@ -504,7 +504,7 @@ class RedissonBroker(RedisBroker):
         the timer in each queue's consumer moves delayed messages. The queue is listed in
         the namespace's queue registry, so every process knows it (one command, once; a
         server that cannot be reached now does not fail the declaration: see
-        :meth:`QueueAdmin.list_declared`)."""
+        ``admin._queue_admin.QueueAdmin.list_declared``)."""
         if queue_name not in self.queues:
             self.emit_before("declare_queue", queue_name)
             self.admin.list_declared(queue_name)

@@ -176,7 +176,7 @@ class QueueAdmin:
     def known_queues(self) -> list[str]:
         """The queues this broker declared and those any process of its namespace
         declared, sent to or consumed (the namespace's queue registry lists them: see
-        :meth:`list_declared`), sorted. A sharded queue is listed once, by its name (its
+        ``list_declared``), sorted. A sharded queue is listed once, by its name (its
         shards' internal names are not queues)."""
         names = {base_queue(name) for name in self._registered()}
         names.update(q for q in self.host.queues if q_name(q) == q)  # not the .DQ/.XQ names
