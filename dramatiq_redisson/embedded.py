@@ -178,7 +178,7 @@ def _log_tail(workdir: Path) -> str:
         return ""
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S) -> int:
+def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT_S) -> int:
     """Stop a server process by its pid: SIGTERM, then SIGKILL if it has not exited within
     ``timeout`` seconds; returns its exit status once it has exited (reaped: no zombie)."""
     if proc.poll() is None:

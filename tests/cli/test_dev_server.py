@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from dramatiq_redisson.embedded import free_loopback_port
+from dramatiq_redisson.embedded import free_loopback_port, stop_process
 from tests.cli.test_cli import base_env
 
 #: The two ways to start it.
@@ -73,13 +73,7 @@ class Running:
     def stop(self) -> None:
         """Stop it as a user would (SIGTERM: it stops its own server too), and kill it
         only if it does not exit (that would leave its server running, orphaned)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc.wait()
+        stop_process(self.proc, timeout=15)
         self.reader.join(timeout=10)
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:

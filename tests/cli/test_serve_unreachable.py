@@ -24,7 +24,7 @@ from redis.retry import Retry
 from dramatiq_redisson import RedissonBroker
 from dramatiq_redisson import metrics as m
 from dramatiq_redisson.dashboard import make_app
-from dramatiq_redisson.embedded import free_loopback_port, server_binary
+from dramatiq_redisson.embedded import free_loopback_port, server_binary, stop_process
 from tests.helpers import sigint_as_in_a_terminal, wait_for
 from tests.test_metrics import call_wsgi, value
 from tests.wsgi_client import Client
@@ -59,13 +59,8 @@ class LocalServer:
             client.close()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, timeout=10)
         self.proc = None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -21,6 +20,7 @@ from dramatiq_redisson import _keys
 from dramatiq_redisson._ids import next_sort_key
 from dramatiq_redisson._keys import QueueKeys, key_slots, parse_key_slots, script_keys
 from dramatiq_redisson.scripts._calls import _NAMES, IdleScore, Scripts, TransferResult
+from dramatiq_redisson.scripts._contract import contract
 from tests.scripts.lua.state import check_key_order, follows_header, key_name, key_names
 
 SCRIPTS = sorted(
@@ -206,11 +206,9 @@ def test_every_list_the_broker_sends_follows_its_header(redis_client: redis.Redi
 
 
 def test_the_transfer_reply_slots_are_named_once() -> None:
-    """transfer.lua's 10-slot reply: its header's ``-- returns:`` line names the slots, and
+    """transfer.lua's 10-slot reply: its header's ``-- returns:`` line names the slots (read
+    by the scripts' contract, which the wrapper reads the reply by), and
     :class:`TransferResult` takes them in that order."""
-    text = resources.files("dramatiq_redisson.scripts").joinpath("lua", "transfer.lua").read_text()
-    match = re.search(r"^-- returns: \{([^}]*)\}", text.replace("\n--           ", " "), re.MULTILINE)
-    assert match is not None
-    slots = [name.strip() for name in match[1].split(",")]
+    slots = list(contract("transfer").returns)
     assert len(slots) == 10
     assert list(inspect.signature(TransferResult).parameters) == slots
