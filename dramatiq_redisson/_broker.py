@@ -16,7 +16,7 @@ from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_T
 from dramatiq.common import q_name
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
-from dramatiq.middleware import Middleware
+from dramatiq.middleware import Middleware, Retries
 from redis.cluster import RedisCluster
 
 from ._held import HeldMessages
@@ -33,6 +33,7 @@ from ._settings import (
     DEFAULT_TRANSFER_BATCH_SIZE,
     DEFAULT_TRANSFER_LEASE,
     DEFAULT_WAIT_TIMEOUT,
+    DEFAULT_WORKFLOW_RETENTION,
     SETTING_DOCS,
     BrokerSettings,
     checked_settings,
@@ -57,6 +58,8 @@ from .periodic._schedules import Schedules
 from .scripts._calls import IdleScore, Scripts
 from .sharding._shards import ShardRouter, shard_pairs
 from .sharding._views import ShardedDeadLetters, ShardedDelayedQueue
+from .workflows._middleware import WorkflowSteps
+from .workflows._store import Workflows
 
 
 def _setting(name: str, *, settable: bool = True) -> Any:
@@ -122,6 +125,7 @@ class RedissonBroker(RedisBroker):
       shards: ``{queue name: shard count}``: spread each named queue over that many hash
         slots of a cluster (see :mod:`dramatiq_redisson.sharding._shards`); on one server it works
         but gains nothing, and the broker logs a warning saying so.
+      workflow_retention: Time (ms) a finished workflow is kept; default 86400000 (a day).
       **parameters: Connection parameters passed to :class:`redis.Redis` (or to
         :class:`redis.cluster.RedisCluster`). A name neither the broker nor redis-py
         takes is refused with the settings, with the closest known name ("unknown
@@ -154,6 +158,7 @@ class RedissonBroker(RedisBroker):
     transfer_lease = _setting("transfer_lease")
     wait_for_replicas = _setting("wait_for_replicas", settable=False)
     wait_timeout = _setting("wait_timeout", settable=False)
+    workflow_retention = _setting("workflow_retention")
 
     @property
     def settings(self) -> BrokerSettings:
@@ -181,6 +186,7 @@ class RedissonBroker(RedisBroker):
         liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT,
         max_priority: int | None = None,
         shards: Mapping[str, int] | None = None,
+        workflow_retention: int = DEFAULT_WORKFLOW_RETENTION,
         **parameters: Any,
     ) -> None:
         # Checked before anything is made: a bad value, an unknown name or url= with
@@ -200,6 +206,7 @@ class RedissonBroker(RedisBroker):
             liveness_timeout=liveness_timeout,
             max_priority=0 if max_priority is None else max_priority,
             shards=shard_pairs(shards),
+            workflow_retention=workflow_retention,
         )
         owns_client = client is None
         client, parameters = connect(url, client, cluster, namespace, parameters)
@@ -275,6 +282,18 @@ class RedissonBroker(RedisBroker):
         self.admin = QueueAdmin(self)
         #: Concurrency limits per queue and per group (see :mod:`dramatiq_redisson.flow._queue_limits`).
         self.limits = Limits(self)
+        #: Chains and groups of messages run as workflows (see :mod:`dramatiq_redisson.workflows`).
+        self.workflows = Workflows(self)
+        self._add_workflow_steps()
+
+    def _add_workflow_steps(self) -> None:
+        """Add the middleware that moves workflows on, before ``Retries`` when there is one
+        (it must see ``message.failed`` as ``Retries`` leaves it: see
+        :mod:`dramatiq_redisson.workflows._middleware`); not twice."""
+        if any(isinstance(m, WorkflowSteps) for m in self.middleware):
+            return
+        retries = next((type(m) for m in self.middleware if isinstance(m, Retries)), None)
+        self.add_middleware(WorkflowSteps(), before=retries)
 
     def _build_producer(self) -> Producer:
         """The producer, given what it uses: its sends go where the shard router says (it

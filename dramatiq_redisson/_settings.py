@@ -57,6 +57,9 @@ DEFAULT_WAIT_TIMEOUT = 1000
 #: Default ``liveness_timeout`` (ms): see :mod:`._liveness`.
 DEFAULT_LIVENESS_TIMEOUT = 6000
 
+#: Default ``workflow_retention`` (ms): a finished workflow is kept a day.
+DEFAULT_WORKFLOW_RETENTION = 86_400_000
+
 #: What each setting a broker exposes as an attribute means, its unit and its default:
 #: the docstrings of those attributes (``RedissonBroker.safety_interval``), which the API
 #: reference shows.
@@ -112,6 +115,11 @@ SETTING_DOCS = {
     "wait_timeout": (
         "Longest wait (ms) for the ``wait_for_replicas`` replicas, per write. An int of at least 1; default 1000."
     ),
+    "workflow_retention": (
+        "Time (ms) a finished workflow (done, failed or cancelled) is kept, with its steps' "
+        "results, before it is removed (see :mod:`dramatiq_redisson.workflows`). A "
+        "non-negative int; default 86400000 (a day); 0 removes it when it finishes."
+    ),
 }
 
 
@@ -160,6 +168,8 @@ class BrokerSettings:
         default) ignores priorities, as a RabbitMQ queue without ``x-max-priority`` does.
       shards: ``(queue name, shard count)`` pairs: each named queue is spread over that
         many hash slots (issue 36, docs/sharding-design.md); a queue not named has one.
+      workflow_retention: Time (ms) a finished workflow is kept (see
+        :mod:`dramatiq_redisson.workflows`).
     """
 
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
@@ -174,6 +184,7 @@ class BrokerSettings:
     liveness_timeout: int = DEFAULT_LIVENESS_TIMEOUT
     max_priority: int = 0
     shards: tuple[tuple[str, int], ...] = ()
+    workflow_retention: int = DEFAULT_WORKFLOW_RETENTION
 
     @functools.cached_property
     def _shard_counts(self) -> dict[str, int]:
@@ -290,4 +301,5 @@ _CHECKS: tuple[Check, ...] = (
     _liveness,
     _max_priority,
     _shards,
+    _at_least("workflow_retention", 0),
 )

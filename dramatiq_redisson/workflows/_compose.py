@@ -1,0 +1,227 @@
+"""A workflow's shape: :class:`chain` and :class:`group`, nested to any depth, and their
+compilation into the nodes the server keeps (see ``lua/lib.lua`` for the fields).
+
+Nodes are numbered in preorder, the root 0. A step (a Dramatiq message) is stored as
+the message it will be sent as: a fresh message id per run, and the option
+``workflow`` that tells the worker which step it is (:class:`Nav`); a chain or a group
+as a small JSON object. Nothing here talks to the server.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
+
+from dramatiq.message import Message
+
+if TYPE_CHECKING:
+    from ._store import Workflow
+
+#: The message option that carries a step's place in its workflow.
+OPTION = "workflow"
+
+#: What a group does when one of its members failed for good.
+FAILURE_POLICIES = ("fail", "continue")
+
+Step = Union[Message[Any], "chain", "group"]
+
+
+class Nav(TypedDict):
+    """A step's place in its workflow, in its message's ``workflow`` option."""
+
+    #: The workflow's id.
+    id: str
+    #: The step's node number.
+    n: int
+    #: Its path, for people: "1.0" is the first member of the root's second node.
+    path: str
+    #: Its parent's node number (-1: the workflow is this one step) and kind ("c", "g", "").
+    p: int
+    pk: str
+    #: The spec ("m5", "g7") of the node after it in its chain, or "".
+    next: str
+
+
+def _check_step(step: object, where: str) -> None:
+    if not isinstance(step, Message | chain | group):
+        raise TypeError(
+            f"{where}: a step is a message (actor.message(...), actor.message_with_options(...)), "
+            f"a chain or a group, not {type(step).__name__}: {step!r}"
+        )
+    if isinstance(step, Message) and OPTION in step.options:
+        raise ValueError(
+            f"{where}: message {step.message_id} is a step of workflow {step.options[OPTION]['id']} already"
+        )
+
+
+class _Composite:
+    kind: Literal["c", "g"]
+    steps: tuple[Step, ...]
+
+    def run(self, *, broker: Any = None) -> Workflow:
+        """Record the workflow on the server and send its first steps (see
+        :meth:`dramatiq_redisson.workflows.Workflows.run`); ``broker``: the broker whose
+        server keeps it, by default Dramatiq's global broker."""
+        if broker is None:
+            import dramatiq
+
+            broker = dramatiq.get_broker()
+        workflows = getattr(broker, "workflows", None)
+        if workflows is None:
+            raise TypeError(
+                f"workflows run on a RedissonBroker, whose server keeps their state; the broker is "
+                f"{type(broker).__name__}"
+            )
+        return workflows.run(self)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Any:
+        return iter(self.steps)
+
+
+class chain(_Composite):  # noqa: N801 (named as Dramatiq's pipeline and group are)
+    """Steps run one after another: each starts when the one before it has succeeded
+    (after its retries), with that one's result appended to its arguments unless it has
+    ``pipe_ignore=True`` (as in Dramatiq's ``pipeline``). A chain's result is its last
+    step's. One step that fails for good fails the chain."""
+
+    kind = "c"
+
+    def __init__(self, *steps: Step) -> None:
+        if len(steps) == 1 and isinstance(steps[0], list | tuple):
+            steps = tuple(steps[0])
+        if not steps:
+            raise ValueError("chain(): a chain needs at least one step")
+        for i, step in enumerate(steps):
+            _check_step(step, f"chain step {i}")
+        self.steps = tuple(steps)
+
+    def __repr__(self) -> str:
+        return f"chain({', '.join(map(_describe, self.steps))})"
+
+
+class group(_Composite):  # noqa: N801
+    """Steps run side by side, each given the result of the step before the group. The
+    group finishes when every member has finished (succeeded, or failed for good); its
+    result, passed to the step after it as one argument, is the list of its members'
+    results in member order.
+
+    ``on_failure``: ``"fail"`` (the default): a member that failed fails the group, and
+    nothing after it runs; ``"continue"``: the group succeeds with ``None`` in the failed
+    members' places."""
+
+    kind = "g"
+
+    def __init__(self, steps: Iterable[Step], *, on_failure: str = "fail") -> None:
+        if isinstance(steps, Message | chain | group):
+            raise TypeError("group(): pass the members as one list: group([a, b, c])")
+        members = tuple(steps)
+        if not members:
+            raise ValueError("group(): a group needs at least one member")
+        if on_failure not in FAILURE_POLICIES:
+            raise ValueError(f"group(): on_failure is one of {FAILURE_POLICIES}, not {on_failure!r}")
+        for i, step in enumerate(members):
+            _check_step(step, f"group member {i}")
+        self.steps = members
+        self.on_failure = on_failure
+
+    def __repr__(self) -> str:
+        return f"group([{', '.join(map(_describe, self.steps))}], on_failure={self.on_failure!r})"
+
+
+def _describe(step: Step) -> str:
+    return f"{step.actor_name}(...)" if isinstance(step, Message) else repr(step)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A workflow ready to record: its id, its root's spec, how many steps, and the
+    hash fields (``lua/lib.lua``) to write."""
+
+    id: str
+    root: str
+    steps: int
+    fields: dict[str, bytes | str | int]
+
+
+def spec(kind: str, number: int) -> str:
+    return f"{kind}{number}"
+
+
+def compile_workflow(root: Step, workflow_id: str | None = None) -> Compiled:
+    """Number the nodes of ``root`` and make the fields the server keeps.
+
+    Raises:
+      TypeError, ValueError: A step that is not a message, chain or group; a message
+        used twice in one workflow.
+    """
+    workflow_id = workflow_id or str(uuid.uuid4())
+    fields: dict[str, bytes | str | int] = {}
+    seen: set[int] = set()
+    counter = [0]
+    steps = [0]
+
+    def visit(node: Step, parent: int, parent_kind: str, path: str) -> tuple[int, str]:
+        number = counter[0]
+        counter[0] += 1
+        if isinstance(node, Message):
+            if id(node) in seen:
+                raise ValueError(f"step {path or '(root)'}: the same message object is used twice in one workflow")
+            seen.add(id(node))
+            steps[0] += 1
+            return number, spec("m", number)
+        kind = node.kind
+        children = [visit(child, number, kind, f"{path}.{i}" if path else str(i)) for i, child in enumerate(node.steps)]
+        definition: dict[str, Any] = {"k": kind, "p": parent, "pk": parent_kind, "n": "", "c": [s for _, s in children]}
+        if isinstance(node, group):
+            definition["f"] = node.on_failure
+            fields[f"c:{number}"] = len(children)
+        fields[f"n:{number}"] = definition  # type: ignore[assignment] (encoded below)
+        nodes[number] = (node, parent, parent_kind, path)
+        return number, spec(kind, number)
+
+    nodes: dict[int, tuple[Step, int, str, str]] = {}
+    _, root_spec = visit(root, -1, "", "")
+    if isinstance(root, Message):
+        nodes[0] = (root, -1, "", "")
+
+    # The node after each one in its chain: known once every node has its number.
+    following: dict[int, str] = {}
+    for number, (node, *_rest) in list(nodes.items()):
+        if isinstance(node, chain):
+            specs = fields[f"n:{number}"]["c"]  # type: ignore[index]
+            for before, after in zip(specs, specs[1:], strict=False):
+                following[int(before[1:])] = after
+    for number, (node, parent, parent_kind, path) in nodes.items():
+        if isinstance(node, Message):
+            continue
+        definition = fields[f"n:{number}"]
+        definition["n"] = following.get(number, "")  # type: ignore[index]
+        fields[f"n:{number}"] = json.dumps(definition, separators=(",", ":"))
+
+    # The steps: collected in a second walk, as they need the numbers of their siblings.
+    def leaves(node: Step, parent: int, parent_kind: str, path: str, number: int) -> int:
+        if isinstance(node, Message):
+            nav: Nav = {
+                "id": workflow_id,
+                "n": number,
+                "path": path or "0",
+                "p": parent,
+                "pk": parent_kind,
+                "next": following.get(number, ""),
+            }
+            message = node.copy(message_id=str(uuid.uuid4()), options={**node.options, OPTION: nav})
+            fields[f"m:{number}"] = message.encode()
+            return number + 1
+        child_number = number + 1
+        for i, child in enumerate(node.steps):
+            child_number = leaves(child, number, node.kind, f"{path}.{i}" if path else str(i), child_number)
+        return child_number
+
+    leaves(root, -1, "", "", 0)
+    return Compiled(workflow_id, root_spec, steps[0], fields)

@@ -1,0 +1,511 @@
+"""``broker.workflows``: run a workflow, record its steps as they finish, send what follows,
+and read or cancel one by id.
+
+Where each thing lives (one HASH per workflow, ``lua/lib.lua`` lists its fields; the
+indexes in :class:`~._scripts.WorkflowKeys`):
+
+- **Run** (``run.lua``): one call records the whole tree (a 10 000-step workflow is one
+  call) and returns its first steps; the caller then sends them with the broker's own
+  sends, with the message ids recorded in the tree. The workflow stays in a ``pending``
+  index until they are sent: if the caller dies in between, a worker's sweep (every
+  :data:`SWEEP_INTERVAL_S` s, for workflows pending more than :data:`SWEEP_GRACE_MS`)
+  sends them. The record is the commit point: a workflow either does not exist, or
+  all of it runs.
+- **Record** (``step.lua``, from the :class:`~._middleware.WorkflowSteps` middleware
+  before the step's ack): one call marks the step finished, counts a group down, and
+  returns the steps that start now; the worker sends them, then acks. A worker killed
+  anywhere before the ack leaves the message unacked: it runs again, its record changes
+  nothing the second time, and what the first one started is sent again under the same
+  message ids, which the broker's sends deduplicate (an immediate message id is pushed
+  once while queued, in flight or within ``dedupe_window``; a delayed one is scheduled
+  once). So each step counts once and starts what follows it once.
+- **Read** (:meth:`Workflows.get`): one ``HGETALL``; which steps were sent is worked out
+  from the records (a step is sent when what comes before it finished), so no write is
+  made when a step is sent or starts.
+
+Retention: a finished (done, failed, cancelled) workflow is kept
+``workflow_retention`` ms (a broker setting, default one day), then removed. What it
+costs while kept: per step its encoded message (as in a queue) and its result's JSON,
+plus about 60 bytes of record; per chain or group about 60 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import redis
+from dramatiq.errors import ActorNotFound
+from dramatiq.message import Message
+
+from .._logs import logger_for
+from .._message import epoch_ms
+from ._compose import OPTION, Nav, Step, compile_workflow
+from ._scripts import Send, WorkflowKeys, WorkflowScripts
+
+if TYPE_CHECKING:
+    from .._broker import RedissonBroker
+
+#: A workflow's states; a step's add "waiting" (not sent yet), "sent" (queued,
+#: scheduled or running), "running", "skipped" (never sent: something before it failed)
+#: and "cancelled" (never sent, or sent and skipped when it came, after a cancel).
+WorkflowStateName = Literal["running", "done", "failed", "cancelled"]
+
+#: A workflow pending longer than this (ms) is one whose caller may have died before it
+#: sent its first steps: the sweep sends them.
+SWEEP_GRACE_MS = 10_000
+
+#: How often (s) each worker process sweeps.
+SWEEP_INTERVAL_S = 10.0
+
+
+class WorkflowError(Exception):
+    """A workflow step cannot be recorded as asked (a result that is not JSON)."""
+
+
+@dataclass(frozen=True)
+class StepState:
+    """One step of a workflow, as :meth:`Workflows.get` found it."""
+
+    #: Its place: "1.0" is the first member of the root's second node.
+    path: str
+    actor: str
+    queue: str
+    message_id: str
+    #: "waiting", "sent", "running", "done", "failed", "skipped" or "cancelled".
+    state: str
+    #: When it was sent, started and finished (epoch ms, server clock), or None.
+    sent_ms: int | None = None
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    #: Its result (decoded JSON) once done; None before.
+    result: Any = None
+    #: Its delay (ms) from when it is sent, or None.
+    delay_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node of the tree: a step, or a chain or group with its members."""
+
+    kind: Literal["step", "chain", "group"]
+    path: str
+    state: str
+    step: StepState | None = None
+    children: tuple[NodeState, ...] = ()
+    on_failure: str | None = None
+    finished_ms: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "path": self.path, "state": self.state}
+        if self.step is not None:
+            out["step"] = self.step.__dict__.copy()
+        if self.on_failure is not None:
+            out["on_failure"] = self.on_failure
+        if self.children:
+            out["children"] = [child.as_dict() for child in self.children]
+        return out
+
+
+@dataclass(frozen=True)
+class WorkflowState:
+    """A workflow as :meth:`Workflows.get` found it."""
+
+    id: str
+    #: "running", "done", "failed" or "cancelled".
+    state: str
+    created_ms: int
+    finished_ms: int | None
+    #: Every step, in path order.
+    steps: tuple[StepState, ...]
+    #: The tree of chains, groups and steps.
+    tree: NodeState
+    #: The workflow's result (its root's: a chain's last step's, a group's list) once done.
+    result: Any = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state != "running"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state,
+            "created_ms": self.created_ms,
+            "finished_ms": self.finished_ms,
+            "result": self.result,
+            "steps": [step.__dict__.copy() for step in self.steps],
+            "tree": self.tree.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class WorkflowSummary:
+    """A line of :meth:`Workflows.list`."""
+
+    id: str
+    state: str
+    created_ms: int
+    finished_ms: int | None
+    steps: int
+
+
+@dataclass
+class Workflow:
+    """A workflow that was run: its ``id``, and shortcuts to its broker's workflows."""
+
+    id: str
+    workflows: Workflows = field(repr=False)
+
+    def get(self) -> WorkflowState | None:
+        return self.workflows.get(self.id)
+
+    def cancel(self) -> bool:
+        return self.workflows.cancel(self.id)
+
+    def wait(self, timeout: float = 60.0, interval: float = 0.05) -> WorkflowState:
+        """Wait until the workflow has finished (done, failed or cancelled) and return its
+        state.
+
+        Raises:
+          TimeoutError: Still running after ``timeout`` s.
+          LookupError: It no longer exists (its retention ended).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.get()
+            if state is None:
+                raise LookupError(f"workflow {self.id} does not exist (never run, or its retention ended)")
+            if state.finished:
+                return state
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"workflow {self.id} still {state.state} after {timeout} s")
+            time.sleep(interval)
+
+
+class Workflows:
+    """A broker's workflows (``broker.workflows``; see the module)."""
+
+    def __init__(self, broker: RedissonBroker) -> None:
+        self.broker = broker
+        self.keys = WorkflowKeys(broker.namespace)
+        self.scripts = WorkflowScripts(broker.client, broker.topology, self.keys)
+        self.logger = logger_for(type(self))
+        #: Called as ``listener(event)`` with "started", "done", "failed" or "cancelled"
+        #: when this process starts or ends a workflow (the metrics count them).
+        self.listeners: list[Callable[[str], None]] = []
+        self._sweep_lock = threading.Lock()
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.broker.settings.workflow_retention)
+
+    # -- running ----------------------------------------------------------------------
+
+    def run(self, root: Step) -> Workflow:
+        """Record a workflow and send its first steps.
+
+        Raises:
+          TypeError, ValueError: A step that is not a message, chain or group; a message
+            used twice; a message of an actor this process does not know is allowed.
+          redis.RedisError: The record failed (nothing runs), or the first sends did (the
+            workflow is recorded: a worker's sweep sends them within about
+            :data:`SWEEP_GRACE_MS` ms).
+        """
+        compiled = compile_workflow(root)
+        flat: list[Any] = []
+        for name, value in compiled.fields.items():
+            flat += (name, value)
+        self.broker.primary_watch.start()
+        _, _, _, sends = self.scripts.run(compiled.id, compiled.root, compiled.steps, flat)
+        self._notify("started")
+        self.send(sends)
+        self.broker.client.zrem(self.keys.pending, compiled.id)
+        return Workflow(compiled.id, self)
+
+    def record(self, nav: Nav, *, ok: bool, result: str, took_ms: int) -> str:
+        """Record a finished step and send the steps that start now (the middleware's
+        call, before the step's ack). Returns the outcome ("recorded", "again",
+        "gone")."""
+        outcome, ended, sends = self.scripts.step(
+            nav["id"], nav["n"], ok, result, took_ms, nav["p"], nav["pk"], nav["next"], self.retention_ms
+        )
+        if outcome == "gone":
+            self.logger.warning(
+                "Workflow %s is gone (its retention ended, or it was removed): step %s recorded nothing.",
+                nav["id"],
+                nav["path"],
+            )
+        if ended:
+            self._notify(ended)
+        self.send(sends)
+        return outcome
+
+    def send(self, sends: list[Send]) -> None:
+        """Send steps (``(spec, message, input)`` from a script): each with its input
+        appended to its arguments unless it has ``pipe_ignore``, after its ``delay``."""
+        by_delay: dict[int | None, list[Message[Any]]] = {}
+        for _, data, given in sends:
+            message = Message.decode(data)
+            if given and not self._pipe_ignore(message):
+                message = message.copy(args=(*message.args, json.loads(given)))
+            delay = message.options.get("delay")
+            by_delay.setdefault(int(delay) if delay else None, []).append(message)
+        for delay, messages in by_delay.items():
+            if len(messages) == 1:
+                self.broker.enqueue(messages[0], delay=delay)
+            else:
+                self.broker.enqueue_many(messages, delay=delay)
+
+    def _pipe_ignore(self, message: Message[Any]) -> bool:
+        if message.options.get("pipe_ignore"):
+            return True
+        try:
+            return bool(self.broker.get_actor(message.actor_name).options.get("pipe_ignore"))
+        except ActorNotFound:
+            return False
+
+    def state_of(self, workflow_id: str) -> str | None:
+        """A workflow's state ("running", ...), None if it does not exist (one HGET)."""
+        value = self.broker.client.hget(self.keys.workflow(workflow_id), "state")
+        return None if value is None else value.decode()
+
+    def sweep(self) -> int:
+        """Send the first steps of workflows whose caller died before it sent them (pending
+        longer than :data:`SWEEP_GRACE_MS`). Returns how many workflows it sent for."""
+        if not self._sweep_lock.acquire(blocking=False):
+            return 0
+        try:
+            client = self.broker.client
+            now = epoch_ms(cast("tuple[int, int]", client.time()))
+            stale = client.zrangebyscore(self.keys.pending, "-inf", now - SWEEP_GRACE_MS, start=0, num=100)
+            for raw in stale:
+                workflow_id = raw.decode()
+                outcome, state, _, sends = self.scripts.run(workflow_id)
+                if outcome == "again" and state == "running":
+                    self.logger.info(
+                        "Workflow %s: sending %d first steps its caller did not send.", workflow_id, len(sends)
+                    )
+                    self.send(sends)
+                client.zrem(self.keys.pending, workflow_id)
+            return len(stale)
+        finally:
+            self._sweep_lock.release()
+
+    # -- reading and cancelling -------------------------------------------------------
+
+    def get(self, workflow_id: str) -> WorkflowState | None:
+        """A workflow's state and each of its steps' (one ``HGETALL``, and one read of the
+        running messages of the queues of its sent steps); None if there is no such
+        workflow (never run, or its retention ended)."""
+        raw = self.broker.client.hgetall(self.keys.workflow(workflow_id))
+        if not raw or b"state" not in raw:
+            return None
+        return _Reader(workflow_id, {k.decode(): v for k, v in raw.items()}, self._running_ids).state()
+
+    def _running_ids(self, queues: Iterable[str]) -> dict[str, int]:
+        """Message id -> when it was fetched, of the messages in flight on ``queues``."""
+        found: dict[str, int] = {}
+        for queue in sorted(set(queues)):
+            try:
+                for message in self.broker.running(queue):
+                    found[message["message_id"]] = message["fetched_ms"]
+            except (ValueError, redis.RedisError):
+                continue
+        return found
+
+    def list(self, *, state: str | None = None, limit: int = 50) -> list[WorkflowSummary]:
+        """The newest workflows first (running ones and finished ones still kept),
+        ``state``: only those in it."""
+        client = self.broker.client
+        out: list[WorkflowSummary] = []
+        start = 0
+        while len(out) < limit:
+            ids = client.zrevrange(self.keys.index, start, start + max(limit, 100) - 1)
+            if not ids:
+                break
+            start += len(ids)
+            with client.pipeline(transaction=False) as pipe:
+                for raw in ids:
+                    pipe.hmget(self.keys.workflow(raw.decode()), "state", "created", "finished", "steps")
+                rows = pipe.execute()
+            for raw, (st, created, finished, steps) in zip(ids, rows, strict=True):
+                if st is None or (state is not None and st.decode() != state):
+                    continue
+                out.append(
+                    WorkflowSummary(
+                        raw.decode(),
+                        st.decode(),
+                        int(created),
+                        int(finished) if finished else None,
+                        int(steps or 0),
+                    )
+                )
+                if len(out) == limit:
+                    break
+        return out
+
+    def cancel(self, workflow_id: str) -> bool:
+        """Cancel a running workflow: steps that have not started never run (scheduled
+        ones leave their delayed queue; queued ones are skipped when they come), and
+        nothing after the running ones is sent. Returns False if it had finished.
+
+        Raises:
+          LookupError: No such workflow.
+        """
+        outcome, _ = self.scripts.cancel(workflow_id, self.retention_ms)
+        if outcome == "gone":
+            raise LookupError(f"workflow {workflow_id} does not exist (never run, or its retention ended)")
+        if outcome != "cancelled":
+            return False
+        self._notify("cancelled")
+        state = self.get(workflow_id)
+        for step in state.steps if state is not None else ():
+            if step.state == "cancelled" and step.sent_ms is not None and step.delay_ms:
+                try:
+                    self.broker.delayed_queue(step.queue).remove(step.message_id)
+                except (ValueError, redis.RedisError) as e:
+                    self.logger.warning(
+                        "Workflow %s: step %s stays scheduled (%s); it is skipped when it comes.",
+                        workflow_id,
+                        step.path,
+                        e,
+                    )
+        return True
+
+    def _notify(self, event: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:
+                self.logger.exception("Workflow listener %r failed.", listener)
+
+
+class _Reader:
+    """A workflow's state, worked out from its HASH (see the module)."""
+
+    def __init__(self, workflow_id: str, fields: dict[str, bytes], running: Callable[[Iterable[str]], dict[str, int]]):
+        self.id = workflow_id
+        self.fields = fields
+        self.running = running
+        self.state_name = fields["state"].decode()
+        self.steps: list[StepState] = []
+        self._pending: list[tuple[str, Message[Any], int, str, dict[str, Any]]] = []
+
+    def _done(self, number: int) -> tuple[bool, int, int, str] | None:
+        value = self.fields.get(f"d:{number}")
+        if value is None:
+            return None
+        ok, finished, took, result = value.decode().split("|", 3)
+        return ok == "1", int(finished), int(took or 0), result
+
+    def state(self) -> WorkflowState:
+        created = int(self.fields["created"])
+        finished = int(self.fields["finished"]) if "finished" in self.fields else None
+        root_spec = self.fields["root"].decode()
+        tree = self._node(root_spec, created, "")
+        running = self.running(message.queue_name for _, message, *_ in self._pending)
+        steps = [self._step(*pending, running) for pending in self._pending]
+        tree = _fill(tree, {step.path: step for step in steps})
+        root_done = self._done(int(root_spec[1:]))
+        result = json.loads(root_done[3]) if root_done and root_done[0] else None
+        return WorkflowState(
+            self.id, self.state_name, created, finished, tuple(sorted(steps, key=_path_key)), tree, result
+        )
+
+    def _node(self, spec: str, sent: int | None, path: str) -> NodeState:
+        """The node ``spec``, sent (activated) at ``sent`` (None: not yet)."""
+        kind, number = spec[0], int(spec[1:])
+        done = self._done(number)
+        if kind == "m":
+            message = Message.decode(self.fields[f"m:{number}"])
+            nav = message.options.get(OPTION, {})
+            self._pending.append((nav.get("path", path or "0"), message, number, "", {"sent": sent, "done": done}))
+            return NodeState("step", nav.get("path", path or "0"), "")
+        definition = json.loads(self.fields[f"n:{number}"])
+        children: list[NodeState] = []
+        if kind == "c":
+            child_sent = sent
+            for i, child in enumerate(definition["c"]):
+                children.append(self._node(child, child_sent, f"{path}.{i}" if path else str(i)))
+                child_done = self._done(int(child[1:]))
+                child_sent = child_done[1] if child_done and child_done[0] else None
+        else:
+            for i, child in enumerate(definition["c"]):
+                children.append(self._node(child, sent, f"{path}.{i}" if path else str(i)))
+        if done is not None:
+            state = "done" if done[0] else "failed"
+        elif sent is not None and self.state_name == "running":
+            state = "running"
+        else:
+            state = self._never(sent)
+        return NodeState(
+            "chain" if kind == "c" else "group",
+            path,
+            state,
+            children=tuple(children),
+            on_failure=definition.get("f"),
+            finished_ms=done[1] if done else None,
+        )
+
+    def _never(self, sent: int | None) -> str:
+        """The state of a node that has not finished, in a workflow that is not running
+        or that has not reached it."""
+        if self.state_name == "cancelled":
+            return "cancelled"
+        if self.state_name == "running":
+            return "waiting"
+        return "skipped" if sent is None else "sent"
+
+    def _step(
+        self, path: str, message: Message[Any], number: int, _: str, when: dict[str, Any], running: dict[str, int]
+    ) -> StepState:
+        sent, done = when["sent"], when["done"]
+        delay = message.options.get("delay")
+        started = None
+        result = None
+        if done is not None:
+            state = "done" if done[0] else "failed"
+            started = done[1] - done[2]
+            result = json.loads(done[3]) if done[0] else None
+        elif sent is not None and message.message_id in running:
+            state = "running" if self.state_name != "cancelled" else "cancelled"
+            started = running[message.message_id]
+        elif sent is not None and self.state_name in ("running", "failed"):
+            state = "sent"
+        else:
+            state = self._never(sent)
+        return StepState(
+            path=path,
+            actor=message.actor_name,
+            queue=message.queue_name,
+            message_id=message.message_id,
+            state=state,
+            sent_ms=sent,
+            started_ms=started,
+            finished_ms=done[1] if done else None,
+            result=result,
+            delay_ms=int(delay) if delay else None,
+        )
+
+
+def _fill(node: NodeState, steps: dict[str, StepState]) -> NodeState:
+    if node.kind == "step":
+        step = steps[node.path]
+        return NodeState("step", node.path, step.state, step=step, finished_ms=step.finished_ms)
+    return NodeState(
+        node.kind,
+        node.path,
+        node.state,
+        children=tuple(_fill(child, steps) for child in node.children),
+        on_failure=node.on_failure,
+        finished_ms=node.finished_ms,
+    )
+
+
+def _path_key(step: StepState) -> tuple[int, ...]:
+    return tuple(int(part) for part in step.path.split("."))
