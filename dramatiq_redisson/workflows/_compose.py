@@ -69,8 +69,10 @@ class _Composite:
             import dramatiq
 
             broker = dramatiq.get_broker()
+        from ._store import Workflows
+
         workflows = getattr(broker, "workflows", None)
-        if workflows is None:
+        if not isinstance(workflows, Workflows):
             raise TypeError(
                 f"workflows run on a RedissonBroker, whose server keeps their state; the broker is "
                 f"{type(broker).__name__}"
@@ -157,71 +159,54 @@ def compile_workflow(root: Step, workflow_id: str | None = None) -> Compiled:
     """Number the nodes of ``root`` and make the fields the server keeps.
 
     Raises:
-      TypeError, ValueError: A step that is not a message, chain or group; a message
-        used twice in one workflow.
+      ValueError: A message object used twice in one workflow.
     """
     workflow_id = workflow_id or str(uuid.uuid4())
-    fields: dict[str, bytes | str | int] = {}
+    defs: dict[int, dict[str, Any]] = {}  # chains and groups
+    leaves: dict[int, tuple[Message[Any], int, str, str]] = {}  # message, parent, its kind, path
     seen: set[int] = set()
-    counter = [0]
-    steps = [0]
 
-    def visit(node: Step, parent: int, parent_kind: str, path: str) -> tuple[int, str]:
-        number = counter[0]
-        counter[0] += 1
+    def visit(node: Step, parent: int, parent_kind: str, path: str) -> str:
+        number = len(defs) + len(leaves)
         if isinstance(node, Message):
             if id(node) in seen:
-                raise ValueError(f"step {path or '(root)'}: the same message object is used twice in one workflow")
+                raise ValueError(f"step {path or '0'}: the same message object is used twice in one workflow")
             seen.add(id(node))
-            steps[0] += 1
-            return number, spec("m", number)
-        kind = node.kind
-        children = [visit(child, number, kind, f"{path}.{i}" if path else str(i)) for i, child in enumerate(node.steps)]
-        definition: dict[str, Any] = {"k": kind, "p": parent, "pk": parent_kind, "n": "", "c": [s for _, s in children]}
+            leaves[number] = (node, parent, parent_kind, path or "0")
+            return spec("m", number)
+        definition: dict[str, Any] = {"k": node.kind, "p": parent, "pk": parent_kind, "n": "", "c": []}
         if isinstance(node, group):
             definition["f"] = node.on_failure
-            fields[f"c:{number}"] = len(children)
-        fields[f"n:{number}"] = definition  # type: ignore[assignment] (encoded below)
-        nodes[number] = (node, parent, parent_kind, path)
-        return number, spec(kind, number)
+        defs[number] = definition
+        definition["c"] = [
+            visit(child, number, node.kind, f"{path}.{i}" if path else str(i)) for i, child in enumerate(node.steps)
+        ]
+        return spec(node.kind, number)
 
-    nodes: dict[int, tuple[Step, int, str, str]] = {}
-    _, root_spec = visit(root, -1, "", "")
-    if isinstance(root, Message):
-        nodes[0] = (root, -1, "", "")
+    root_spec = visit(root, -1, "", "")
 
-    # The node after each one in its chain: known once every node has its number.
+    # The node after each one in its chain.
     following: dict[int, str] = {}
-    for number, (node, *_rest) in list(nodes.items()):
-        if isinstance(node, chain):
-            specs = fields[f"n:{number}"]["c"]  # type: ignore[index]
-            for before, after in zip(specs, specs[1:], strict=False):
+    for definition in defs.values():
+        if definition["k"] == "c":
+            for before, after in zip(definition["c"], definition["c"][1:], strict=False):
                 following[int(before[1:])] = after
-    for number, (node, parent, parent_kind, path) in nodes.items():
-        if isinstance(node, Message):
-            continue
-        definition = fields[f"n:{number}"]
-        definition["n"] = following.get(number, "")  # type: ignore[index]
+
+    fields: dict[str, bytes | str | int] = {}
+    for number, definition in defs.items():
+        definition["n"] = following.get(number, "")
         fields[f"n:{number}"] = json.dumps(definition, separators=(",", ":"))
-
-    # The steps: collected in a second walk, as they need the numbers of their siblings.
-    def leaves(node: Step, parent: int, parent_kind: str, path: str, number: int) -> int:
-        if isinstance(node, Message):
-            nav: Nav = {
-                "id": workflow_id,
-                "n": number,
-                "path": path or "0",
-                "p": parent,
-                "pk": parent_kind,
-                "next": following.get(number, ""),
-            }
-            message = node.copy(message_id=str(uuid.uuid4()), options={**node.options, OPTION: nav})
-            fields[f"m:{number}"] = message.encode()
-            return number + 1
-        child_number = number + 1
-        for i, child in enumerate(node.steps):
-            child_number = leaves(child, number, node.kind, f"{path}.{i}" if path else str(i), child_number)
-        return child_number
-
-    leaves(root, -1, "", "", 0)
-    return Compiled(workflow_id, root_spec, steps[0], fields)
+        if definition["k"] == "g":
+            fields[f"c:{number}"] = len(definition["c"])
+    for number, (message, parent, parent_kind, path) in leaves.items():
+        nav: Nav = {
+            "id": workflow_id,
+            "n": number,
+            "path": path,
+            "p": parent,
+            "pk": parent_kind,
+            "next": following.get(number, ""),
+        }
+        sent = message.copy(message_id=str(uuid.uuid4()), options={**message.options, OPTION: nav})
+        fields[f"m:{number}"] = sent.encode()
+    return Compiled(workflow_id, root_spec, len(leaves), fields)

@@ -24,17 +24,21 @@ import json
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
+from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware, SkipMessage
 
 from .._logs import logger_for
 from ._compose import OPTION, Nav
-from ._store import SWEEP_INTERVAL_S
+from ._store import SWEEP_INTERVAL_S, Workflows
 
-if TYPE_CHECKING:
-    from .._broker import RedissonBroker
+
+def _workflows(broker: Broker) -> Workflows | None:
+    """The broker's workflows (None: a broker that keeps none)."""
+    workflows = getattr(broker, "workflows", None)
+    return workflows if isinstance(workflows, Workflows) else None
 
 
 class _DiscardedResultFilter(logging.Filter):
@@ -61,37 +65,40 @@ class WorkflowSteps(Middleware):
 
     # -- a worker's life: the sweep ----------------------------------------------------
 
-    def after_worker_boot(self, broker: RedissonBroker, worker: Any) -> None:
+    def after_worker_boot(self, broker: Broker, worker: Any) -> None:
         logging.getLogger("dramatiq.worker.WorkerThread").addFilter(self._filter)
-        if self._sweeper is None and hasattr(broker, "workflows"):
+        if self._sweeper is None and _workflows(broker) is not None:
             self._stop.clear()
             self._sweeper = threading.Thread(
-                target=self._sweep, args=(broker,), name="dramatiq-redisson-workflow-sweep", daemon=True
+                target=self._sweep, args=(_workflows(broker),), name="dramatiq-redisson-workflow-sweep", daemon=True
             )
             self._sweeper.start()
 
-    def before_worker_shutdown(self, broker: RedissonBroker, worker: Any) -> None:
+    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
         self._stop.set()
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.join(timeout=5)
 
-    def _sweep(self, broker: RedissonBroker) -> None:
+    def _sweep(self, workflows: Workflows) -> None:
         while not self._stop.wait(SWEEP_INTERVAL_S):
             try:
-                broker.workflows.sweep()
+                workflows.sweep()
             except Exception as e:  # the next sweep tries again
                 self.logger.warning("Workflow sweep failed (%s); trying again in %.0f s.", e, SWEEP_INTERVAL_S)
 
     # -- a step's life ----------------------------------------------------------------
 
-    def before_process_message(self, broker: RedissonBroker, message: Any) -> None:
+    def before_process_message(self, broker: Broker, message: Any) -> None:
         nav: Nav | None = message.options.get(OPTION)
         self._local.nav = nav
         if not nav:
             return
         self._local.started = time.monotonic()
-        state = broker.workflows.state_of(nav["id"])
+        workflows = _workflows(broker)
+        if workflows is None:
+            return
+        state = workflows.state_of(nav["id"])
         if state != "running":
             self._local.nav = None
             self.logger.info(
@@ -104,7 +111,7 @@ class WorkflowSteps(Middleware):
             raise SkipMessage(f"workflow {nav['id']} is {state or 'gone'}")
 
     def after_process_message(
-        self, broker: RedissonBroker, message: Any, *, result: Any = None, exception: BaseException | None = None
+        self, broker: Broker, message: Any, *, result: Any = None, exception: BaseException | None = None
     ) -> None:
         nav: Nav | None = getattr(self._local, "nav", None)
         self._local.nav = None
@@ -132,19 +139,23 @@ class WorkflowSteps(Middleware):
         took = int((time.monotonic() - getattr(self._local, "started", time.monotonic())) * 1000)
         self._record(broker, message, nav, ok, encoded, took)
 
-    def after_skip_message(self, broker: RedissonBroker, message: Any) -> None:
+    def after_skip_message(self, broker: Broker, message: Any) -> None:
         nav: Nav | None = getattr(self._local, "nav", None)
         self._local.nav = None
         if nav and message.failed:  # failed by another middleware (an age limit): for good
             self._record(broker, message, nav, False, "null", 0)
 
-    def _record(self, broker: RedissonBroker, message: Any, nav: Nav, ok: bool, result: str, took: int) -> None:
+    def _record(self, broker: Broker, message: Any, nav: Nav, ok: bool, result: str, took: int) -> None:
+        workflows = _workflows(broker)
+        if workflows is None:
+            return
         try:
-            broker.workflows.record(nav, ok=ok, result=result, took_ms=took)
+            workflows.record(nav, ok=ok, result=result, took_ms=took)
         except (redis.RedisError, OSError) as e:
             # Not acked: it runs again, and its record then sends what it starts.
             redis_message_id = message.options.get("redis_message_id")
-            queue = broker.held.queue_of(redis_message_id) if redis_message_id else None
+            held = workflows.broker.held
+            queue = held.queue_of(redis_message_id) if redis_message_id else None
             self.logger.error(
                 "Step %s (%s) of workflow %s could not be recorded (%s): it is not acked and runs again.",
                 nav["path"],
@@ -153,4 +164,4 @@ class WorkflowSteps(Middleware):
                 e,
             )
             if queue is not None:
-                broker.held.release(queue, redis_message_id)
+                held.release(queue, redis_message_id)

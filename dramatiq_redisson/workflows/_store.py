@@ -271,7 +271,7 @@ class Workflows:
 
     def state_of(self, workflow_id: str) -> str | None:
         """A workflow's state ("running", ...), None if it does not exist (one HGET)."""
-        value = self.broker.client.hget(self.keys.workflow(workflow_id), "state")
+        value = cast("bytes | None", self.broker.client.hget(self.keys.workflow(workflow_id), "state"))
         return None if value is None else value.decode()
 
     def sweep(self) -> int:
@@ -282,7 +282,9 @@ class Workflows:
         try:
             client = self.broker.client
             now = epoch_ms(cast("tuple[int, int]", client.time()))
-            stale = client.zrangebyscore(self.keys.pending, "-inf", now - SWEEP_GRACE_MS, start=0, num=100)
+            stale = cast(
+                "list[bytes]", client.zrangebyscore(self.keys.pending, "-inf", now - SWEEP_GRACE_MS, start=0, num=100)
+            )
             for raw in stale:
                 workflow_id = raw.decode()
                 outcome, state, _, sends = self.scripts.run(workflow_id)
@@ -302,7 +304,7 @@ class Workflows:
         """A workflow's state and each of its steps' (one ``HGETALL``, and one read of the
         running messages of the queues of its sent steps); None if there is no such
         workflow (never run, or its retention ended)."""
-        raw = self.broker.client.hgetall(self.keys.workflow(workflow_id))
+        raw = cast("dict[bytes, bytes]", self.broker.client.hgetall(self.keys.workflow(workflow_id)))
         if not raw or b"state" not in raw:
             return None
         return _Reader(workflow_id, {k.decode(): v for k, v in raw.items()}, self._running_ids).state()
@@ -325,7 +327,7 @@ class Workflows:
         out: list[WorkflowSummary] = []
         start = 0
         while len(out) < limit:
-            ids = client.zrevrange(self.keys.index, start, start + max(limit, 100) - 1)
+            ids = cast("list[bytes]", client.zrevrange(self.keys.index, start, start + max(limit, 100) - 1))
             if not ids:
                 break
             start += len(ids)

@@ -133,9 +133,11 @@ def test_pipe_ignore_keeps_a_step_from_getting_the_result(
     steps: dict[str, Any], calls: list[tuple[str, tuple[Any, ...]]]
 ) -> None:
     add, fresh, ident = steps["add"], steps["fresh"], steps["ident"]
-    state = chain(
-        add.message(1), fresh.message(), ident.message_with_options(args=(7,), pipe_ignore=True), ident.message()
-    ).run().wait(timeout=20)
+    state = (
+        chain(add.message(1), fresh.message(), ident.message_with_options(args=(7,), pipe_ignore=True), ident.message())
+        .run()
+        .wait(timeout=20)
+    )
     assert state.state == "done"
     assert [a for n, a in calls if n in ("fresh", "ident")] == [(), (7,), ([7],)]
 
@@ -165,7 +167,9 @@ def test_continue_runs_the_next_step_with_none_for_failed_members(steps: dict[st
     assert state.result == [[1, None, 2]]
 
 
-def test_a_step_retried_counts_when_it_succeeds(steps: dict[str, Any], calls: list[tuple[str, tuple[Any, ...]]]) -> None:
+def test_a_step_retried_counts_when_it_succeeds(
+    steps: dict[str, Any], calls: list[tuple[str, tuple[Any, ...]]]
+) -> None:
     flaky, ident = steps["flaky"], steps["ident"]
     state = chain(flaky.message("k"), ident.message()).run().wait(timeout=30)
     assert state.state == "done"
@@ -180,7 +184,7 @@ def test_a_step_that_fails_for_good_fails_the_chain(
     state = chain(add.message(1), boom.message(), add.message(2)).run().wait(timeout=20)
     assert state.state == "failed"
     assert [s.state for s in state.steps] == ["done", "failed", "skipped"]
-    assert broker.dead_letters("default").count() == 1  # dead-lettered, as any message
+    assert broker.dead_letters("default").size() == 1  # dead-lettered, as any message
 
 
 def test_a_result_that_is_not_json_fails_the_step_with_an_error_naming_it(
@@ -202,7 +206,9 @@ def test_a_delayed_step_waits_from_when_it_is_sent(steps: dict[str, Any], redis_
     assert second.started_ms - first.finished_ms >= 400  # type: ignore[operator]
 
 
-def test_cancel_stops_what_has_not_started(steps: dict[str, Any], calls: list[tuple[str, tuple[Any, ...]]], broker: RedissonBroker) -> None:
+def test_cancel_stops_what_has_not_started(
+    steps: dict[str, Any], calls: list[tuple[str, tuple[Any, ...]]], broker: RedissonBroker
+) -> None:
     slow, add = steps["slow"], steps["add"]
     run = chain(
         slow.message(0.5),
@@ -225,7 +231,9 @@ def test_cancel_removes_scheduled_steps_and_skips_queued_ones(
     steps: dict[str, Any], calls: list[tuple[str, tuple[Any, ...]]], broker: RedissonBroker
 ) -> None:
     add = steps["add"]
-    run = group([add.message_with_options(args=(1,), delay=60_000), add.message_with_options(args=(2,), delay=60_000)]).run()
+    run = group(
+        [add.message_with_options(args=(1,), delay=60_000), add.message_with_options(args=(2,), delay=60_000)]
+    ).run()
     assert broker.delayed_queue("default").count() == 2
     run.cancel()
     assert broker.delayed_queue("default").count() == 0
@@ -278,7 +286,9 @@ def test_bad_steps_are_refused_before_anything_is_written(steps: dict[str, Any],
     assert redis_client.dbsize() == before
 
 
-def test_a_workflow_with_many_steps_is_one_record(steps: dict[str, Any], redis_client: redis.Redis, broker: RedissonBroker) -> None:
+def test_a_workflow_with_many_steps_is_one_record(
+    steps: dict[str, Any], redis_client: redis.Redis, broker: RedissonBroker
+) -> None:
     add = steps["add"]
     before = redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
     run = chain(*[add.message(i) for i in range(50)]).run()
