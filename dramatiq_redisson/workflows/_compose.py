@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
 
 from dramatiq.message import Message
 
@@ -77,7 +77,7 @@ class _Composite:
                 f"workflows run on a RedissonBroker, whose server keeps their state; the broker is "
                 f"{type(broker).__name__}"
             )
-        return workflows.run(self)
+        return workflows.run(cast("Step", self))
 
     def __len__(self) -> int:
         return len(self.steps)
