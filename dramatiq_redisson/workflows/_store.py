@@ -327,7 +327,9 @@ class Workflows:
         out: list[WorkflowSummary] = []
         start = 0
         while len(out) < limit:
-            ids = cast("list[bytes]", client.zrevrange(self.keys.index, start, start + max(limit, 100) - 1))
+            # Newest first, read from the end (ZRANGE, not ZREVRANGE: the ACL rule's command).
+            batch = max(limit, 100)
+            ids = cast("list[bytes]", client.zrange(self.keys.index, -(start + batch), -(start + 1)))[::-1]
             if not ids:
                 break
             start += len(ids)

@@ -26,6 +26,8 @@ from dramatiq.middleware import default_middleware
 import dramatiq_redisson
 from dramatiq_redisson import QueueKeys, RedissonBroker, periodic
 from dramatiq_redisson._ids import next_sort_key
+from dramatiq_redisson.workflows import chain, group
+from dramatiq_redisson.workflows._scripts import _SOURCES as workflow_sources
 from dramatiq_redisson.connection._acl_rule import (
     CLIENT_COMMANDS,
     CLUSTER_COMMANDS,
@@ -104,6 +106,9 @@ def test_rule_has_every_command_of_every_lua_script() -> None:
     scripts = sorted(p for p in LUA.glob("*.lua") if p.name != "probe.lua")
     assert len(scripts) >= 10, scripts
     used: dict[str, set[str]] = {p.name: lua_commands(p, load_source(p.stem).decode()) for p in scripts}
+    # The workflow scripts, each as the server runs it (lib.lua written in front of it).
+    for name, source in workflow_sources.items():
+        used[f"workflows/{name}.lua"] = lua_commands(PACKAGE / "workflows" / "lua" / f"{name}.lua", source.decode())
     includes = {p.stem for p in (LUA / "include").glob("*.lua")}
     assert includes
     included = {
@@ -497,6 +502,15 @@ def test_whole_flow_as_a_user_with_exactly_the_rule(
         counts = broker.history(queue, minutes=5, hours=2)["queues"][queue]["minutes"]
         assert sum(b["processed"] for b in counts) >= 3 and sum(b["failed"] for b in counts) >= 1
         assert sum(b["retried"] for b in counts) == len(attempts) >= 1
+        # A workflow runs, is read, listed and cancelled as the same user.
+        member = [job.message_with_options(args=(f"wf-{n}",), pipe_ignore=True) for n in "bc"]
+        done = chain(job.message("wf-a"), group(member)).run()
+        assert done.wait(timeout=10).state == "done"
+        assert {"wf-a", "wf-b", "wf-c"} <= set(ran)
+        later = job.message_with_options(args=("wf-later",), delay=60_000)
+        stopped = chain(later, job.message_with_options(args=("wf-never",), pipe_ignore=True)).run()
+        assert stopped.cancel() and broker.workflows.get(stopped.id).state == "cancelled"  # type: ignore[union-attr]
+        assert [w.id for w in broker.workflows.list(limit=2)] == [stopped.id, done.id]
     finally:
         worker.stop()
 
