@@ -26,8 +26,6 @@ from dramatiq.middleware import default_middleware
 import dramatiq_redisson
 from dramatiq_redisson import QueueKeys, RedissonBroker, periodic
 from dramatiq_redisson._ids import next_sort_key
-from dramatiq_redisson.workflows import chain, group
-from dramatiq_redisson.workflows._scripts import _SOURCES as workflow_sources
 from dramatiq_redisson.connection._acl_rule import (
     CLIENT_COMMANDS,
     CLUSTER_COMMANDS,
@@ -57,6 +55,8 @@ from dramatiq_redisson.connection._permissions import (
 )
 from dramatiq_redisson.dashboard import make_app
 from dramatiq_redisson.scripts._runner import load_source
+from dramatiq_redisson.workflows import chain, group
+from dramatiq_redisson.workflows._scripts import _SOURCES as workflow_sources
 from tests.helpers import wait_for
 
 PACKAGE = Path(dramatiq_redisson.__file__).parent
