@@ -467,8 +467,14 @@ class RedissonBroker(RedisBroker):
     def do_nack(self, queue_name: str, redis_message_id: str, final: bytes | None = None) -> int:
         """Move a message this worker fetched from ``queue_name`` to its dead letters;
         ``final`` (its encoding as it failed, with the traceback Dramatiq recorded) is
-        stored in place of the copy fetched. Returns 1 if it was moved."""
+        stored in place of the copy fetched. Returns 1 if it was moved.
+
+        A message released meanwhile (a workflow step whose record failed: see
+        :mod:`dramatiq_redisson.workflows._middleware`) is not moved: it stays in the ack
+        set, unheld, and the consumer's next reconciliation requeues it."""
         self.held.was_retried(redis_message_id)  # counted as failed, not retried
+        if self.held.was_released(queue_name, redis_message_id):
+            return 0
         if final is None:
             final = self.held.failed(redis_message_id)
         uses_slots = self.held.holds_slots(queue_name, redis_message_id)

@@ -274,16 +274,16 @@ class Workflows:
         value = cast("bytes | None", self.broker.client.hget(self.keys.workflow(workflow_id), "state"))
         return None if value is None else value.decode()
 
-    def sweep(self) -> int:
+    def sweep(self, older_than_ms: int = SWEEP_GRACE_MS) -> int:
         """Send the first steps of workflows whose caller died before it sent them (pending
-        longer than :data:`SWEEP_GRACE_MS`). Returns how many workflows it sent for."""
+        longer than ``older_than_ms``). Returns how many workflows it sent for."""
         if not self._sweep_lock.acquire(blocking=False):
             return 0
         try:
             client = self.broker.client
             now = epoch_ms(cast("tuple[int, int]", client.time()))
             stale = cast(
-                "list[bytes]", client.zrangebyscore(self.keys.pending, "-inf", now - SWEEP_GRACE_MS, start=0, num=100)
+                "list[bytes]", client.zrangebyscore(self.keys.pending, "-inf", now - older_than_ms, start=0, num=100)
             )
             for raw in stale:
                 workflow_id = raw.decode()
