@@ -39,6 +39,7 @@ from redis.crc import key_slot
 from dramatiq_redisson import RedissonBroker, periodic
 from dramatiq_redisson._keys import QueueKeys
 from dramatiq_redisson.dashboard import make_app
+from dramatiq_redisson.workflows import chain, group
 from tests.harness import failover
 from tests.harness.failover import QUEUE, SIZES, FailoverResult, Fault, Size
 from tests.harness.topology import Cluster, Server
@@ -225,6 +226,40 @@ def test_delayed_retries_and_dead_letters(cluster_broker: RedissonBroker) -> Non
     done = client.post(f"/queues/retries/dead/{rid}/requeue", {"csrf": client.token("/queues/retries/dead")})
     assert done.status == 303 and broker.dead_letters("retries").size() == 0
     assert broker.client.llen(broker.keys("retries").ready) == 1
+
+
+def test_a_workflow_runs_over_queues_on_every_master_and_a_sharded_queue(cluster: Cluster) -> None:
+    broker = RedissonBroker(client=cluster.client(), middleware=[m() for m in default_middleware], shards={"spread": 3})
+    broker.client.flushall()
+    names = queues_on_every_master(cluster, broker, per_master=1)
+    actors = []
+    for name in [*names, "spread"]:
+
+        @dramatiq.actor(broker=broker, queue_name=name, actor_name=f"add_{name}", max_retries=0)
+        def add(*args: Any) -> int:
+            return sum(a if isinstance(a, int) else sum(a) for a in args)
+
+        actors.append(add)
+    first, *middle, last = actors
+    workflow = chain(
+        first.message(1),
+        group([actor.message_with_options(args=(i,), delay=100 * i) for i, actor in enumerate(middle)]),
+        last.message(),
+    )
+    worker = Worker(broker, worker_timeout=100, worker_threads=2)
+    worker.start()
+    try:
+        run = workflow.run(broker=broker)
+        state = run.wait(timeout=30)
+    finally:
+        worker.stop()
+        broker.client.flushall()
+        broker.close()
+    assert state.state == "done"
+    # each member got 1 and added its index; the last step summed the list
+    assert state.result == sum(1 + i for i in range(len(middle)))
+    assert {s.queue for s in state.steps} == {*names, "spread"}
+    assert all(s.state == "done" for s in state.steps)
 
 
 def test_periodic_actors_tick_once_and_are_operated_on_a_cluster(cluster_broker: RedissonBroker) -> None:
