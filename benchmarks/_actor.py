@@ -132,3 +132,36 @@ def declare_periodic(broker: Any, schedules: Any, record: Any = None, queue: str
         # A timedelta: every= takes one in every version measured (a bare number no longer).
         periodic(every=timedelta(seconds=every), name=name)(actor)
     return actor
+
+
+#: The lists the workflow scenario's actors record on: a member's end ("seq sec usec
+#: pid") and the completion step's start ("run sec usec pid"), on the server's clock.
+WF_END_KEY = "bench:wf:ends"
+WF_DONE_KEY = "bench:wf:done"
+
+
+def declare_workflow(broker: Any, record: Any = None) -> tuple[Any, Any]:
+    """Declare the workflow scenario's actors on the bench queue and return them:
+    ``bench_wf_member(seq)``, a no-op that records its end in ``WF_END_KEY`` (the record
+    is the last thing its body does), and ``bench_wf_done(run)``, the completion step,
+    which records its start in ``WF_DONE_KEY``. On a broker that keeps no workflows
+    (Dramatiq's ``RedisBroker``) it also adds Dramatiq's ``GroupCallbacks`` middleware,
+    its barriers kept by ``RedisBackend`` on the broker's own server: what
+    ``group(...).add_completion_callback(...)`` needs in the producer and in the workers."""
+    client = broker.client if record is None else record
+    if not hasattr(broker, "workflows"):
+        from dramatiq.middleware import GroupCallbacks
+        from dramatiq.rate_limits.backends import RedisBackend
+
+        broker.add_middleware(GroupCallbacks(RedisBackend(client=broker.client)))
+
+    def bench_wf_member(seq: int) -> None:
+        client.eval(RECORD_LUA, 1, WF_END_KEY, seq, os.getpid())
+
+    def bench_wf_done(run: int) -> None:
+        client.eval(RECORD_LUA, 1, WF_DONE_KEY, run, os.getpid())
+
+    decorate: Any = dramatiq.actor
+    member = decorate(bench_wf_member, broker=broker, queue_name=QUEUE, actor_name="bench_wf_member", max_retries=0)
+    done = decorate(bench_wf_done, broker=broker, queue_name=QUEUE, actor_name="bench_wf_done", max_retries=0)
+    return member, done

@@ -48,6 +48,26 @@ def _work(
     }
 
 
+def _workflow(*, runs: int, members: int, cost_n: int, send_n: int, send_repeat: int, timeout: int) -> dict[str, Any]:
+    """The parameters of the ``workflow`` scenario (``scenarios/workflow.py``): ``runs``
+    fan-outs of ``members`` no-op steps and one completion step each (``timeout`` s for
+    each run); ``cost_n`` steps sent as plain messages, then as chains of ``chain`` steps;
+    a group of ``send_n`` steps run against ``enqueue_many`` of as many messages,
+    ``send_repeat`` times each. ``settle``: seconds after the last record before the
+    server's statistics are read; ``grace``: after the last run, for late duplicates."""
+    return {
+        "runs": runs,
+        "members": members,
+        "cost_n": cost_n,
+        "chain": 10,
+        "send_n": send_n,
+        "send_repeat": send_repeat,
+        "timeout": timeout,
+        "settle": 0.3,
+        "grace": 1.0,
+    }
+
+
 #: Per-size parameters of every scenario. "full" is the size the issue asks for.
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {
@@ -93,6 +113,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 300, "bulk": 2_000, "repeat": 1},
         "idle": {"n": 20, "gap_lo": 20, "gap_hi": 80, "settle": 0.5},
         "script_cost": {"n": 50},  # calls per phase: a multiple of 50 (see scenarios/script_cost.py)
+        "workflow": _workflow(runs=2, members=50, cost_n=200, send_n=500, send_repeat=1, timeout=20),
         "burst": {"n": 1_000, "delay": 1500, "timeout": 30},
         "saturation": {"rates": [100, 400], "stage_s": 2, "delay": 500, "tick_ms": 20, "timeout": 10, "p99_ms": 50},
         "fleet": {
@@ -192,6 +213,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 5_000, "bulk": 20_000, "repeat": 3},
         "idle": {"n": 100, "gap_lo": 50, "gap_hi": 150},
         "script_cost": {"n": 300},
+        "workflow": _workflow(runs=10, members=1_000, cost_n=1_000, send_n=10_000, send_repeat=3, timeout=30),
         "burst": {"n": 20_000, "delay": 2500, "timeout": 60},
         "saturation": {
             "rates": [250, 500, 1000, 2000, 3000],
@@ -298,6 +320,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "offer": {"one": 20_000, "bulk": 100_000, "repeat": 3},
         "idle": {"n": 300, "gap_lo": 50, "gap_hi": 150},
         "script_cost": {"n": 1000},
+        "workflow": _workflow(runs=20, members=1_000, cost_n=2_000, send_n=10_000, send_repeat=5, timeout=60),
         "burst": {"n": 100_000, "delay": 6000, "timeout": 60},
         "saturation": {
             "rates": [500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000],

@@ -32,7 +32,8 @@ def worker_main(
     s)``: the bench actor inside Dramatiq's ``WindowRateLimiter``, see
     ``_actor.declare_rate_limited``) and ``work`` (``{"kind": "sleep" | "cpu", "ms": …}``:
     what the recording actor does after recording its start, see ``_actor.work_body``;
-    default nothing) and ``otel`` (add the tracing middleware, see ``_brokers.add_tracing``). Reports (pid,
+    default nothing) and ``otel`` (add the tracing middleware, see ``_brokers.add_tracing``) and
+    ``workflow`` (the workflow scenario's actors too, see ``_actor.declare_workflow``). Reports (pid,
     the file ``dramatiq_redisson`` is imported from) on ``ready`` once the Worker runs."""
     import redis
     from dramatiq import Worker
@@ -60,6 +61,10 @@ def worker_main(
         from ._actor import declare_periodic
 
         declare_periodic(broker, opts["periodic"], record)
+    if opts.get("workflow"):
+        from ._actor import declare_workflow
+
+        declare_workflow(broker, record)
     if count is not None:
         counts, base, slots = count
         CommandCounter(slots, script_names(broker), counts, base).activate()

@@ -11,14 +11,17 @@ Three kinds of metrics, all prefixed ``dramatiq_redisson_``:
   collector from :meth:`Schedules.list` (a few reads per queue that has schedules);
 * transfer metrics (messages moved, and how late each moved after its due time on the
   server clock), counted in the worker processes by :class:`TransferMetrics`, a
-  :attr:`RedissonBroker.transfer_listeners` entry.
+  :attr:`RedissonBroker.transfer_listeners` entry;
+* the workflow counter (workflows started, done, failed and cancelled), counted by
+  :class:`WorkflowMetrics`, a ``broker.workflows.listeners`` entry, in each process for
+  the events it caused (a worker process counts those its steps ended).
 
 With Dramatiq's ``Prometheus`` middleware, use :data:`Prometheus` from this module (the
 broker may also adopt Dramatiq's own, see :func:`adopt_middleware`): its exposition
 server, forked once by the ``dramatiq`` command as Dramatiq's is, serves Dramatiq's
 multiprocess metrics plus these on the same host and port (``dramatiq_prom_host``,
-``dramatiq_prom_port``); worker processes write the transfer metrics to the multiprocess
-directory (``dramatiq_prom_db``). Without it, :func:`make_wsgi_app` and :func:`serve`
+``dramatiq_prom_port``); worker processes write the transfer metrics and the workflow
+counter to the multiprocess directory (``dramatiq_prom_db``). Without it, :func:`make_wsgi_app` and :func:`serve`
 (``dramatiq-redisson metrics``) serve the queue gauges.
 
 Importing this module imports neither ``prometheus_client`` nor Dramatiq's prometheus
@@ -53,13 +56,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LATENESS_BUCKETS",
+    "WORKFLOW_EVENTS",
     "MetricsBroker",
     "Prometheus",
     "StatsCollector",
     "TransferMetrics",
+    "WorkflowBroker",
+    "WorkflowMetrics",
     "adopt_middleware",
     "exposition_server",
     "instrument_transfers",
+    "instrument_workflows",
     "make_registry",
     "make_wsgi_app",
     "prometheus_middleware_class",
@@ -73,6 +80,18 @@ class _ScheduleReader(Protocol):
 
 class _LimitReader(Protocol):
     def get(self, queue_name: str) -> QueueLimits: ...
+
+
+class _WorkflowListeners(Protocol):
+    @property
+    def listeners(self) -> list[Callable[[str], None]]: ...
+
+
+class WorkflowBroker(Protocol):
+    """What :func:`instrument_workflows` uses of a broker: its workflows' listeners."""
+
+    @property
+    def workflows(self) -> _WorkflowListeners: ...
 
 
 class MetricsBroker(Protocol):
@@ -494,6 +513,56 @@ def instrument_transfers(broker: MetricsBroker, registry: CollectorRegistry | No
     return metrics
 
 
+#: The events the workflow counter counts, its ``event`` label.
+WORKFLOW_EVENTS = ("started", "done", "failed", "cancelled")
+
+
+class WorkflowMetrics:
+    """A ``broker.workflows.listeners`` entry: counts workflows by event
+    (``dramatiq_redisson_workflows_total{event=...}``).
+
+    Each process counts the events it caused: "started" where ``.run()`` was called, "done"
+    and "failed" in the worker process whose step ended the workflow, "cancelled" where
+    ``cancel()`` was called. Prometheus sums them over the processes (``sum by (event)``).
+
+    Parameters:
+      registry: As for :class:`TransferMetrics` (multiprocess mode writes the values to
+        the multiprocess directory whatever the registry).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        _require_prometheus_client()
+        import prometheus_client as prom
+
+        if registry is None:
+            registry = prom.REGISTRY
+        self.workflows = prom.Counter(
+            "dramatiq_redisson_workflows",
+            "Workflows this process started, ended (done or failed: its step ended them) or cancelled.",
+            ["event"],
+            registry=registry,
+        )
+        # Every event has a series from the start, so that rate() sees the first one.
+        for event in WORKFLOW_EVENTS:
+            self.workflows.labels(event)
+
+    def __call__(self, event: str) -> None:
+        if event in WORKFLOW_EVENTS:
+            self.workflows.labels(event).inc()
+
+
+def instrument_workflows(broker: WorkflowBroker, registry: CollectorRegistry | None = None) -> WorkflowMetrics:
+    """Count ``broker``'s workflow events in this process (see :class:`WorkflowMetrics`);
+    once per broker: a second call returns the listener already added."""
+    listeners = broker.workflows.listeners
+    for listener in listeners:
+        if isinstance(listener, WorkflowMetrics):
+            return listener
+    metrics = WorkflowMetrics(registry)
+    listeners.append(metrics)
+    return metrics
+
+
 # -- Dramatiq's Prometheus middleware -------------------------------------------------
 
 _prometheus_class: type[Middleware] | None = None
@@ -504,7 +573,8 @@ def prometheus_middleware_class() -> type[Middleware]:
     first use (importing Dramatiq's module creates its multiprocess directory).
 
     It is Dramatiq's middleware with two changes: each worker process also counts the
-    transfers (:class:`TransferMetrics`, in multiprocess mode), and its fork is
+    transfers (:class:`TransferMetrics`) and the workflows its steps end
+    (:class:`WorkflowMetrics`), in multiprocess mode, and its fork is
     :func:`exposition_server`, which serves Dramatiq's metrics and the queue gauges.
     """
     global _prometheus_class
@@ -520,10 +590,12 @@ def prometheus_middleware_class() -> type[Middleware]:
 
             def after_process_boot(self, broker: Any) -> None:
                 super().after_process_boot(broker)  # sets PROMETHEUS_MULTIPROC_DIR first
-                if isinstance(getattr(broker, "transfer_listeners", None), list):
-                    from prometheus_client import CollectorRegistry
+                from prometheus_client import CollectorRegistry
 
+                if isinstance(getattr(broker, "transfer_listeners", None), list):
                     instrument_transfers(broker, CollectorRegistry())
+                if isinstance(getattr(getattr(broker, "workflows", None), "listeners", None), list):
+                    instrument_workflows(broker, CollectorRegistry())
 
         Prometheus.__module__ = __name__
         Prometheus.__qualname__ = "Prometheus"

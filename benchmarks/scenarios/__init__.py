@@ -32,6 +32,7 @@ from .periodic import periodic
 from .saturation import saturation
 from .script_cost import script_cost
 from .work import work_cpu, work_cpu_90, work_io, work_io_90, work_io_immediate
+from .workflow import workflow
 
 #: Every scenario, by the name ``python -m benchmarks`` takes, in the order ``all`` runs them.
 SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
@@ -64,6 +65,8 @@ SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     # The tracing middleware on the no-op API (issue 49): lateness-paced and immediate-paced.
     "lateness-paced-otel": lateness_paced_otel,
     "immediate-paced-otel": immediate_paced_otel,
+    # Workflows against Dramatiq's group completion callbacks (issue 57).
+    "workflow": workflow,
     # Other job queues on the same workload (issue 55): needs the `field` extra.
     "field": field,
 }

@@ -32,7 +32,7 @@ import redis
 
 from .. import __version__
 from .._format import one_line, parse_duration, span
-from . import _acl, _dead, _dev, _limits, _live, _scheduled, _schedules, _serve, _stats
+from . import _acl, _dead, _dev, _limits, _live, _scheduled, _schedules, _serve, _stats, _workflows
 from ._base import DEBUG_ENV, EXIT_NOT_FOUND, EXIT_USAGE, PLAIN_ENV, PROG, Command, Context, UsageError
 from ._connect import connect, server_address, split_broker_path
 from ._output import Output
@@ -48,6 +48,7 @@ REGISTRY: tuple[Command, ...] = (
     _scheduled.RESCHEDULE,
     _dead.DEAD,
     _schedules.SCHEDULES,
+    _workflows.WORKFLOWS,
     _live.PAUSE,
     _live.RESUME,
     _limits.LIMITS,

@@ -26,7 +26,7 @@ from .._logs import CONNECTION_ERRORS, logger_for
 from .._wsgi import Reachability
 from ..admin._dead_letters import SEARCH_LIMIT
 from ..admin._delayed_queue import DelayedQueue
-from . import _charts, _limits_page, _live_pages, _schedule_pages
+from . import _charts, _limits_page, _live_pages, _schedule_pages, _workflow_pages
 from ._http import REFRESH_CHOICES, Body, HTTPError, Redirect, Request, refresh_arg
 
 #: Scheduled messages and dead letters per page.
@@ -145,6 +145,9 @@ class Dashboard:
             (_GET, ("limits",), functools.partial(_limits_page.page, self)),
             (_GET, ("schedules",), functools.partial(_schedule_pages.page, self)),
             (_POST, ("schedules", "*"), functools.partial(_schedule_pages.action, self)),
+            (_GET, ("workflows",), functools.partial(_workflow_pages.listing, self)),
+            (_GET, ("workflows", "*"), functools.partial(_workflow_pages.workflow, self)),
+            (_POST, ("workflows", "*", "cancel"), functools.partial(_workflow_pages.cancel, self)),
         ]
 
     # -- WSGI --------------------------------------------------------------------------

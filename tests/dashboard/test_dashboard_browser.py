@@ -19,6 +19,7 @@ import redis
 from dramatiq import Worker
 
 from dramatiq_redisson import RedissonBroker, _format
+from dramatiq_redisson.workflows import chain, group
 from tests.browser import launch, missing_browser, serve_dashboard
 from tests.helpers import record, records, wait_for
 
@@ -767,4 +768,47 @@ def test_the_running_page_shows_what_workers_run_now(broker: RedissonBroker, pag
         assert page.locator("#empty").inner_text() == "Nothing is running."
     finally:
         release.set()
+        worker.stop()
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+def test_a_workflows_page_draws_its_tree(broker: RedissonBroker, page: Page, dashboard: str) -> None:
+    # Given a done chain with a group (on_failure="continue") whose second member failed
+    @dramatiq.actor(max_retries=0)
+    def add(*args: Any) -> int:
+        return sum(a if isinstance(a, int) else sum(x or 0 for x in a) for a in args)
+
+    @dramatiq.actor(max_retries=0)
+    def boom(*args: Any) -> None:
+        raise RuntimeError("boom")
+
+    worker = Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    try:
+        run = chain(add.message(1), group([add.message(10), boom.message()], on_failure="continue"), add.message())
+        workflow = run.run()
+        assert workflow.wait(timeout=20).state == "done"
+
+        # When the operator opens Workflows from the navigation, then the workflow's id
+        page.goto(dashboard)
+        page.click("header.top >> text=Workflows")
+        page.click(f'#workflows tr[data-id="{workflow.id}"] a')
+
+        # Then the group is a box inside the chain's box, indented, with its policy
+        chain_box = page.locator("#tree > .wf-chain")
+        group_box = chain_box.locator(":scope > .wf-children > li > .wf-group")
+        assert group_box.get_attribute("data-path") == "1"
+        assert group_box.locator('[data-field="on-failure"]').inner_text() == "on_failure=continue"
+        outer, inner = chain_box.bounding_box(), group_box.bounding_box()
+        assert outer is not None and inner is not None
+        assert inner["x"] > outer["x"] and inner["x"] + inner["width"] <= outer["x"] + outer["width"]
+        assert outer["y"] < inner["y"] and inner["y"] + inner["height"] <= outer["y"] + outer["height"]
+
+        # And each member's state shows as a badge, the failed one in the dashboard's red
+        badges = group_box.locator(".wf-step .badge")
+        assert badges.all_inner_texts() == ["done", "failed"]
+        assert badges.nth(1).evaluate("e => getComputedStyle(e).color") == "rgb(179, 38, 30)"
+    finally:
         worker.stop()
