@@ -16,7 +16,7 @@ from dramatiq.brokers.redis import DEFAULT_DEAD_MESSAGE_TTL, DEFAULT_HEARTBEAT_T
 from dramatiq.common import q_name
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.message import Message
-from dramatiq.middleware import Middleware, Retries
+from dramatiq.middleware import Middleware
 from redis.cluster import RedisCluster
 
 from ._held import HeldMessages
@@ -58,7 +58,7 @@ from .periodic._schedules import Schedules
 from .scripts._calls import IdleScore, Scripts
 from .sharding._shards import ShardRouter, shard_pairs
 from .sharding._views import ShardedDeadLetters, ShardedDelayedQueue
-from .workflows._middleware import WorkflowSteps
+from .workflows._middleware import add_workflow_steps
 from .workflows._store import Workflows
 
 
@@ -284,16 +284,7 @@ class RedissonBroker(RedisBroker):
         self.limits = Limits(self)
         #: Chains and groups of messages run as workflows (see :mod:`dramatiq_redisson.workflows`).
         self.workflows = Workflows(self)
-        self._add_workflow_steps()
-
-    def _add_workflow_steps(self) -> None:
-        """Add the middleware that moves workflows on, before ``Retries`` when there is one
-        (it must see ``message.failed`` as ``Retries`` leaves it: see
-        :mod:`dramatiq_redisson.workflows._middleware`); not twice."""
-        if any(isinstance(m, WorkflowSteps) for m in self.middleware):
-            return
-        retries = next((type(m) for m in self.middleware if isinstance(m, Retries)), None)
-        self.add_middleware(WorkflowSteps(), before=retries)
+        add_workflow_steps(self)
 
     def _build_producer(self) -> Producer:
         """The producer, given what it uses: its sends go where the shard router says (it
@@ -469,9 +460,8 @@ class RedissonBroker(RedisBroker):
         ``final`` (its encoding as it failed, with the traceback Dramatiq recorded) is
         stored in place of the copy fetched. Returns 1 if it was moved.
 
-        A message released meanwhile (a workflow step whose record failed: see
-        :mod:`dramatiq_redisson.workflows._middleware`) is not moved: it stays in the ack
-        set, unheld, and the consumer's next reconciliation requeues it."""
+        A message released meanwhile (a workflow step whose record failed) stays in the
+        ack set, unheld: the consumer's next reconciliation requeues it."""
         self.held.was_retried(redis_message_id)  # counted as failed, not retried
         if self.held.was_released(queue_name, redis_message_id):
             return 0

@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from .._format import ago, iso, shorten, span
 from ..workflows import NodeState, StepState, WorkflowState, WorkflowSummary
-from ..workflows._store import WorkflowStateName
+from ..workflows._states import WorkflowStateName
 from ._base import DEFAULT_LIMIT, EXIT_NOT_FOUND, EXIT_OK, PROG, Command, Context, non_negative_int
 from ._connect import server_now
 from ._output import Block, Cell, Output, Table

@@ -10,7 +10,7 @@ import urllib.parse
 from http import HTTPStatus
 from typing import TYPE_CHECKING, get_args
 
-from ..workflows._store import WorkflowStateName
+from ..workflows._states import WorkflowStateName
 from ._http import REFRESH_CHOICES, HTTPError, Request, refresh_arg
 
 if TYPE_CHECKING:

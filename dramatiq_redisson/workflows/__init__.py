@@ -16,15 +16,8 @@ See ``docs/workflows.md`` for what each piece means, and :mod:`._store` for how 
 from .._settings import DEFAULT_WORKFLOW_RETENTION
 from ._compose import FAILURE_POLICIES, chain, group
 from ._middleware import WorkflowSteps
-from ._store import (
-    NodeState,
-    StepState,
-    Workflow,
-    WorkflowError,
-    Workflows,
-    WorkflowState,
-    WorkflowSummary,
-)
+from ._states import NodeState, StepState, Workflow, WorkflowState, WorkflowSummary
+from ._store import WorkflowError, Workflows
 
 __all__ = [
     "DEFAULT_WORKFLOW_RETENTION",

@@ -13,12 +13,11 @@ import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
+from typing import Any, Literal, TypedDict, Union, cast
 
 from dramatiq.message import Message
 
-if TYPE_CHECKING:
-    from ._store import Workflow
+from ._states import Workflow, WorkflowRunner
 
 #: The message option that carries a step's place in its workflow.
 OPTION = "workflow"
@@ -69,10 +68,8 @@ class _Composite:
             import dramatiq
 
             broker = dramatiq.get_broker()
-        from ._store import Workflows
-
         workflows = getattr(broker, "workflows", None)
-        if not isinstance(workflows, Workflows):
+        if not isinstance(workflows, WorkflowRunner):
             raise TypeError(
                 f"workflows run on a RedissonBroker, whose server keeps their state; the broker is "
                 f"{type(broker).__name__}"

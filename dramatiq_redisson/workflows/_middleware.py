@@ -28,11 +28,20 @@ from typing import Any
 
 import redis
 from dramatiq.broker import Broker
-from dramatiq.middleware import Middleware, SkipMessage
+from dramatiq.middleware import Middleware, Retries, SkipMessage
 
 from .._logs import logger_for
 from ._compose import OPTION, Nav
 from ._store import SWEEP_INTERVAL_S, Workflows
+
+
+def add_workflow_steps(broker: Broker) -> None:
+    """Add :class:`WorkflowSteps` to ``broker``, before ``Retries`` when there is one (it
+    must see ``message.failed`` as ``Retries`` leaves it: see the module); not twice."""
+    if any(isinstance(m, WorkflowSteps) for m in broker.middleware):
+        return
+    retries = next((type(m) for m in broker.middleware if isinstance(m, Retries)), None)
+    broker.add_middleware(WorkflowSteps(), before=retries)
 
 
 def _workflows(broker: Broker) -> Workflows | None:

@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import redis
 from dramatiq.errors import ActorNotFound
@@ -44,16 +42,43 @@ from dramatiq.message import Message
 
 from .._logs import logger_for
 from .._message import epoch_ms
-from ._compose import OPTION, Nav, Step, compile_workflow
+from ._compose import Nav, Step, compile_workflow
+from ._reading import Reader
 from ._scripts import Send, WorkflowKeys, WorkflowScripts
+from ._states import Workflow, WorkflowState, WorkflowSummary
 
 if TYPE_CHECKING:
-    from .._broker import RedissonBroker
+    from .._held import HeldMessages
+    from .._settings import BrokerSettings
+    from ..admin._delayed_queue import DelayedQueue
+    from ..admin._running import RunningMessage
+    from ..connection._commands import Commands
+    from ..connection._primary_watch import PrimaryWatch
+    from ..connection._topology import Topology
 
-#: A workflow's states; a step's add "waiting" (not sent yet), "sent" (queued,
-#: scheduled or running), "running", "skipped" (never sent: something before it failed)
-#: and "cancelled" (never sent, or sent and skipped when it came, after a cancel).
-WorkflowStateName = Literal["running", "done", "failed", "cancelled"]
+
+class WorkflowsHost(Protocol):
+    """What :class:`Workflows` reads of its broker (a ``RedissonBroker``)."""
+
+    namespace: str
+    client: Commands
+    topology: Topology
+    held: HeldMessages
+    primary_watch: PrimaryWatch
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]: ...
+
+    def enqueue_many(self, messages: Iterable[Message[Any]], *, delay: int | None = None) -> list[Message[Any]]: ...
+
+    def get_actor(self, actor_name: str) -> Any: ...
+
+    def running(self, queue_name: str | None = None) -> list[RunningMessage]: ...
+
+    def delayed_queue(self, queue_name: str) -> DelayedQueue: ...
+
 
 #: A workflow pending longer than this (ms) is one whose caller may have died before it
 #: sent its first steps: the sweep sends them.
@@ -67,130 +92,10 @@ class WorkflowError(Exception):
     """A workflow step cannot be recorded as asked (a result that is not JSON)."""
 
 
-@dataclass(frozen=True)
-class StepState:
-    """One step of a workflow, as :meth:`Workflows.get` found it."""
-
-    #: Its place: "1.0" is the first member of the root's second node.
-    path: str
-    actor: str
-    queue: str
-    message_id: str
-    #: "waiting", "sent", "running", "done", "failed", "skipped" or "cancelled".
-    state: str
-    #: When it was sent, started and finished (epoch ms, server clock), or None.
-    sent_ms: int | None = None
-    started_ms: int | None = None
-    finished_ms: int | None = None
-    #: Its result (decoded JSON) once done; None before.
-    result: Any = None
-    #: Its delay (ms) from when it is sent, or None.
-    delay_ms: int | None = None
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """A node of the tree: a step, or a chain or group with its members."""
-
-    kind: Literal["step", "chain", "group"]
-    path: str
-    state: str
-    step: StepState | None = None
-    children: tuple[NodeState, ...] = ()
-    on_failure: str | None = None
-    finished_ms: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "path": self.path, "state": self.state}
-        if self.step is not None:
-            out["step"] = self.step.__dict__.copy()
-        if self.on_failure is not None:
-            out["on_failure"] = self.on_failure
-        if self.children:
-            out["children"] = [child.as_dict() for child in self.children]
-        return out
-
-
-@dataclass(frozen=True)
-class WorkflowState:
-    """A workflow as :meth:`Workflows.get` found it."""
-
-    id: str
-    #: "running", "done", "failed" or "cancelled".
-    state: str
-    created_ms: int
-    finished_ms: int | None
-    #: Every step, in path order.
-    steps: tuple[StepState, ...]
-    #: The tree of chains, groups and steps.
-    tree: NodeState
-    #: The workflow's result (its root's: a chain's last step's, a group's list) once done.
-    result: Any = None
-
-    @property
-    def finished(self) -> bool:
-        return self.state != "running"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state,
-            "created_ms": self.created_ms,
-            "finished_ms": self.finished_ms,
-            "result": self.result,
-            "steps": [step.__dict__.copy() for step in self.steps],
-            "tree": self.tree.as_dict(),
-        }
-
-
-@dataclass(frozen=True)
-class WorkflowSummary:
-    """A line of :meth:`Workflows.list`."""
-
-    id: str
-    state: str
-    created_ms: int
-    finished_ms: int | None
-    steps: int
-
-
-@dataclass
-class Workflow:
-    """A workflow that was run: its ``id``, and shortcuts to its broker's workflows."""
-
-    id: str
-    workflows: Workflows = field(repr=False)
-
-    def get(self) -> WorkflowState | None:
-        return self.workflows.get(self.id)
-
-    def cancel(self) -> bool:
-        return self.workflows.cancel(self.id)
-
-    def wait(self, timeout: float = 60.0, interval: float = 0.05) -> WorkflowState:
-        """Wait until the workflow has finished (done, failed or cancelled) and return its
-        state.
-
-        Raises:
-          TimeoutError: Still running after ``timeout`` s.
-          LookupError: It no longer exists (its retention ended).
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            state = self.get()
-            if state is None:
-                raise LookupError(f"workflow {self.id} does not exist (never run, or its retention ended)")
-            if state.finished:
-                return state
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} still {state.state} after {timeout} s")
-            time.sleep(interval)
-
-
 class Workflows:
     """A broker's workflows (``broker.workflows``; see the module)."""
 
-    def __init__(self, broker: RedissonBroker) -> None:
+    def __init__(self, broker: WorkflowsHost) -> None:
         self.broker = broker
         self.keys = WorkflowKeys(broker.namespace)
         self.scripts = WorkflowScripts(broker.client, broker.topology, self.keys)
@@ -307,7 +212,7 @@ class Workflows:
         raw = cast("dict[bytes, bytes]", self.broker.client.hgetall(self.keys.workflow(workflow_id)))
         if not raw or b"state" not in raw:
             return None
-        return _Reader(workflow_id, {k.decode(): v for k, v in raw.items()}, self._running_ids).state()
+        return Reader(workflow_id, {k.decode(): v for k, v in raw.items()}, self._running_ids).state()
 
     def _running_ids(self, queues: Iterable[str]) -> dict[str, int]:
         """Message id -> when it was fetched, of the messages in flight on ``queues``."""
@@ -387,129 +292,3 @@ class Workflows:
                 listener(event)
             except Exception:
                 self.logger.exception("Workflow listener %r failed.", listener)
-
-
-class _Reader:
-    """A workflow's state, worked out from its HASH (see the module)."""
-
-    def __init__(self, workflow_id: str, fields: dict[str, bytes], running: Callable[[Iterable[str]], dict[str, int]]):
-        self.id = workflow_id
-        self.fields = fields
-        self.running = running
-        self.state_name = fields["state"].decode()
-        self.steps: list[StepState] = []
-        self._pending: list[tuple[str, Message[Any], int, str, dict[str, Any]]] = []
-
-    def _done(self, number: int) -> tuple[bool, int, int, str] | None:
-        value = self.fields.get(f"d:{number}")
-        if value is None:
-            return None
-        ok, finished, took, result = value.decode().split("|", 3)
-        return ok == "1", int(finished), int(took or 0), result
-
-    def state(self) -> WorkflowState:
-        created = int(self.fields["created"])
-        finished = int(self.fields["finished"]) if "finished" in self.fields else None
-        root_spec = self.fields["root"].decode()
-        tree = self._node(root_spec, created, "")
-        running = self.running(message.queue_name for _, message, *_ in self._pending)
-        steps = [self._step(*pending, running) for pending in self._pending]
-        tree = _fill(tree, {step.path: step for step in steps})
-        root_done = self._done(int(root_spec[1:]))
-        result = json.loads(root_done[3]) if root_done and root_done[0] else None
-        return WorkflowState(
-            self.id, self.state_name, created, finished, tuple(sorted(steps, key=_path_key)), tree, result
-        )
-
-    def _node(self, spec: str, sent: int | None, path: str) -> NodeState:
-        """The node ``spec``, sent (activated) at ``sent`` (None: not yet)."""
-        kind, number = spec[0], int(spec[1:])
-        done = self._done(number)
-        if kind == "m":
-            message = Message.decode(self.fields[f"m:{number}"])
-            nav = message.options.get(OPTION, {})
-            self._pending.append((nav.get("path", path or "0"), message, number, "", {"sent": sent, "done": done}))
-            return NodeState("step", nav.get("path", path or "0"), "")
-        definition = json.loads(self.fields[f"n:{number}"])
-        children: list[NodeState] = []
-        if kind == "c":
-            child_sent = sent
-            for i, child in enumerate(definition["c"]):
-                children.append(self._node(child, child_sent, f"{path}.{i}" if path else str(i)))
-                child_done = self._done(int(child[1:]))
-                child_sent = child_done[1] if child_done and child_done[0] else None
-        else:
-            for i, child in enumerate(definition["c"]):
-                children.append(self._node(child, sent, f"{path}.{i}" if path else str(i)))
-        if done is not None:
-            state = "done" if done[0] else "failed"
-        elif sent is not None and self.state_name == "running":
-            state = "running"
-        else:
-            state = self._never(sent)
-        return NodeState(
-            "chain" if kind == "c" else "group",
-            path,
-            state,
-            children=tuple(children),
-            on_failure=definition.get("f"),
-            finished_ms=done[1] if done else None,
-        )
-
-    def _never(self, sent: int | None) -> str:
-        """The state of a node that has not finished, in a workflow that is not running
-        or that has not reached it."""
-        if self.state_name == "cancelled":
-            return "cancelled"
-        if self.state_name == "running":
-            return "waiting"
-        return "skipped" if sent is None else "sent"
-
-    def _step(
-        self, path: str, message: Message[Any], number: int, _: str, when: dict[str, Any], running: dict[str, int]
-    ) -> StepState:
-        sent, done = when["sent"], when["done"]
-        delay = message.options.get("delay")
-        started = None
-        result = None
-        if done is not None:
-            state = "done" if done[0] else "failed"
-            started = done[1] - done[2]
-            result = json.loads(done[3]) if done[0] else None
-        elif sent is not None and message.message_id in running:
-            state = "running" if self.state_name != "cancelled" else "cancelled"
-            started = running[message.message_id]
-        elif sent is not None and self.state_name in ("running", "failed"):
-            state = "sent"
-        else:
-            state = self._never(sent)
-        return StepState(
-            path=path,
-            actor=message.actor_name,
-            queue=message.queue_name,
-            message_id=message.message_id,
-            state=state,
-            sent_ms=sent,
-            started_ms=started,
-            finished_ms=done[1] if done else None,
-            result=result,
-            delay_ms=int(delay) if delay else None,
-        )
-
-
-def _fill(node: NodeState, steps: dict[str, StepState]) -> NodeState:
-    if node.kind == "step":
-        step = steps[node.path]
-        return NodeState("step", node.path, step.state, step=step, finished_ms=step.finished_ms)
-    return NodeState(
-        node.kind,
-        node.path,
-        node.state,
-        children=tuple(_fill(child, steps) for child in node.children),
-        on_failure=node.on_failure,
-        finished_ms=node.finished_ms,
-    )
-
-
-def _path_key(step: StepState) -> tuple[int, ...]:
-    return tuple(int(part) for part in step.path.split("."))
