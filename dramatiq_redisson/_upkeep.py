@@ -173,7 +173,8 @@ class Upkeep:
             requeued = int(host.redisson_scripts.requeue(self.keys, self.worker_id, stranded))
         if requeued:
             self.logger.warning(
-                "Requeued %d messages of queue %r that a lost fetch reply had left in this worker's ack set.",
+                "Requeued %d messages of queue %r left in this worker's ack set (a lost fetch reply, or a "
+                "workflow step whose record failed).",
                 requeued,
                 self.queue_name,
             )

@@ -161,6 +161,7 @@ LAYERS = {
         "tests/harness/faults/test_faults.py",
         "tests/connection/test_cluster.py::test_fault[",
         "tests/sharding/test_cluster_shards_faults.py",
+        "tests/workflows/test_workflow_faults.py",
     ),
     "topology": (
         "tests/connection/test_cluster.py",

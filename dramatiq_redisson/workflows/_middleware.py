@@ -107,7 +107,18 @@ class WorkflowSteps(Middleware):
         workflows = _workflows(broker)
         if workflows is None:
             return
-        state = workflows.state_of(nav["id"])
+        try:
+            state = workflows.state_of(nav["id"])
+        except (redis.RedisError, OSError) as e:
+            # The step runs: its record (when the server is back) sends nothing after it
+            # if the workflow was cancelled meanwhile.
+            self.logger.warning(
+                "Step %s of workflow %s runs without checking that its workflow still runs (%s).",
+                nav["path"],
+                nav["id"],
+                e,
+            )
+            return
         if state != "running":
             self._local.nav = None
             self.logger.info(
