@@ -66,7 +66,9 @@ class Topology:
     #: The command that counts a channel's subscribers (written whole: the ACL test reads it).
     numsub_command: ClassVar[tuple[str, str]] = ("PUBSUB", "NUMSUB")
     #: A queue's shards can land on different servers (a cluster's masters), which is
-    #: what sharding gains; on one server they all share it.
+    #: what sharding gains; on one server they all share it. So can a queue and the
+    #: namespace's workflows: a queue's estimate of its server's clock is the workflows'
+    #: only when this is False.
     spreads_shards: ClassVar[bool] = False
 
     def __init__(self, client: Any) -> None:

@@ -146,6 +146,8 @@ class Compiled:
     root: str
     steps: int
     fields: dict[str, bytes | str | int]
+    #: The steps that start the workflow, as they are sent.
+    first: list[Message[Any]]
 
 
 def spec(kind: str, number: int) -> str:
@@ -195,6 +197,7 @@ def compile_workflow(root: Step, workflow_id: str | None = None) -> Compiled:
         fields[f"n:{number}"] = json.dumps(definition, separators=(",", ":"))
         if definition["k"] == "g":
             fields[f"c:{number}"] = len(definition["c"])
+    sent: dict[int, Message[Any]] = {}
     for number, (message, parent, parent_kind, path) in leaves.items():
         nav: Nav = {
             "id": workflow_id,
@@ -204,6 +207,18 @@ def compile_workflow(root: Step, workflow_id: str | None = None) -> Compiled:
             "pk": parent_kind,
             "next": following.get(number, ""),
         }
-        sent = message.copy(message_id=str(uuid.uuid4()), options={**message.options, OPTION: nav})
-        fields[f"m:{number}"] = sent.encode()
-    return Compiled(workflow_id, root_spec, len(leaves), fields)
+        sent[number] = message.copy(message_id=str(uuid.uuid4()), options={**message.options, OPTION: nav})
+        fields[f"m:{number}"] = sent[number].encode()
+    return Compiled(workflow_id, root_spec, len(leaves), fields, [sent[n] for n in _first(root_spec, defs)])
+
+
+def _first(node: str, defs: dict[int, dict[str, Any]]) -> list[int]:
+    """The steps that run first when ``node`` starts: itself, a chain's first node's, every
+    member's of a group (``lua/lib.lua``'s ``wf_start``)."""
+    number = int(node[1:])
+    if node[0] == "m":
+        return [number]
+    children = defs[number]["c"]
+    if node[0] == "c":
+        return _first(children[0], defs)
+    return [step for child in children for step in _first(child, defs)]

@@ -169,13 +169,13 @@ class WorkflowSteps(Middleware):
         workflows = _workflows(broker)
         if workflows is None:
             return
+        redis_message_id = message.options.get("redis_message_id")
+        held = workflows.broker.held
+        queue = held.queue_of(redis_message_id) if redis_message_id else None
         try:
-            workflows.record(nav, ok=ok, result=result, took_ms=took)
+            workflows.record(nav, ok=ok, result=result, took_ms=took, queue_name=queue)
         except (redis.RedisError, OSError) as e:
             # Not acked: it runs again, and its record then sends what it starts.
-            redis_message_id = message.options.get("redis_message_id")
-            held = workflows.broker.held
-            queue = held.queue_of(redis_message_id) if redis_message_id else None
             self.logger.error(
                 "Step %s (%s) of workflow %s could not be recorded (%s): it is not acked and runs again.",
                 nav["path"],

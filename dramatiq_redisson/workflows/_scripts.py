@@ -115,6 +115,7 @@ class WorkflowScripts(ScriptRunner):
         parent_kind: str,
         following: str,
         retention_ms: int,
+        now_ms: str = "",
     ) -> tuple[str, str, list[Send]]:
         """Record a finished step: the outcome ("recorded", "again", "gone"), the
         workflow's end state if this ended it ("" else) and the steps to send (step.lua)."""
@@ -131,6 +132,7 @@ class WorkflowScripts(ScriptRunner):
                 parent_kind=parent_kind,
                 following=following,
                 retention=retention_ms,
+                now=now_ms,
             ),
         )
         return _text(reply[0]), _text(reply[1]), _sends(reply, 2)

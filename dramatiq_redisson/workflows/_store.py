@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from ..connection._commands import Commands
     from ..connection._primary_watch import PrimaryWatch
     from ..connection._topology import Topology
+    from ..scripts._calls import Scripts
 
 
 class WorkflowsHost(Protocol):
@@ -65,6 +66,7 @@ class WorkflowsHost(Protocol):
     topology: Topology
     held: HeldMessages
     primary_watch: PrimaryWatch
+    redisson_scripts: Scripts
 
     @property
     def settings(self) -> BrokerSettings: ...
@@ -126,18 +128,23 @@ class Workflows:
         for name, value in compiled.fields.items():
             flat += (name, value)
         self.broker.primary_watch.start()
-        _, _, _, sends = self.scripts.run(compiled.id, compiled.root, compiled.steps, flat)
+        self.scripts.run(compiled.id, compiled.root, compiled.steps, flat)
         self._notify("started")
-        self.send(sends)
+        self._send(compiled.first)
         self.broker.client.zrem(self.keys.pending, compiled.id)
         return Workflow(compiled.id, self)
 
-    def record(self, nav: Nav, *, ok: bool, result: str, took_ms: int) -> str:
+    def record(self, nav: Nav, *, ok: bool, result: str, took_ms: int, queue_name: str | None = None) -> str:
         """Record a finished step and send the steps that start now (the middleware's
         call, before the step's ack). Returns the outcome ("recorded", "again",
-        "gone")."""
+        "gone"). ``queue_name``: the (internal) queue the step came from, whose last reply
+        gave an estimate of the server's clock (one ``TIME`` less; not on a cluster,
+        where the workflows' slot may be on another master)."""
+        now = ""
+        if queue_name is not None and not self.broker.topology.spreads_shards:
+            now = self.broker.redisson_scripts.server_now_ms(queue_name)
         outcome, ended, sends = self.scripts.step(
-            nav["id"], nav["n"], ok, result, took_ms, nav["p"], nav["pk"], nav["next"], self.retention_ms
+            nav["id"], nav["n"], ok, result, took_ms, nav["p"], nav["pk"], nav["next"], self.retention_ms, now
         )
         if outcome == "gone":
             self.logger.warning(
@@ -152,19 +159,26 @@ class Workflows:
 
     def send(self, sends: list[Send]) -> None:
         """Send steps (``(spec, message, input)`` from a script): each with its input
-        appended to its arguments unless it has ``pipe_ignore``, after its ``delay``."""
-        by_delay: dict[int | None, list[Message[Any]]] = {}
+        appended to its arguments unless it has ``pipe_ignore``."""
+        messages = []
         for _, data, given in sends:
             message = Message.decode(data)
             if given and not self._pipe_ignore(message):
                 message = message.copy(args=(*message.args, json.loads(given)))
+            messages.append(message)
+        self._send(messages)
+
+    def _send(self, messages: list[Message[Any]]) -> None:
+        """Send steps, each after its ``delay``; those of one delay in one bulk send."""
+        by_delay: dict[int | None, list[Message[Any]]] = {}
+        for message in messages:
             delay = message.options.get("delay")
             by_delay.setdefault(int(delay) if delay else None, []).append(message)
-        for delay, messages in by_delay.items():
-            if len(messages) == 1:
-                self.broker.enqueue(messages[0], delay=delay)
+        for delay, batch in by_delay.items():
+            if len(batch) == 1:
+                self.broker.enqueue(batch[0], delay=delay)
             else:
-                self.broker.enqueue_many(messages, delay=delay)
+                self.broker.enqueue_many(batch, delay=delay)
 
     def _pipe_ignore(self, message: Message[Any]) -> bool:
         if message.options.get("pipe_ignore"):

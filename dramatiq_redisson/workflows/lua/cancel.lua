@@ -22,5 +22,5 @@ if state ~= "running" then
 end
 local now = wf_now()
 redis.call("HSET", wf, "state", "cancelled", "finished", now)
-wf_retire(wf, ARGV[1], now, tonumber(ARGV[2]), KEYS[4], KEYS[2], KEYS[3])
+wf_retire(wf, ARGV[1], now, tonumber(ARGV[2]), KEYS[4], KEYS[2])
 return { "cancelled", "cancelled" }

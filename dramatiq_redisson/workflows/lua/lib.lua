@@ -78,10 +78,10 @@ local function wf_sends(wf, starts, reply, unfinished)
 end
 
 -- A finished (done, failed or cancelled) workflow: kept `retention` ms more, then gone;
--- the finished ones older than that leave the indexes (at most 100 per call).
-local function wf_retire(wf, id, now, retention, finished, index, pending)
+-- the finished ones older than that leave the indexes (at most 100 per call). (The
+-- pending index is left to the run's caller and the sweep, which drop it.)
+local function wf_retire(wf, id, now, retention, finished, index)
     redis.call("ZADD", finished, now, id)
-    redis.call("ZREM", pending, id)
     if retention > 0 then
         redis.call("PEXPIRE", wf, retention)
     else

@@ -1,7 +1,7 @@
--- run: record a workflow and return its first steps, which the caller sends; or, for a
--- workflow already recorded, return again those of its first steps that have not
--- finished (a resend of a call whose reply was lost; the sweep of a caller that died
--- before it sent them).
+-- run: record a workflow, whose first steps the caller then sends (it knows them: the
+-- steps that start the tree); or, for a workflow already recorded, return those of its
+-- first steps that have not finished (a resend of a call whose reply was lost; the sweep
+-- of a caller that died before it sent them).
 --
 -- KEYS[1]  workflow  HASH  <ns>:__workflows__.{<ns>:__workflows__}.w:<id>  the workflow (lib.lua)
 -- KEYS[2]  index     ZSET  <ns>:__workflows__.{<ns>:__workflows__}.index   id -> when it started (epoch ms)
@@ -16,7 +16,8 @@
 --
 -- Returns: {outcome, state, created, spec, message, input, ...}: outcome "recorded", "again" or
 -- "gone" (a replay of a workflow that no longer exists); its state; when it started (epoch
--- ms, server clock); then the steps to send, three values each (input "": none).
+-- ms, server clock); then, for "again" only, the steps to send, three values each (input
+-- "": none).
 --
 -- Memory: its first write (HSET) grows memory: on a full server nothing is written.
 
@@ -45,6 +46,4 @@ for i = 4, #ARGV, 2000 do
 end
 redis.call("ZADD", index, now, id)
 redis.call("ZADD", pending, now, id)
-local starts = {}
-wf_start(wf, root, "", starts)
-return wf_sends(wf, starts, { "recorded", "running", now }, false)
+return { "recorded", "running", now }
