@@ -364,7 +364,7 @@ def _send(ctx: Ctx, p: dict[str, Any]) -> dict[str, Any]:
     spent = {"record": 0.0, "sends": 0.0}
     workflows = broker.workflows
     workflows.scripts.run = _timed(workflows.scripts.run, spent, "record")
-    workflows.send = _timed(workflows.send, spent, "sends")
+    workflows.send_messages = _timed(workflows.send_messages, spent, "sends")
     ready = QueueKeys(NAMESPACE, QUEUE).ready
     slots = counter_slots(ctx.server.command_names())
     kept = [i for i, name in enumerate(slots) if not name.startswith("script:")]

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Union, cast
 
+import dramatiq
 from dramatiq.message import Message
 
 from ._states import Workflow, WorkflowRunner
@@ -197,7 +198,11 @@ def compile_workflow(root: Step, workflow_id: str | None = None) -> Compiled:
         fields[f"n:{number}"] = json.dumps(definition, separators=(",", ":"))
         if definition["k"] == "g":
             fields[f"c:{number}"] = len(definition["c"])
+    encoder = dramatiq.get_encoder()
+    first = set(_first(root_spec, defs))
     sent: dict[int, Message[Any]] = {}
+    # Each step's message id: the run's random base plus its node number (a UUID still).
+    base = uuid.uuid4().int & ~0xFFFFFFFF
     for number, (message, parent, parent_kind, path) in leaves.items():
         nav: Nav = {
             "id": workflow_id,
@@ -207,8 +212,12 @@ def compile_workflow(root: Step, workflow_id: str | None = None) -> Compiled:
             "pk": parent_kind,
             "next": following.get(number, ""),
         }
-        sent[number] = message.copy(message_id=str(uuid.uuid4()), options={**message.options, OPTION: nav})
-        fields[f"m:{number}"] = sent[number].encode()
+        data = message.asdict()
+        data["message_id"] = str(uuid.UUID(int=base | number))
+        data["options"] = {**message.options, OPTION: nav}
+        fields[f"m:{number}"] = encoder.encode(data)
+        if number in first:
+            sent[number] = Message(**data)
     return Compiled(workflow_id, root_spec, len(leaves), fields, [sent[n] for n in _first(root_spec, defs)])
 
 

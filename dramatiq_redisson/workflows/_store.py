@@ -130,7 +130,7 @@ class Workflows:
         self.broker.primary_watch.start()
         self.scripts.run(compiled.id, compiled.root, compiled.steps, flat)
         self._notify("started")
-        self._send(compiled.first)
+        self.send_messages(compiled.first)
         self.broker.client.zrem(self.keys.pending, compiled.id)
         return Workflow(compiled.id, self)
 
@@ -166,9 +166,9 @@ class Workflows:
             if given and not self._pipe_ignore(message):
                 message = message.copy(args=(*message.args, json.loads(given)))
             messages.append(message)
-        self._send(messages)
+        self.send_messages(messages)
 
-    def _send(self, messages: list[Message[Any]]) -> None:
+    def send_messages(self, messages: list[Message[Any]]) -> None:
         """Send steps, each after its ``delay``; those of one delay in one bulk send."""
         by_delay: dict[int | None, list[Message[Any]]] = {}
         for message in messages:
