@@ -26,7 +26,7 @@ indexes in :class:`~._scripts.WorkflowKeys`):
 Retention: a finished (done, failed, cancelled) workflow is kept
 ``workflow_retention`` ms (a broker setting, default one day), then removed. What it
 costs while kept: per step its encoded message (as in a queue) and its result's JSON,
-plus about 60 bytes of record; per chain or group about 60 bytes.
+plus about 140 bytes of fields and hash overhead (``docs/workflows.md`` has a measure).
 """
 
 from __future__ import annotations
