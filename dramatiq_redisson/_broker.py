@@ -284,7 +284,6 @@ class RedissonBroker(RedisBroker):
         self.limits = Limits(self)
         #: Chains and groups of messages run as workflows (see :mod:`dramatiq_redisson.workflows`).
         self.workflows = Workflows(self)
-        add_workflow_steps(self)
 
     def _build_producer(self) -> Producer:
         """The producer, given what it uses: its sends go where the shard router says (it
@@ -393,6 +392,9 @@ class RedissonBroker(RedisBroker):
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
         if signal == "worker_boot" and args:
             self.workers.booted(args[0])  # before its consumers are built
+            # A worker moves workflows on (not added when the broker is made: its
+            # middleware list stays the one given, as the built-in broker's does).
+            add_workflow_steps(self)
         super().emit_before(signal, *args, **kwargs)
 
     def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:

@@ -17,7 +17,7 @@ from .._settings import DEFAULT_WORKFLOW_RETENTION
 from ._compose import FAILURE_POLICIES, chain, group
 from ._middleware import WorkflowSteps
 from ._states import NodeState, StepState, Workflow, WorkflowState, WorkflowSummary
-from ._store import WorkflowError, Workflows
+from ._store import Workflows
 
 __all__ = [
     "DEFAULT_WORKFLOW_RETENTION",
@@ -25,7 +25,6 @@ __all__ = [
     "NodeState",
     "StepState",
     "Workflow",
-    "WorkflowError",
     "WorkflowState",
     "WorkflowSteps",
     "WorkflowSummary",

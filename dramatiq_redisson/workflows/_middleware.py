@@ -1,5 +1,5 @@
 """The middleware that moves workflows on: :class:`WorkflowSteps`, which the broker adds
-by itself.
+by itself when a worker boots (the list given to the broker stays as given until then).
 
 - **Before a step runs**: one ``HGET`` of its workflow's state. A step of a workflow
   that was cancelled (or that failed, or is gone) is skipped (``SkipMessage``: acked,

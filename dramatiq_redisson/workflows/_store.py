@@ -90,10 +90,6 @@ SWEEP_GRACE_MS = 10_000
 SWEEP_INTERVAL_S = 10.0
 
 
-class WorkflowError(Exception):
-    """A workflow step cannot be recorded as asked (a result that is not JSON)."""
-
-
 class Workflows:
     """A broker's workflows (``broker.workflows``; see the module)."""
 

@@ -305,8 +305,19 @@ def test_dramatiq_own_pipeline_and_group_still_work(steps: dict[str, Any], broke
     broker.join("default", timeout=10_000)
 
 
-def test_a_workflow_runs_on_a_broker_without_retries(make_broker: Any, redis_url: str) -> None:
+def test_a_worker_adds_the_workflow_middleware_once_and_a_broker_keeps_its_list_until_then(
+    make_broker: Any, redis_url: str
+) -> None:
     other = make_broker(RedissonBroker, url=redis_url, middleware=[])
-    names = [type(m).__name__ for m in other.middleware]
-    assert names.count("WorkflowSteps") == 1
-    _ = Worker
+    assert other.middleware == []  # as given, as the built-in broker keeps it
+    for _ in range(2):
+        worker = Worker(other, worker_timeout=100, worker_threads=1)
+        worker.start()
+        worker.stop()
+    assert [type(m).__name__ for m in other.middleware].count("WorkflowSteps") == 1
+    default = make_broker(RedissonBroker, url=redis_url)
+    worker = Worker(default, worker_timeout=100, worker_threads=1)
+    worker.start()
+    worker.stop()
+    names = [type(m).__name__ for m in default.middleware]
+    assert names.index("WorkflowSteps") == names.index("Retries") - 1  # its after hooks run after Retries'
