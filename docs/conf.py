@@ -56,6 +56,8 @@ nitpick_ignore_regex = [
     # Private helpers and the Protocols the handles take (the broker's internals).
     (r"py:.*", r"(QueueAdmin\.)?known|\w+Host|QueueJoinTimeout|Prometheus|channel|timeout_zset"),
     (r"py:.*", r"connection_commands|match_needles|dedupe_options|ScheduledPage\.cursor"),
+    # A workflow step's type alias (a message, a chain or a group).
+    (r"py:.*", r"Step"),
 ]
 
 

@@ -1,5 +1,5 @@
 """Workflows: chains and groups of Dramatiq messages, nested to any depth, whose state the
-broker keeps on its server.
+broker keeps on its server::
 
     from dramatiq_redisson.workflows import chain, group
 
