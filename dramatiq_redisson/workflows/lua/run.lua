@@ -4,7 +4,8 @@
 -- of a caller that died before it sent them).
 --
 -- KEYS[1]  workflow  HASH  <ns>:__workflows__.{<ns>:__workflows__}.w:<id>  the workflow (lib.lua)
--- KEYS[2]  index     ZSET  <ns>:__workflows__.{<ns>:__workflows__}.index   id -> when it started (epoch ms)
+-- KEYS[2]  index     ZSET  <ns>:__workflows__.{<ns>:__workflows__}.index   id -> when it started (epoch ms,
+--                          to the µs)
 -- KEYS[3]  pending   ZSET  <ns>:__workflows__.{<ns>:__workflows__}.pending id -> when it started, until
 --                          its caller sent its first steps
 -- KEYS[4]  finished  ZSET  <ns>:__workflows__.{<ns>:__workflows__}.finished id -> when it finished
@@ -39,11 +40,12 @@ if not root then
     return { "gone", "", 0 }
 end
 
-local now = wf_now()
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("HSET", wf, "state", "running", "created", now, "root", root, "steps", ARGV[3])
 for i = 4, #ARGV, 2000 do
     redis.call("HSET", wf, unpack(ARGV, i, math.min(#ARGV, i + 1999)))
 end
-redis.call("ZADD", index, now, id)
+redis.call("ZADD", index, tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000, id) -- µs apart: listed in order
 redis.call("ZADD", pending, now, id)
 return { "recorded", "running", now }
