@@ -318,7 +318,7 @@ class RedissonConsumer(Consumer):
         return step.then == "return"
 
     def ack(self, message: MessageProxy) -> None:
-        listed, idle = self.pacing.idle_score, self._idle_score_after_ack()
+        listed, idle = self.pacing.listing, self._idle_score_after_ack()
 
         def do_ack(queue_name: str, redis_message_id: str) -> int:
             acked = self.broker.do_ack(queue_name, redis_message_id, idle)

@@ -83,6 +83,9 @@ class Pacing:
         self.registered = False
         #: The score it is listed with in the idle registry (what it could start then).
         self.idle_score = 0
+        #: How many times it was listed or taken out: an ack that began at another listing
+        #: does not take its score as the listing's (see :meth:`acked`).
+        self.listing = 0
         #: When (monotonic s) a consumer listed with room polls all the same.
         self.idle_poll_at = 0.0
         #: The last fetch took all it asked for and more were ready: every thread of the
@@ -107,6 +110,7 @@ class Pacing:
         start still), or took it out (``registered`` False)."""
         self.registered = registered
         self.idle_score = score if registered else 0
+        self.listing += 1
         if registered:
             self.idle_poll_at = now + self.poll_interval
 
@@ -137,6 +141,7 @@ class Pacing:
         """A fetch found the queue paused: it took nothing and listed nobody."""
         self.paused = True
         self.registered = False
+        self.listing += 1
 
     def took(self) -> None:
         """Messages came (a fetch's, or a transfer's hand-off): back off from scratch."""
@@ -147,6 +152,7 @@ class Pacing:
         again if the fetch comes up short (the wake-up took it out of the registry)."""
         self.registered = False
         self.idle_score = 0
+        self.listing += 1
         self.misses = 0
         self.answer_wake = True
 
@@ -154,11 +160,14 @@ class Pacing:
         """Something was announced on the queue: the next short fetch backs off from scratch."""
         self.misses = 0
 
-    def acked(self, listed_score: int, score: int) -> None:
-        """An ack listed the consumer with ``score``, its thread free again (as it was
-        listed with ``listed_score`` when the ack began): unless a fetch listed it anew
-        meanwhile, that is its score now."""
-        if self.registered and self.idle_score == listed_score:
+    def acked(self, began: int, score: int) -> None:
+        """An ack listed the consumer with ``score``, its thread free again (``began``: the
+        :attr:`listing` when the ack began): unless it was listed anew or taken out
+        meanwhile, that is its score now. A fetch that crossed the ack listed it after
+        the ack's write (with the score it saw then, maybe the same as before: a
+        comparison of scores cannot tell, and a consumer that believed itself listed
+        with room while the registry said 0 was woken by nobody until its poll)."""
+        if self.registered and self.listing == began:
             self.idle_score = score
 
     # -- decisions ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dramatiq_redisson._pacing import BUSY_LISTEN, PAUSE_POLL_INTERVAL, Fetch, Pacing, Wait
+from dramatiq_redisson._worker_threads import relist
 
 TIMEOUT_MS = 1000
 POLL_MS = 1000
@@ -134,18 +135,35 @@ def test_an_ack_relisting_keeps_its_score_only_if_no_fetch_listed_the_consumer_m
     p = pacing()
     p.fetched(0.0, more=False, listed=True, registered=True, score=0)
     # An ack that began with the consumer listed at 0 relists it at 1
-    p.acked(0, 1)
+    p.acked(p.listing, 1)
     assert p.idle_score == 1
     # An ack began (listed at 1), a fetch crossed it and listed the consumer at 3: the
     # ack's relisting at 2, older than the fetch's, is not taken as the score
-    began = p.idle_score
+    began = p.listing
     p.fetched(0.1, more=False, listed=True, registered=True, score=3)
     p.acked(began, 2)
     assert p.idle_score == 3
     # Unlisted (woken) meanwhile: an ack does not list it again here
+    began = p.listing
     p.woken()
-    p.acked(0, 4)
+    p.acked(began, 4)
     assert (p.registered, p.idle_score) == (False, 0)
+
+
+def test_a_fetch_that_crosses_an_ack_and_lists_the_same_score_keeps_it() -> None:
+    # Found by the workflow benchmark's fan-out (issue 57): listed at 0, an ack began and
+    # relisted at 2 (its write ran first), a fetch crossed it and listed the consumer at 0
+    # again on the server. Comparing scores (0 == 0) took the ack's 2 as the listing, so
+    # the next acks (2 >= what they could start) wrote nothing, the registry kept 0, and
+    # no enqueue woke the consumer until its poll, up to worker_timeout later.
+    p = pacing()
+    p.fetched(0.0, more=True, listed=True, registered=True, score=0)
+    began = p.listing
+    p.fetched(0.001, more=True, listed=True, registered=True, score=0)
+    p.acked(began, 2)
+    assert (p.registered, p.idle_score) == (True, 0)
+    # so the next ack lists what it can start (relist from 0 always writes)
+    assert relist(p.idle_score, 2, holder=False, long_jobs=False)
 
 
 # -- back-off, rate limits, pause ---------------------------------------------------------------
