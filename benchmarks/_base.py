@@ -51,7 +51,10 @@ def _work(
 def _workflow(*, runs: int, members: int, cost_n: int, send_n: int, send_repeat: int, timeout: int) -> dict[str, Any]:
     """The parameters of the ``workflow`` scenario (``scenarios/workflow.py``): ``runs``
     fan-outs of ``members`` no-op steps and one completion step each (``timeout`` s for
-    each run); ``cost_n`` steps sent as plain messages, then as chains of ``chain`` steps;
+    each run); ``cost_n`` steps sent as plain messages, then as chains of ``chain`` steps
+    (100: long enough that what a workflow costs once, its record and its end, about ten
+    commands and one script call, adds a tenth of a command per step; ``--set
+    workflow.chain=10`` shows it);
     a group of ``send_n`` steps run against ``enqueue_many`` of as many messages,
     ``send_repeat`` times each. ``settle``: seconds after the last record before the
     server's statistics are read; ``grace``: after the last run, for late duplicates."""
@@ -59,7 +62,7 @@ def _workflow(*, runs: int, members: int, cost_n: int, send_n: int, send_repeat:
         "runs": runs,
         "members": members,
         "cost_n": cost_n,
-        "chain": 10,
+        "chain": 100,
         "send_n": send_n,
         "send_repeat": send_repeat,
         "timeout": timeout,
