@@ -15,13 +15,14 @@ from ._message import MAX_DELAY, validate_delay
 from .admin._dead_letters import AmbiguousDeadLetter, DeadLetters
 from .admin._delayed_queue import DelayedQueue
 from .admin._history import Bucket, Counts, History, QueueHistory
+from .admin._message_state import MessageState
 from .admin._running import RunningMessage
 from .admin._stats import QueueStats, Stats, WaitingLane
 from .connection._permissions import acl_rule, acl_tokens, check_permissions, is_permission_error
 from .periodic._schedules import Schedule, ScheduleInfo, Schedules, periodic
 from .periodic._spec import InvalidSchedule
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "AmbiguousDeadLetter",
@@ -34,6 +35,7 @@ __all__ = [
     "History",
     "InvalidSchedule",
     "MAX_DELAY",
+    "MessageState",
     "MissingPermission",
     "NotReplicated",
     "QueueHistory",

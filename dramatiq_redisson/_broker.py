@@ -25,13 +25,16 @@ from ._liveness import Liveness
 from ._logs import logger_for
 from ._message import prepare_scheduled
 from ._producer import Producer
+from ._progress import add_long_jobs
 from ._settings import (
     DEFAULT_DEDUPE_WINDOW,
+    DEFAULT_DONE_RETENTION,
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_MAINTENANCE_INTERVAL,
     DEFAULT_SAFETY_INTERVAL,
     DEFAULT_TRANSFER_BATCH_SIZE,
     DEFAULT_TRANSFER_LEASE,
+    DEFAULT_UNKNOWN_ACTOR_GRACE,
     DEFAULT_WAIT_TIMEOUT,
     DEFAULT_WORKFLOW_RETENTION,
     SETTING_DOCS,
@@ -44,6 +47,7 @@ from ._worker_threads import WorkerRegistry
 from .admin._dead_letters import DeadLetters
 from .admin._delayed_queue import DelayedQueue
 from .admin._history import History
+from .admin._message_state import message_state as _message_state
 from .admin._queue_admin import QueueAdmin
 from .admin._running import RunningMessage
 from .admin._stats import OVERDUE_GRACE, Stats, WaitingLane
@@ -126,6 +130,9 @@ class RedissonBroker(RedisBroker):
         slots of a cluster (see :mod:`dramatiq_redisson.sharding._shards`); on one server it works
         but gains nothing, and the broker logs a warning saying so.
       workflow_retention: Time (ms) a finished workflow is kept; default 86400000 (a day).
+      unknown_actor_grace: Time (ms) a message for an actor its worker has not declared waits
+        for one that has, then is dead-lettered; default 600000 (10 min), 0: at once.
+      done_retention: Time (ms) a done record is kept (:meth:`message_state`); default 0, none.
       **parameters: Connection parameters passed to :class:`redis.Redis` (or to
         :class:`redis.cluster.RedisCluster`). A name neither the broker nor redis-py
         takes is refused with the settings, with the closest known name ("unknown
@@ -159,6 +166,8 @@ class RedissonBroker(RedisBroker):
     wait_for_replicas = _setting("wait_for_replicas", settable=False)
     wait_timeout = _setting("wait_timeout", settable=False)
     workflow_retention = _setting("workflow_retention")
+    unknown_actor_grace = _setting("unknown_actor_grace")
+    done_retention = _setting("done_retention")
 
     @property
     def settings(self) -> BrokerSettings:
@@ -187,6 +196,8 @@ class RedissonBroker(RedisBroker):
         max_priority: int | None = None,
         shards: Mapping[str, int] | None = None,
         workflow_retention: int = DEFAULT_WORKFLOW_RETENTION,
+        unknown_actor_grace: int = DEFAULT_UNKNOWN_ACTOR_GRACE,
+        done_retention: int = DEFAULT_DONE_RETENTION,
         **parameters: Any,
     ) -> None:
         # Checked before anything is made: a bad value, an unknown name or url= with
@@ -207,6 +218,8 @@ class RedissonBroker(RedisBroker):
             max_priority=0 if max_priority is None else max_priority,
             shards=shard_pairs(shards),
             workflow_retention=workflow_retention,
+            unknown_actor_grace=unknown_actor_grace,
+            done_retention=done_retention,
         )
         owns_client = client is None
         client, parameters = connect(url, client, cluster, namespace, parameters)
@@ -225,24 +238,15 @@ class RedissonBroker(RedisBroker):
         self.actor_options |= FLOW_OPTIONS
         #: What differs between one server and a cluster (see :mod:`dramatiq_redisson.connection._topology`).
         self.topology = topology_for(self.client)
-        self._warn_of_shards_on_one_server()
-        span = self.topology.retry_span_ms()
-        if span is None:
-            self.logger.warning(
-                "Cannot bound how long the redis client retries a command; immediate sends "
-                "are deduplicated within dedupe_window=%d ms.",
-                dedupe_window,
-            )
-        elif dedupe_window and span > dedupe_window:
-            dedupe_window = span
-            self._settings = self._settings.replace(dedupe_window=span)
+        _warn_of_shards_on_one_server(self._settings, self.topology, self.logger)
+        self._settings, span = _widened_dedupe_window(self._settings, self.topology, self.logger)
         # Build order: the settings (above), the connection (client, topology), the
         # state the parts share, then the parts. Each part takes the broker as the
         # Protocol of what it reads (ProducerHost, LivenessHost, PeriodicHost, AdminHost,
         # and ConsumerHost for the consumers), all of which exists by then.
         #: Where a resent offer finds a member that already came due (offer_one.lua): the
         #: dedupe window's record covers every resend when it spans the client's retries.
-        self.resend_lookup = "ready" if not dedupe_window else "both" if span is None else "sent"
+        self.resend_lookup = "ready" if not self._settings.dedupe_window else "both" if span is None else "sent"
         #: The longest time (ms) from an offer's first run to the client's last automatic
         #: retry of it (None: unbounded). An offer delayed by more than this (and a margin)
         #: cannot have come due before a resend of it runs, so it skips that lookup.
@@ -310,18 +314,6 @@ class RedissonBroker(RedisBroker):
     def cluster(self) -> bool:
         """Whether the client is a Redis Cluster client (the cluster key layout)."""
         return self.topology.cluster
-
-    def _warn_of_shards_on_one_server(self) -> None:
-        """Shards on one server work but gain nothing (docs/sharding-design.md): say so,
-        once, when the broker is built."""
-        if not self.topology.spreads_shards and any(count > 1 for _, count in self._settings.shards):
-            self.logger.warning(
-                "shards=%s on a single server gains nothing: every shard of a queue lives on this "
-                "one server, whose throughput and memory bound the queue as without shards, and "
-                "the shards cost a few more commands per message. Shards spread a queue over a "
-                "Redis Cluster's masters (cluster=True); the queues are sharded as asked.",
-                dict(self._settings.shards),
-            )
 
     def check_server(self) -> dict[str, tuple[str, tuple[int, int, int]]]:
         """Check, once per broker, that the server (every node of a cluster) is one the
@@ -392,9 +384,9 @@ class RedissonBroker(RedisBroker):
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
         if signal == "worker_boot" and args:
             self.workers.booted(args[0])  # before its consumers are built
-            # A worker moves workflows on (not added when the broker is made: its
-            # middleware list stays the one given, as the built-in broker's does).
+            # A worker moves workflows on and tracks long jobs (added now: the list given stays as given till then).
             add_workflow_steps(self)
+            add_long_jobs(self)
         super().emit_before(signal, *args, **kwargs)
 
     def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
@@ -442,13 +434,13 @@ class RedissonBroker(RedisBroker):
         A message whose retry could not be re-enqueued (see ``_redeliver``) is not acked:
         it stays in the ack set, unheld, and the consumer's next reconciliation requeues it.
         ``idle``: the consumer's new score in the idle registry (a thread is free again)."""
-        retried = self.held.was_retried(redis_message_id)
+        retried, ttl = self.held.was_retried(redis_message_id), self._settings.done_retention
         if self.held.was_released(queue_name, redis_message_id):
             return 0
-        slots = self.held.holds_slots(queue_name, redis_message_id)
+        slots, keys = self.held.holds_slots(queue_name, redis_message_id), self.keys(queue_name)
         try:
             acked = self.redisson_scripts.ack(
-                self.keys(queue_name), self.broker_id, redis_message_id, retried=retried, uses_slots=slots, idle=idle
+                keys, self.broker_id, redis_message_id, retried=retried, uses_slots=slots, idle=idle, done_retention=ttl
             )
         except BaseException:
             if retried:
@@ -646,6 +638,8 @@ class RedissonBroker(RedisBroker):
     def waiting_groups(self, queue_name: str, *, limit: int = 100) -> list[WaitingLane]:
         return self.admin.waiting_groups(queue_name, limit=limit)
 
+    message_state = _message_state  # the broker is its StateHost: broker.message_state(message_id, queue_name)
+
     def pause(self, queue_name: str) -> bool:
         return self.admin.pause(queue_name)
 
@@ -685,6 +679,35 @@ class RedissonBroker(RedisBroker):
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)
             time.sleep(interval / 1000)
+
+
+def _widened_dedupe_window(settings: BrokerSettings, topology: Any, logger: Any) -> tuple[BrokerSettings, int | None]:
+    """The settings with ``dedupe_window`` widened to the client's retry span when that is
+    longer, and the span (None: unbounded, which is logged: a resend after the window is
+    not recognised)."""
+    span: int | None = topology.retry_span_ms()
+    if span is None:
+        logger.warning(
+            "Cannot bound how long the redis client retries a command; immediate sends "
+            "are deduplicated within dedupe_window=%d ms.",
+            settings.dedupe_window,
+        )
+    elif settings.dedupe_window and span > settings.dedupe_window:
+        settings = settings.replace(dedupe_window=span)
+    return settings, span
+
+
+def _warn_of_shards_on_one_server(settings: BrokerSettings, topology: Any, logger: Any) -> None:
+    """Shards on one server work but gain nothing (docs/sharding-design.md): say so, once,
+    when the broker is built."""
+    if not topology.spreads_shards and any(count > 1 for _, count in settings.shards):
+        logger.warning(
+            "shards=%s on a single server gains nothing: every shard of a queue lives on this "
+            "one server, whose throughput and memory bound the queue as without shards, and "
+            "the shards cost a few more commands per message. Shards spread a queue over a "
+            "Redis Cluster's masters (cluster=True); the queues are sharded as asked.",
+            dict(settings.shards),
+        )
 
 
 #: The keyword arguments of ``RedissonBroker`` itself (the others are redis-py's), which an

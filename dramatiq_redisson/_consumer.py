@@ -31,6 +31,7 @@ from ._liveness import LivenessHost, Reaper
 from ._logs import CONNECTION_ERRORS, logger_for
 from ._pacing import Fetch, Pacing, Wait
 from ._transfer_duty import DutyHost, TransferDuty
+from ._unknown_actors import UnknownActors, UnknownActorsHost
 from ._upkeep import Upkeep, UpkeepHost
 from ._worker_threads import relist
 from .scripts._calls import IdleScore
@@ -80,12 +81,14 @@ class Freed(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-class ConsumerHost(DutyHost, UpkeepHost, LivenessHost, Protocol):
+class ConsumerHost(DutyHost, UpkeepHost, LivenessHost, UnknownActorsHost, Protocol):
     """What a consumer reads of its broker: its worker id, a queue's keys, the scripts it
     runs, the held ids, its client (where the server is, for its failure policy), its ack
     and nack, and its settings; the rest of the broker is what its parts use (its
     transfer duty's :class:`._transfer_duty.DutyHost`, its upkeep's
-    ``_upkeep.UpkeepHost``, its reaper's ``_liveness.LivenessHost``), passed on whole.
+    ``_upkeep.UpkeepHost``, its reaper's ``_liveness.LivenessHost``, what it puts back
+    for an actor its process has not declared ``_unknown_actors.UnknownActorsHost``),
+    passed on whole.
     Nothing else (``tests/test_shape.py`` checks it)."""
 
     broker_id: str
@@ -190,6 +193,8 @@ class RedissonConsumer(Consumer):
             reaper=self.reaper,
             logger_name=self.logger.name,
         )
+        #: Puts back the messages for actors this process has not declared (see ``_unknown_actors``).
+        self.unknown_actors = UnknownActors(broker, self.keys, worker_id=self.worker_id, logger_name=self.logger.name)
         if threads is not None:
             threads.attach(self)
 
@@ -213,6 +218,14 @@ class RedissonConsumer(Consumer):
         messages had finished; see :meth:`._worker_threads.WorkerThreads.room`)."""
         free = max(0, self.free_slots + finishing)
         return free if self.threads is None else self.threads.room(free, finishing)
+
+    def handoff_slots(self) -> int:
+        """How many messages a transfer may hand off to it now: what it can start, but none
+        while a message it put back for an actor its process has not declared comes due
+        (it would hand that one back to itself: see :meth:`._unknown_actors.UnknownActors.expects`)."""
+        if self.unknown_actors.dues and self.unknown_actors.expects(self.timer.server_now_ms()):
+            return 0
+        return self.can_start()
 
     def backlog_room(self) -> int:
         """While every thread is busy and messages wait (``Pacing.backlog``): how many more to
@@ -250,6 +263,8 @@ class RedissonConsumer(Consumer):
             self.note_idle(result.registered, own_slots - len(result.fetched))
         if result.schedules:
             self.upkeep.attend(result.schedules)
+        if self.unknown_actors.dues:
+            self.unknown_actors.passed(result.server_now_us // 1000)
 
     def reset_backoff(self) -> None:
         """Something was announced on the queue: the next short fetch backs off from scratch."""
@@ -269,6 +284,10 @@ class RedissonConsumer(Consumer):
                     redis_message_id, data = self.message_cache.popleft()
                     message = self._decode(redis_message_id, data)
                     if message is None:
+                        continue
+                    # (A Worker's consumer: one iterated by other code gets every message.)
+                    unknown = self.threads is not None and not self.unknown_actors.knows(message.actor_name)
+                    if unknown and self._put_back(redis_message_id, message):
                         continue
                     self.in_flight[redis_message_id] = time.monotonic()
                     return MessageProxy(message)
@@ -532,6 +551,19 @@ class RedissonConsumer(Consumer):
         if message.options.get("redis_message_id") != redis_message_id:
             message.options["redis_message_id"] = redis_message_id
         return message
+
+    def _put_back(self, redis_message_id: str, message: Message[Any]) -> bool:
+        """A message for an actor this process has not declared: put it back for another
+        worker (True), or, its grace over, let Dramatiq dead-letter it (False; see
+        :mod:`._unknown_actors`). A failed call leaves the copy in flight to the next
+        reconciliation, which puts it back on the ready queue, or drops it if the
+        put-back had replaced it already."""
+        try:
+            return self.unknown_actors.put_back(redis_message_id, message)
+        except (*CONNECTION_ERRORS, redis.ResponseError, NotReplicated):
+            self.broker.held.discard(self.queue_name, (redis_message_id,))
+            self.upkeep.lost_reply()
+            raise
 
     def _finish(self, message: MessageProxy, operation: Callable[[str, str], int]) -> None:
         """Ack or nack, retried every :data:`FINISH_RETRY_PAUSE` s for up to

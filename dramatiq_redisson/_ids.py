@@ -9,6 +9,7 @@ this release sort after every earlier one. Lua does the same (``scripts/lua/incl
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -62,6 +63,19 @@ def message_id_of(member: str | bytes) -> str:
     """The message id of a member (its text after the sort key)."""
     rest = member[sort_key_length(member) :]
     return rest.decode() if isinstance(rest, bytes) else rest
+
+
+#: A delayed message's redis id (its member): a sort key of this release or an earlier
+#: one's, then the message id.
+_MEMBER = re.compile(r"(?:[g-v][0-9a-f]{13}|[0-9a-f]{16})(.+)", re.DOTALL)
+
+
+def redis_id_message_id(redis_message_id: str) -> str:
+    """The message id a redis message id names: a delayed message's member ends with it, an
+    immediate send's is it. (A retry sent without a delay has a fresh uuid as redis id,
+    which names nothing of its message: it comes back as it is.)"""
+    member = _MEMBER.fullmatch(redis_message_id)
+    return member[1] if member else redis_message_id
 
 
 def same_sort_key(stored: bytes, member: bytes) -> bool:

@@ -58,6 +58,20 @@ Redisson delayed-queue layout (the ``{N}`` hash tag keeps them in one cluster sl
 ``redisson_delay_queue_fetched:{N}``       HASH     redis message id -> "<fetch time, epoch
                                                     ms>|<worker id>|<consumer token>" of each
                                                     message in flight ("running now")
+``redisson_delay_queue_done:{N}``          ZSET     message id -> when its ack finished it
+                                                    (epoch ms, server clock): the done
+                                                    records, written while ``done_retention``
+                                                    is on (see ``lua/ack.lua``, ``lua/state.lua``)
+``redisson_delay_queue_counts:{N}``        HASH     counters of rare events: "unknown_actor",
+                                                    messages put back because the worker
+                                                    that got them had not declared their
+                                                    actor (``_unknown_actors.py``)
+``redisson_delay_queue_progress:{N}``      HASH     message id -> "<fraction>|<epoch ms>|<note>":
+                                                    the last progress a running message
+                                                    reported (``progress.report``)
+``redisson_delay_queue_checkpoints:{N}``   HASH     message id -> the JSON state a message
+                                                    saved to resume from (``progress.checkpoint``);
+                                                    both cleared when it succeeds or dies
 ``redisson_delay_queue_minutes:{N}``       STRING   activity history per minute: a ring of
                                                     u32 slots (see ``lua/include/record_history.lua``)
 ``redisson_delay_queue_hours:{N}``         STRING   activity history per hour: the same ring
@@ -335,6 +349,32 @@ class QueueKeys:
         return f"redisson_delay_queue_fetched:{{{self.name}}}"
 
     @property
+    def done(self) -> str:
+        """Message id -> when its ack finished it (epoch ms, server clock), for messages
+        processed within the broker's ``done_retention`` (written by ack.lua while it is on,
+        read by state.lua: ``broker.message_state``)."""
+        return f"redisson_delay_queue_done:{{{self.name}}}"
+
+    @property
+    def counts(self) -> str:
+        """Counters of the queue's rare events, field -> count: ``unknown_actor``, the
+        messages put back because the worker that got them had not declared their actor
+        (written on that path alone, see ``_unknown_actors.py``; read by stats.lua)."""
+        return f"redisson_delay_queue_counts:{{{self.name}}}"
+
+    @property
+    def progress(self) -> str:
+        """Message id -> ``"<fraction>|<epoch ms>|<note>"``: the last progress each running
+        message reported, written from Python (see ``_progress.py``)."""
+        return f"redisson_delay_queue_progress:{{{self.name}}}"
+
+    @property
+    def checkpoints(self) -> str:
+        """Message id -> the JSON state the message saved to resume from, written from
+        Python (see ``_progress.py``)."""
+        return f"redisson_delay_queue_checkpoints:{{{self.name}}}"
+
+    @property
     def minutes(self) -> str:
         """The activity history's ring of per-minute counters (see lua/include/record_history.lua)."""
         return f"redisson_delay_queue_minutes:{{{self.name}}}"
@@ -476,9 +516,10 @@ class QueueKeys:
         return f"{self.wake_prefix}{token}}}"
 
     def every_name(self, worker_id: str, token: str) -> tuple[str, ...]:
-        """Every key and channel of the queue that its scripts touch, with ``worker_id``'s
-        ack sets and consumer ``token``'s wake channel (the namespace's registry aside):
-        on a cluster all of them hash to the queue's slot."""
+        """Every key and channel of the queue that its scripts touch (and the progress
+        hashes, written from Python), with ``worker_id``'s ack sets and consumer
+        ``token``'s wake channel (the namespace's registry aside): on a cluster all of
+        them hash to the queue's slot."""
         return (
             self.ready,
             self.ready_msgs,
@@ -496,6 +537,10 @@ class QueueKeys:
             *self.schedule_keys,
             self.paused,
             self.fetched,
+            self.done,
+            self.counts,
+            self.progress,
+            self.checkpoints,
             *self.history_keys,
             self.lease,
             self.consumers,
@@ -637,7 +682,10 @@ def fetch_keys(keys: QueueKeys, worker_id: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def ack_keys(keys: QueueKeys, worker_id: str, uses_slots: bool, idle: bool = False) -> tuple[str, ...]:
+def ack_keys(
+    keys: QueueKeys, worker_id: str, uses_slots: bool, idle: bool = False, done: bool = False
+) -> tuple[str, ...]:
     """ack.lua's KEYS; ``uses_slots``: the message was fetched through lanes and gives its
-    slots back; ``idle``: the acking consumer's new score in the idle registry comes along."""
-    return script_keys("ack", keys, worker_id, ("slots",) * uses_slots + ("idle",) * idle)
+    slots back; ``idle``: the acking consumer's new score in the idle registry comes along;
+    ``done``: a done record is written (``done_retention``)."""
+    return script_keys("ack", keys, worker_id, ("slots",) * uses_slots + ("idle",) * idle + ("done",) * done)

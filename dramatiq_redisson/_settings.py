@@ -60,6 +60,20 @@ DEFAULT_LIVENESS_TIMEOUT = 6000
 #: Default ``workflow_retention`` (ms): a finished workflow is kept a day.
 DEFAULT_WORKFLOW_RETENTION = 86_400_000
 
+#: Default ``unknown_actor_grace`` (ms): a message for an actor its worker has not declared
+#: waits up to 10 minutes for a worker that has (a rolling deploy's old processes run
+#: beside the new ones for about that long), then it is dead-lettered.
+DEFAULT_UNKNOWN_ACTOR_GRACE = 600_000
+
+#: Default ``done_retention`` (ms): 0, no record of finished messages is kept (an ack then
+#: writes nothing for it).
+DEFAULT_DONE_RETENTION = 0
+
+#: Seconds between two trims of a queue's done records by one process: a record costs its
+#: ack one ZADD, and the process's first ack after each interval also drops the records
+#: older than ``done_retention`` and sets their key to expire (see ``scripts/lua/ack.lua``).
+DONE_TRIM_INTERVAL = 1.0
+
 #: What each setting a broker exposes as an attribute means, its unit and its default:
 #: the docstrings of those attributes (``RedissonBroker.safety_interval``), which the API
 #: reference shows.
@@ -120,6 +134,23 @@ SETTING_DOCS = {
         "results, before it is removed (see :mod:`dramatiq_redisson.workflows`). A "
         "non-negative int; default 86400000 (a day); 0 removes it when it finishes."
     ),
+    "unknown_actor_grace": (
+        "Time (ms) a message whose actor the worker that got it has not declared (a new "
+        "actor during a rolling deploy, whose old processes do not know it) is put back on "
+        "the server for another worker, a second later each time, before it is "
+        "dead-lettered with a reason that names the actor. Counted from its first put-back, "
+        "on the server's clock. A non-negative int; default 600000 (ten minutes); 0 "
+        "dead-letters it at once, as Dramatiq does."
+    ),
+    "done_retention": (
+        "Time (ms) a record of each processed message is kept, so that "
+        ':meth:`~dramatiq_redisson.RedissonBroker.message_state` can answer "done" for it: '
+        "its ack adds one (one ZADD of its message id and the time: about 110 bytes per "
+        "record; a queue that acks 100 messages a second keeps about 40 MB for an hour's "
+        "retention; see docs/operating.md), and drops the records older than this about "
+        "once a second per process and queue. A non-negative int; default 0: no record is "
+        "kept, and an ack writes nothing for it."
+    ),
 }
 
 
@@ -170,6 +201,11 @@ class BrokerSettings:
         many hash slots (issue 36, docs/sharding-design.md); a queue not named has one.
       workflow_retention: Time (ms) a finished workflow is kept (see
         :mod:`dramatiq_redisson.workflows`).
+      unknown_actor_grace: Time (ms) a message for an actor its worker has not declared
+        is put back for another worker before it is dead-lettered (see
+        :mod:`dramatiq_redisson._unknown_actors`); 0 dead-letters it at once.
+      done_retention: Time (ms) a record of each processed message is kept for
+        ``message_state`` (its "done" state); 0 keeps none (see ``scripts/lua/ack.lua``).
     """
 
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
@@ -185,6 +221,8 @@ class BrokerSettings:
     max_priority: int = 0
     shards: tuple[tuple[str, int], ...] = ()
     workflow_retention: int = DEFAULT_WORKFLOW_RETENTION
+    unknown_actor_grace: int = DEFAULT_UNKNOWN_ACTOR_GRACE
+    done_retention: int = DEFAULT_DONE_RETENTION
 
     @functools.cached_property
     def _shard_counts(self) -> dict[str, int]:
@@ -302,4 +340,6 @@ _CHECKS: tuple[Check, ...] = (
     _max_priority,
     _shards,
     _at_least("workflow_retention", 0),
+    _at_least("unknown_actor_grace", 0),
+    _at_least("done_retention", 0),
 )

@@ -69,8 +69,9 @@ class Sink(Protocol):
         """Whether its jobs take time (transfers then place messages by idle threads)."""
         ...
 
-    def can_start(self, finishing: int = 0) -> int:
-        """How many messages it can start now."""
+    def handoff_slots(self) -> int:
+        """How many moved messages a transfer may hand off to it now (what it can start,
+        or none: see ``RedissonConsumer.handoff_slots``)."""
         ...
 
     def transferred(self, result: TransferResult, own_slots: int) -> None:
@@ -279,8 +280,9 @@ class TransferDuty:
         held = self.host.held
         for _ in range(MAX_TRANSFER_CALLS_PER_TICK):
             settings = self.host.settings  # (read at use: a broker's settings can be set)
-            # What its Worker's idle threads can start now, within its free prefetch.
-            own_slots = self.sink.can_start()
+            # What its Worker's idle threads can start now, within its free prefetch (none
+            # while a message it put back for an unknown actor comes due).
+            own_slots = self.sink.handoff_slots()
             compare = own_slots > 0 and self.sink.long_jobs
             # A tie with the idlest other consumer goes either way, at random (KEEP_TIES): a
             # share for both when both are idle at every due time (say, CPU-bound jobs

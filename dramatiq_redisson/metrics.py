@@ -3,7 +3,8 @@
 Three kinds of metrics, all prefixed ``dramatiq_redisson_``:
 
 * queue gauges (scheduled, overdue, oldest overdue, ready and ready per priority, lanes
-  waiting, in flight, dead, consumers, legacy delayed, paused; live workers), read at
+  waiting, in flight, dead, consumers, legacy delayed, paused; live workers), and the
+  counter of messages put back for an actor their worker had not declared, read at
   scrape time by :class:`StatsCollector` with one :meth:`RedissonBroker.stats` call: a
   fixed number of O(1)/O(log n) commands per queue, one round trip for all queues;
 * schedule gauges (each periodic actor's schedule: when its next tick is due, how late
@@ -384,7 +385,7 @@ class StatsCollector:
         return up
 
     def _families(self, stats: Stats | None) -> list[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         queues: dict[str, Mapping[str, Any]] = dict(stats["queues"]) if stats else {}
         now_ms = stats["time_ms"] if stats else 0
@@ -415,6 +416,17 @@ class StatsCollector:
                 by_priority.add_metric([queue_name, str(priority)], float(count))
             lanes.add_metric([queue_name], float(queue["lanes_waiting"]))
         families += [by_priority, lanes]
+        # A count the server keeps (from the queue's first put-back, or its last flush): a
+        # counter, for rate() (a flush resets it, as a restart resets a process's counters).
+        unknown = CounterMetricFamily(
+            "dramatiq_redisson_unknown_actor_put_backs",
+            "Messages put back because the worker that got them had not declared their actor (a new actor "
+            "while a rolling deploy's old processes still run); dead-lettered after unknown_actor_grace.",
+            labels=["queue_name"],
+        )
+        for queue_name, queue in queues.items():
+            unknown.add_metric([queue_name], float(queue["unknown_actor"]))
+        families.append(unknown)
         shards = GaugeMetricFamily(
             "dramatiq_redisson_shard_messages",
             "A sharded queue's messages per shard (state: ready, scheduled, in_flight); the queue's "

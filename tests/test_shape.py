@@ -203,6 +203,7 @@ _PARTS = [
     ("admin._dead_letters", "broker", "scripts._calls", "ScriptsHost"),
     ("admin._delayed_queue", "broker", "scripts._calls", "ScriptsHost"),
     ("admin._queue_admin", "host", "admin._queue_admin", "AdminHost"),
+    ("admin._message_state", "host", "admin._message_state", "StateHost"),
 ]
 
 

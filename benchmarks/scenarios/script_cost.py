@@ -111,6 +111,7 @@ FEATURES = {
     "ack (lanes)": ("lanes (priority, limit)", "ack: slot given back", "ack (fetched)"),
     "transfer (compare)": ("placement compare", "transfer", "transfer"),
     "transfer (periodic tick)": ("periodic tick", "transfer: next tick chained", "transfer"),
+    "ack (done record)": ("done record (done_retention)", "ack: the record written", "ack (fetched)"),
 }
 #: The throttle window of the throttle phases (ms): longer than a run, none ends in it.
 THROTTLE_TTL_MS = 3_600_000
@@ -568,8 +569,36 @@ def _feature_phases(calls: _Calls, n: int) -> dict[str, str]:
     handed: list[str] = []
     calls.phase("transfer (compare)", lambda i: calls.transfer_one(keys, handed, compare=True))
     _expect(len(handed), n, "transfer (compare) handed off")
-    why = _periodic_phase(calls, n)
-    return {"periodic tick": why} if why else {}
+    left_out = {"periodic tick": why} if (why := _periodic_phase(calls, n)) else {}
+    if why := _done_phase(calls, n):
+        left_out["done record"] = why
+    return left_out
+
+
+def _done_phase(calls: _Calls, n: int) -> str | None:
+    """Acks of fetched immediate messages that each leave a done record (issue 58,
+    ``done_retention``), on a fresh queue: the records' trim (a process's first ack, then
+    one a second) runs in the warm-up, and not in the phase (as the heartbeat). Returns why
+    the phase was left out, or None."""
+    import inspect
+
+    scripts = calls.scripts
+    if "done_retention" not in inspect.signature(scripts.ack).parameters:
+        return "the product's ack writes no done record"
+    keys = calls.fresh(f"{QUEUE}-done")
+    calls.warm(keys, lambda: calls.offer(keys))
+    scripts.done_trim_interval = float("inf")
+    fetched: list[str] = []
+    for _ in range(n + 1):
+        calls.enqueue(keys)
+        calls.fetch_one(keys, fetched)
+    calls.refresh_clock(keys)
+    scripts.ack(keys, WORKER, fetched.pop(), done_retention=CHORES_MS)  # the first: it trims
+    calls.phase("ack (done record)", lambda i: scripts.ack(keys, WORKER, fetched[i], done_retention=CHORES_MS))
+    calls.in_flight(keys)
+    if calls.r.zcard(keys.done) != n + 1:
+        raise RuntimeError(f"ack (done record): {calls.r.zcard(keys.done)} records, not {n + 1}")
+    return None
 
 
 def _keyed_phases(calls: _Calls, n: int, label: str, ttl: int) -> None:

@@ -280,8 +280,8 @@ class QueueAdmin:
         queues: dict[str, QueueStats] = {}
         for name, reply in zip(names, replies, strict=True):
             _, plain, with_data, scheduled, overdue, next_due, dead, holder, consumers, legacy, paused = reply[:11]
-            latency = reply[11]
-            by_priority, lanes = _waiting(int(plain), reply[12:])
+            latency, unknown_actor = reply[11:13]
+            by_priority, lanes = _waiting(int(plain), reply[13:])
             ready = sum(by_priority.values()) if by_priority else int(plain)
             history = histories[name]
             queues[name] = QueueStats(
@@ -299,6 +299,7 @@ class QueueAdmin:
                 paused=int(paused) >= 0,
                 paused_since_ms=int(paused) if int(paused) > 0 else None,
                 latency_ms=int(latency),
+                unknown_actor=int(unknown_actor),
                 last_hour=totals(history["minutes"]),
                 last_day=totals(history["hours"]),
             )
@@ -470,6 +471,10 @@ class QueueAdmin:
             *keys.schedule_keys,
             keys.paused,
             keys.fetched,
+            keys.done,
+            keys.counts,
+            keys.progress,
+            keys.checkpoints,
             *keys.history_keys,
         )
 
@@ -511,6 +516,7 @@ def _fold(shards: list[QueueStats]) -> QueueStats:
         paused=all(s["paused"] for s in shards),
         paused_since_ms=min(paused_since) if paused_since else None,
         latency_ms=max(s["latency_ms"] for s in shards),
+        unknown_actor=total("unknown_actor"),
         last_hour=counts("last_hour"),
         last_day=counts("last_day"),
     )

@@ -9,6 +9,10 @@ shows.
 
 A message counts from its fetch: one waiting in a worker's prefetch (Dramatiq's worker
 takes up to twice its threads) shows too, its age counting from when it was fetched.
+
+Its progress is the last :func:`dramatiq_redisson.progress.report` of the message (keyed by
+message id: a later run of it shows the earlier run's report until it reports again), read
+in the same round trip as the ack sets.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 from dramatiq.message import Message
 
 from .._message import epoch_ms
+from .._progress import decode_progress
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,6 +50,11 @@ class RunningMessage(TypedDict):
     #: When it was fetched, epoch ms, server clock; and how long ago.
     fetched_ms: int
     age_ms: int
+    #: Its last reported progress, from 0 to 1, and note (None: it reported none).
+    progress: float | None
+    note: str | None
+    #: When it last reported (epoch ms, the server's clock as its worker knew it), or None.
+    reported_ms: int | None
 
 
 def running(client: Any, keys: Callable[[str], QueueKeys], queue_names: list[str]) -> list[RunningMessage]:
@@ -65,9 +75,12 @@ def running(client: Any, keys: Callable[[str], QueueKeys], queue_names: list[str
     if not candidates:
         return []
     ack_sets = sorted({(name, worker_id) for name, _, _, worker_id, _ in candidates})
+    reporting = sorted({name for name, *_ in candidates})
     with client.pipeline(transaction=False) as pipe:
         for name, worker_id in ack_sets:
             pipe.smembers(keys(name).acks(worker_id))
+        for name in reporting:
+            pipe.hgetall(keys(name).progress)
         for name, redis_id, *_ in candidates:
             pipe.hget(keys(name).ready_msgs, redis_id)
         replies = pipe.execute()
@@ -75,12 +88,16 @@ def running(client: Any, keys: Callable[[str], QueueKeys], queue_names: list[str
         key: {m.decode(errors="replace") for m in cast("set[bytes]", ack_set)}
         for key, ack_set in zip(ack_sets, replies, strict=False)
     }
+    reports = dict(zip(reporting, cast("list[dict[bytes, bytes]]", replies[len(ack_sets) :]), strict=False))
     found: list[RunningMessage] = []
-    for (name, redis_id, fetched_ms, worker_id, token), data in zip(candidates, replies[len(ack_sets) :], strict=True):
+    datas = replies[len(ack_sets) + len(reporting) :]
+    for (name, redis_id, fetched_ms, worker_id, token), data in zip(candidates, datas, strict=True):
         if data is None or redis_id not in members[(name, worker_id)]:
             continue
         message_id, actor = _describe(cast("bytes", data), redis_id)
         host, pid = _host_pid(token)
+        report = reports[name].get(message_id.encode())
+        progress = decode_progress(report) if report is not None else None
         found.append(
             RunningMessage(
                 queue=name,
@@ -93,6 +110,9 @@ def running(client: Any, keys: Callable[[str], QueueKeys], queue_names: list[str
                 consumer=token,
                 fetched_ms=fetched_ms,
                 age_ms=max(0, now_ms - fetched_ms),
+                progress=progress[0] if progress else None,
+                note=progress[2] if progress else None,
+                reported_ms=progress[1] if progress else None,
             )
         )
     found.sort(key=lambda m: (m["fetched_ms"], m["queue"], m["redis_message_id"]))

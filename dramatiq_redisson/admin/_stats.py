@@ -51,6 +51,10 @@ class QueueStats(TypedDict):
     #: it, timed from when the message was sent (its producer's clock), which for a
     #: delayed message counts its delay too.
     latency_ms: int
+    #: Messages put back because the worker that got them had not declared their actor (a
+    #: new actor while a rolling deploy's old processes still run), counted at each put-back
+    #: since the queue's first (or its last flush): see :mod:`dramatiq_redisson._unknown_actors`.
+    unknown_actor: int
     #: Processed, failed and retried messages in the last 60 minutes (the current one
     #: included), and in the last 24 hours (whole hours, the current one included).
     last_hour: Counts

@@ -32,7 +32,7 @@ import redis
 
 from .. import __version__
 from .._format import one_line, parse_duration, span
-from . import _acl, _dead, _dev, _limits, _live, _scheduled, _schedules, _serve, _stats, _workflows
+from . import _acl, _dead, _dev, _limits, _live, _scheduled, _schedules, _serve, _state, _stats, _workflows
 from ._base import DEBUG_ENV, EXIT_NOT_FOUND, EXIT_USAGE, PLAIN_ENV, PROG, Command, Context, UsageError
 from ._connect import connect, server_address, split_broker_path
 from ._output import Output
@@ -53,6 +53,7 @@ REGISTRY: tuple[Command, ...] = (
     _live.RESUME,
     _limits.LIMITS,
     _live.RUNNING,
+    _state.STATE,
     _live.HISTORY,
     _stats.WATCH,
     _serve.METRICS,
@@ -99,6 +100,7 @@ examples:
   dramatiq-redisson limits update reports --concurrency 4
   dramatiq-redisson server --port 6390
   dramatiq-redisson history default --minutes 30
+  dramatiq-redisson state MESSAGE_ID --json
 
 exit status: 0 success; 1 a message id was not found, or a confirmation was declined;
 2 usage or connection error. Times are on the Redis server's clock, shown in UTC.

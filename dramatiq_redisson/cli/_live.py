@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import Bucket, Counts, History, QueueStats, RunningMessage
-from .._format import ago, iso, span
+from .._format import ago, iso, shorten, span
 from ..admin._history import KEPT_HOURS, KEPT_MINUTES, totals
 from ._base import EXIT_OK, Command, Context
 from ._connect import server_now
@@ -117,10 +117,20 @@ def _one_or_all_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue (default: every known queue)")
 
 
+#: The most characters of a progress note the ``running`` table shows (``--json`` has it whole).
+NOTE_WIDTH = 60
+
+
 def running_doc(entry: RunningMessage) -> dict[str, Any]:
     doc: dict[str, Any] = dict(entry)
     doc["fetched"] = iso(entry["fetched_ms"])
+    doc["reported"] = iso(entry["reported_ms"])
     return doc
+
+
+def percent(fraction: float | None) -> str:
+    """A reported progress as a whole percentage, rounded down (99.9 % is not done), or "-"."""
+    return "-" if fraction is None else f"{int(fraction * 100)}%"
 
 
 def worker_text(entry: RunningMessage) -> str:
@@ -151,7 +161,9 @@ def cmd_running(ctx: Context) -> int:
         blocks.append(Cell(f"Nothing running{where}."))
         ctx.out.blocks(blocks)
         return EXIT_OK
-    table = Table(["message id", "actor", "queue", "worker", "fetched (UTC)", "age"], numeric={5})
+    table = Table(
+        ["message id", "actor", "queue", "worker", "fetched (UTC)", "age", "progress", "note"], numeric={5, 6}
+    )
     for entry in entries:
         actor = entry["actor"]
         table.add(
@@ -161,6 +173,8 @@ def cmd_running(ctx: Context) -> int:
             worker_text(entry),
             iso(entry["fetched_ms"], precise=False) or "",
             span(entry["age_ms"]),
+            percent(entry["progress"]),
+            shorten(entry["note"], NOTE_WIDTH) if entry["note"] else "-",
         )
     blocks.append(table)
     ctx.out.blocks(blocks)
@@ -169,7 +183,7 @@ def cmd_running(ctx: Context) -> int:
 
 RUNNING = Command(
     "running",
-    "messages in flight now, oldest first, with their worker and age",
+    "messages in flight now, oldest first, with their worker, age and reported progress",
     cmd_running,
     _one_or_all_arguments,
 )

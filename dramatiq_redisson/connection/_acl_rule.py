@@ -87,7 +87,8 @@ SCRIPT_COMMANDS: tuple[str, ...] = (
 
 #: Commands issued from Python: ``RedissonBroker`` (flush's SREM and UNLINK; stats' TIME,
 #: ZRANGEBYSCORE of heartbeats and SMEMBERS of the queue registry; the first send to a queue, SADD
-#: to that registry), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM),
+#: to that registry), its consumer (SMEMBERS, LRANGE, HMGET, ZRANGEBYSCORE, SCAN, ZREM; HGET
+#: and HINCRBY when it puts back a message for an actor it has not declared),
 #: ``DelayedQueue`` (ZCARD, HEXISTS, ZRANGE, HMGET) and ``DeadLetters`` (ZCARD, ZRANGE,
 #: HMGET, ZSCORE, HGET). No MULTI/EXEC: on a full server Redis before 7.4 and Valkey 7.2
 #: refuse every command queued in a transaction, reads included.
@@ -96,6 +97,7 @@ CLIENT_COMMANDS: tuple[str, ...] = (
     "hexists",
     "hget",
     "hgetall",
+    "hincrby",
     "hmget",
     "hset",
     "llen",

@@ -16,7 +16,8 @@ Who sends what (besides the scripts, run by ``scripts._runner`` with
   the delayed-queue view, paging, queue admin, running messages, liveness, leftovers,
   schedules, sharded views);
 - hashes: ``hget``/``hgetall``/``hmget``/``hset``/``hdel``/``hexists`` (queue limits,
-  liveness, schedules, dead letters, leftovers, running messages, the delayed queue);
+  liveness, schedules, dead letters, leftovers, running messages, the delayed queue),
+  ``hincrby`` (the count of messages put back for an unknown actor);
 - sets: ``sadd``/``srem``/``smembers`` (the queue registry, acks of a worker);
 - lists: ``lrange``/``llen`` (queue admin, leftovers);
 - keys: ``unlink`` and ``scan_iter`` (queue admin's flush, leftovers);
@@ -72,6 +73,7 @@ class _Reads(Protocol):
     ) -> Any: ...
     def hdel(self, name: str, *keys: Value) -> Any: ...
     def hexists(self, name: str, key: Value) -> Any: ...
+    def hincrby(self, name: str, key: Value, amount: int = ...) -> Any: ...
 
     # -- sets
     def sadd(self, name: str, *values: Value) -> Any: ...

@@ -40,6 +40,16 @@ RESCHEDULE_PRESETS = (("+1 min", "1m"), ("+1 h", "1h"))
 #: What a schedule's buttons do: its name goes in the form (``name``), not in the path (a
 #: schedule may be named "." or "..", which browsers resolve away in a path).
 
+#: What a message's state means, on its page.
+_STATE_SAYS = {
+    "scheduled": "waits for its due time",
+    "failed": "it failed; a retry of it waits for its due time",
+    "ready": "waits for a worker",
+    "running": "a worker runs it",
+    "done": "it was processed",
+    "dead": "it failed for good: it is in the dead letters",
+}
+
 #: HTTP methods (names, not Redis commands: tests/connection/test_acl.py takes a tuple opening with "GET" for one).
 _GET, _POST = "GET", "POST"
 
@@ -413,23 +423,25 @@ class Dashboard:
         )
 
     def message(self, request: Request, name: str, message_id: str) -> str:
+        """One message of the queue, in whatever state it is (``broker.message_state``)."""
         queue = self.known_queue(name)
-        found = self.broker.delayed_queue(queue).get(message_id)
-        if found is None:
+        state = self.broker.message_state(message_id, queue)
+        if state["state"] == "unknown":
             raise HTTPError(
                 HTTPStatus.NOT_FOUND,
-                f"Message {message_id!r} is not scheduled on queue {queue!r}: it ran, moved to the ready queue, "
-                "or was cancelled.",
+                f"Message {message_id!r} is not on queue {queue!r}: never sent there, cancelled, expired from "
+                "the dead letters, or done (done messages are kept only with the broker's done_retention).",
             )
-        due, message = found
         return self.render(
             request,
             "message.html",
-            title=f"{message.actor_name} {message_id}",
+            title=f"{state['actor'] or 'message'} {message_id}",
             queue=queue,
-            due=due,
-            message=message,
-            now=self.now_ms(),
+            state=state,
+            says=_STATE_SAYS,
+            due=state["due_ms"],
+            message=state["message"],
+            now=state["time_ms"],
             presets=RESCHEDULE_PRESETS,
             here=request.url(f"queues/{_quote(queue)}/messages/{_quote(message_id)}"),
         )

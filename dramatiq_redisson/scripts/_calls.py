@@ -17,9 +17,11 @@ from typing import Any, NamedTuple, Protocol, cast
 
 import redis
 
+from .._ids import redis_id_message_id
 from .._keys import LANES, PLAIN_LANE, QueueKeys, ack_keys, fetch_keys, keys_of, script_keys, transfer_keys
 from .._message import queue_json
 from .._queue_names import base_queue
+from .._settings import DONE_TRIM_INTERVAL
 from .._tuning import HEARTBEAT_INTERVAL_MS, PERIODIC_GRACE_MS, PERIODIC_LOW_WATER
 from ..connection._commands import Commands
 from ..connection._topology import Topology
@@ -56,6 +58,7 @@ _NAMES = (
     "limits",
     "history",
     "shards",
+    "state",
 )
 
 
@@ -271,7 +274,10 @@ class Scripts(ScriptRunner):
         #: and ack write it only when the last write is older (the broker derives it from
         #: its ``heartbeat_timeout``).
         self.beat_interval = beat_interval
-        self._beats: dict[str, float] = {}
+        #: When this process last wrote each key it writes now and then (heartbeats, done trims).
+        self._written: dict[str, float] = {}
+        #: Seconds between two trims of a queue's done records by this process (ack.lua).
+        self.done_trim_interval = DONE_TRIM_INTERVAL
         #: Per queue: the server clock (epoch µs) in the last reply that carried it, and
         #: the monotonic time it was read (see :meth:`server_now_ms`).
         self._clocks: dict[str, tuple[int, float]] = {}
@@ -292,13 +298,16 @@ class Scripts(ScriptRunner):
         return str((seen[0] + int(elapsed * 1_000_000)) // 1000)
 
     def _beat(self, heartbeats: str) -> str:
-        """``"1"`` when this process's heartbeat in ``heartbeats`` is due (then counted as
-        written), else ``"0"``."""
+        """``"1"`` when this process's heartbeat in ``heartbeats`` is due (then counted as written), else ``"0"``."""
+        return "1" if self._due(heartbeats, self.beat_interval) else "0"
+
+    def _due(self, key: str, interval: float) -> bool:
+        """Whether ``interval`` s have passed since this process last wrote ``key`` (then it does now)."""
         now = time.monotonic()
-        if now - self._beats.get(heartbeats, -math.inf) < self.beat_interval:
-            return "0"
-        self._beats[heartbeats] = now
-        return "1"
+        if now - self._written.get(key, -math.inf) < interval:
+            return False
+        self._written[key] = now
+        return True
 
     def offer(
         self,
@@ -546,18 +555,23 @@ class Scripts(ScriptRunner):
         retried: bool = False,
         uses_slots: bool = False,
         idle: IdleScore | None = None,
+        done_retention: int = 0,
     ) -> int:
         """Forget a processed message; the history counts it as processed, or as retried
         (``retried``: it failed and Retries scheduled a retry). ``uses_slots``: it was fetched
         through lanes (:attr:`Fetched.uses_slots`), and its slots are given back. ``idle``: the
-        acking consumer's new score in the idle registry (see ack.lua)."""
-        call_keys = ack_keys(keys, worker_id, uses_slots, idle is not None)
+        acking consumer's new score in the idle registry (see ack.lua). ``done_retention`` (ms;
+        0: none): a processed message (not ``retried``) leaves a done record kept that long."""
+        done = done_retention > 0 and not retried
+        call_keys = ack_keys(keys, worker_id, uses_slots, idle is not None, done)
         groups: dict[str, Any] = {}
         if uses_slots:
-            groups.update(zip(("lane_prefix", "ring_prefix"), keys.flow_affixes, strict=True))
-            groups["wake_prefix"] = keys.wake_prefix
+            groups.update(_affixes(keys), wake_prefix=keys.wake_prefix)
         if idle is not None:
             groups.update(idle="idle", idle_token=idle.token, idle_score=idle.score, idle_channel=idle.channel)
+        if done:  # its first ack, then one every done_trim_interval s, trims the records
+            trim = done_retention if self._due(keys.done, self.done_trim_interval) else ""
+            groups.update(done="done", done_id=redis_id_message_id(redis_message_id), done_trim=trim)
         args = _ACK.argv(
             redis_message_id=redis_message_id,
             worker_id=worker_id,
@@ -729,6 +743,11 @@ class Scripts(ScriptRunner):
         reply, parsed by :mod:`dramatiq_redisson.admin._history`), or the pipeline when ``client`` is one."""
         args = contract("history").argv(minutes=minutes, hours=hours)
         return self._run("history", keys_of("history", keys), args, client)
+
+    def message_state(self, keys: QueueKeys, message_id: str, search: int, client: Any = None) -> Any:
+        """state.lua's reply for ``message_id`` on the queue of ``keys``, or the pipeline when ``client`` is one."""
+        args = contract("state").argv(message_id=message_id, search=search, lane_prefix=keys.lane_prefix)
+        return self._run("state", keys_of("state", keys), args, client)
 
     def pending(self, keys: QueueKeys) -> int:
         """Scheduled (but periodic ticks) + ready + in flight + built-in delayed messages of a

@@ -207,6 +207,7 @@ def test_stats_table_and_json(
         "paused": False,
         "paused_since_ms": None,
         "paused_since": None,
+        "unknown_actor": 0,
         "last_hour": {"processed": 0, "failed": 0, "retried": 0},
         "last_day": {"processed": 0, "failed": 0, "retried": 0},
     }

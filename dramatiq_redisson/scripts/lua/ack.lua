@@ -42,6 +42,19 @@
 -- the lanes are not counted here), wake-ups passed them over (every thread was busy, or
 -- its listing lagged): its own wake channel gets "0" instead, and it fetches them.
 --
+-- A done record (issue 58, broker.message_state): while the broker's done_retention is on,
+-- an ack of a processed message (outcome "1") adds, after the groups above (a group left
+-- out moves the later keys and arguments up),
+-- KEYS[12] done +done    ZSET   redisson_delay_queue_done:{N}  message id -> when its ack finished it (epoch ms)
+-- ARGV[13] done +done  "done"
+-- ARGV[14] done_id +done  the message id (the record's member)
+-- ARGV[15] done_trim +done  "": nothing more; else the retention (ms): first drop the records
+--          older than it, and set the key to expire a minute after it (the records of a
+--          queue that stops acking go too); each process asks for it about once a second
+--          per queue, so that a record costs one ZADD
+-- Without the group the ack runs as it did without the record: its optional groups are
+-- looked for by one test of the argument after the required ones (+idle's and +done's).
+--
 -- Memory: the first write is the SREM (never grows memory), so acks run on a server
 -- at its maxmemory limit, where they are what frees memory.
 --
@@ -53,7 +66,7 @@
 -- include: flow_context.lua
 -- include: flow_lib.lua
 
-local uses_slots = ARGV[6] ~= nil and ARGV[6] ~= "idle" -- fetched through lanes
+local uses_slots = ARGV[6] ~= nil and ARGV[6] ~= "idle" and ARGV[6] ~= "done" -- fetched through lanes
 local removed = redis.call("SREM", KEYS[1], ARGV[1])
 local now_ms = tonumber(ARGV[5] or "")
 if not now_ms and (removed == 1 or ARGV[3] ~= "0") then
@@ -75,11 +88,24 @@ if ARGV[3] ~= "0" then
     redis.call("ZADD", KEYS[3], now_ms, ARGV[2])
 end
 local k, a = uses_slots and 10 or 7, uses_slots and 9 or 6
-if ARGV[a] == "idle" then
-    if uses_slots or redis.call("LLEN", KEYS[k + 1]) > 0 then
-        redis.call("PUBLISH", ARGV[a + 3], "0") -- messages wait: its consumer fetches them
-    else
-        redis.call("ZADD", KEYS[k], "XX", ARGV[a + 2], ARGV[a + 1])
+if ARGV[a] then -- the +idle group, the +done group, or both
+    if ARGV[a] == "idle" then
+        if uses_slots or redis.call("LLEN", KEYS[k + 1]) > 0 then
+            redis.call("PUBLISH", ARGV[a + 3], "0") -- messages wait: its consumer fetches them
+        else
+            redis.call("ZADD", KEYS[k], "XX", ARGV[a + 2], ARGV[a + 1])
+        end
+        k, a = k + 2, a + 4
+    end
+    if ARGV[a] == "done" and removed == 1 then
+        if ARGV[a + 2] ~= "" then
+            local retention = tonumber(ARGV[a + 2])
+            redis.call("ZREMRANGEBYSCORE", KEYS[k], "-inf", "(" .. (now_ms - retention))
+            redis.call("ZADD", KEYS[k], now_ms, ARGV[a + 1])
+            redis.call("PEXPIRE", KEYS[k], retention + 60000)
+        else
+            redis.call("ZADD", KEYS[k], now_ms, ARGV[a + 1])
+        end
     end
 end
 return removed

@@ -11,12 +11,13 @@
 -- KEYS[9]  sent          ZSET  redisson_delay_queue_sent:{N}      redis message id -> when it became ready
 --                                 (epoch ms, server clock: enqueue.lua and transfer.lua record it
 --                                 within the dedupe window)
--- KEYS[10] flow +lanes   HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[11]: lanes (flow_context.lua)
--- KEYS[11] levels +lanes ZSET   redisson_delay_queue_levels:{N}    the priorities with waiting lanes
+-- KEYS[10] counts        HASH   redisson_delay_queue_counts:{N}    rare events' counters ("unknown_actor")
+-- KEYS[11] flow +lanes   HASH   redisson_delay_queue_flow:{N}      optional, with KEYS[12]: lanes (flow_context.lua)
+-- KEYS[12] levels +lanes ZSET   redisson_delay_queue_levels:{N}    the priorities with waiting lanes
 --
 -- ARGV[1]  grace_ms  overdue grace (ms): entries due more than this long ago count as overdue
 -- ARGV[2]  live_ms  consumers seen within this many ms count as live
--- ARGV[3]  ring_prefix +lanes  with KEYS[10..]: the ring prefix (a priority's ring is
+-- ARGV[3]  ring_prefix +lanes  with KEYS[11..]: the ring prefix (a priority's ring is
 --          ARGV[3] .. priority .. "}")
 -- ARGV[4]  rate_prefix +lanes  the rate logs' (the lanes waiting for their group's rate are the ZSET
 --          ARGV[4] .. "deferred}")
@@ -32,6 +33,9 @@
 -- past the window the latency is an upper bound. A handful of commands, whatever the
 -- number of messages.
 --
+-- Unknown actors (issue 58): the messages put back because the worker that got them had
+-- not declared their actor (KEYS[10]'s "unknown_actor", counted by that worker), one HGET.
+--
 -- Cost: O(log n), a fixed number of commands; with lanes, one more per priority that has
 -- lanes in its ring (at most max_priority + 1) and a read of 256 counters, whatever the
 -- number of groups.
@@ -40,7 +44,8 @@
 --           ready queue's hash), scheduled, overdue, earliest due time or -1, dead,
 --           lease holder's token or "", live consumers, built-in delay-queue length,
 --           since when the queue is paused (epoch ms; 0: unknown) or -1 if it is not,
---           the latency (ms; 0 when nothing is ready), then, while the queue uses lanes: the lanes waiting off their rings for
+--           the latency (ms; 0 when nothing is ready), the messages put back for an unknown
+--           actor, then, while the queue uses lanes: the lanes waiting off their rings for
 --           their group's slot or rate, the lanes in the rings (the plain lane not counted),
 --           and for each priority with ids
 --           waiting in its lanes but the plain one: priority, that count}
@@ -90,10 +95,10 @@ local function ready_since(list)
 end
 
 local oldest = ready_since(KEYS[1])
-local laned = KEYS[10] and redis.call("EXISTS", KEYS[10]) == 1
+local laned = KEYS[11] and redis.call("EXISTS", KEYS[11]) == 1
 if laned and ARGV[5] then
     local looked = 0
-    for _, priority in ipairs(redis.call("ZRANGE", KEYS[11], 0, -1)) do
+    for _, priority in ipairs(redis.call("ZRANGE", KEYS[12], 0, -1)) do
         for _, lane in ipairs(redis.call("LRANGE", ARGV[3] .. priority .. "}", 0, LATENCY_LANES - looked - 1)) do
             if lane ~= "0:" then -- (the plain lane is the ready list, timed above)
                 local since = ready_since(ARGV[5] .. lane .. "}")
@@ -109,15 +114,16 @@ if laned and ARGV[5] then
     end
 end
 reply[#reply + 1] = oldest and math.max(0, now_ms - oldest) or 0
+reply[#reply + 1] = tonumber(redis.call("HGET", KEYS[10], "unknown_actor") or 0)
 
 if laned then
-    local off_ring = tonumber(redis.call("HGET", KEYS[10], "blocked") or 0)
+    local off_ring = tonumber(redis.call("HGET", KEYS[11], "blocked") or 0)
     if ARGV[4] then
         off_ring = off_ring + redis.call("ZCARD", ARGV[4] .. "deferred}")
     end
     reply[#reply + 1] = off_ring
-    local lanes = redis.call("HEXISTS", KEYS[10], "plain") == 1 and -1 or 0 -- the plain lane is none
-    for _, priority in ipairs(redis.call("ZRANGE", KEYS[11], 0, -1)) do
+    local lanes = redis.call("HEXISTS", KEYS[11], "plain") == 1 and -1 or 0 -- the plain lane is none
+    for _, priority in ipairs(redis.call("ZRANGE", KEYS[12], 0, -1)) do
         lanes = lanes + redis.call("LLEN", ARGV[3] .. priority .. "}")
     end
     reply[#reply + 1] = math.max(0, lanes)
@@ -127,7 +133,7 @@ if laned then
     for priority = 0, 255 do
         fields[#fields + 1] = "p" .. priority
     end
-    local counts = redis.call("HMGET", KEYS[10], unpack(fields))
+    local counts = redis.call("HMGET", KEYS[11], unpack(fields))
     for i = 1, #counts do
         local n = tonumber(counts[i] or 0)
         if n and n > 0 then

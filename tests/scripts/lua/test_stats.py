@@ -1,6 +1,7 @@
 """stats.lua: one queue's counts read together on the server clock (ready, in flight,
 scheduled, overdue, earliest due time, dead letters, the lease holder, live consumers, the
-built-in delay queue's length, since when it is paused). Reads only."""
+built-in delay queue's length, since when it is paused, the latency, the messages put back
+for an unknown actor). Reads only."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def _keys(keys: QueueKeys) -> list[str]:
         keys.legacy_dq,
         keys.paused,
         keys.sent,
+        keys.counts,
     ]
 
 
@@ -43,7 +45,7 @@ def test_stats_of_an_empty_queue(
     before = server_ms()
     reply = stats(1_000, 30_000)
     assert before <= reply[0] <= server_ms()
-    assert reply[1:] == [0, 0, 0, 0, -1, 0, b"", 0, 0, -1, 0]
+    assert reply[1:] == [0, 0, 0, 0, -1, 0, b"", 0, 0, -1, 0, 0]
     assert redis_client.keys("*") == []
 
 
@@ -61,7 +63,16 @@ def test_stats_counts_every_part_of_a_queue(
     redis_client.set(keys.paused, now - 2_000)
     reply = stats(1_000, 60_000)
     # (the ready ids' wait is not timed: no record, no sort key, no message_timestamp: 0)
-    assert reply[1:] == [2, 3, 3, 2, now - 60_000, 4, b"tok-1", 2, 1, now - 2_000, 0]
+    assert reply[1:] == [2, 3, 3, 2, now - 60_000, 4, b"tok-1", 2, 1, now - 2_000, 0, 0]
+
+
+def test_stats_reads_the_count_of_messages_put_back_for_an_unknown_actor(
+    stats: Callable[[int, int], Any], keys: QueueKeys, redis_client: redis.Redis
+) -> None:
+    # Given three put-backs counted (as _unknown_actors.py counts them)
+    redis_client.hincrby(keys.counts, "unknown_actor", 3)
+    # Then the slot after the latency reads 3
+    assert stats(0, 0)[12] == 3
 
 
 def test_stats_counts_as_overdue_only_entries_due_more_than_the_grace_ago(
@@ -121,7 +132,7 @@ def test_stats_with_lanes_counts_each_waiting_priority_and_its_lanes(
     flow_keys = [*_keys(keys), keys.flow, keys.levels]
     script = lua("stats")
     # Without the flow hash: the reply ends where it always did, though lanes are passed
-    assert len(script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])) == 12
+    assert len(script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])) == 13
     # Given lanes at priorities 0 and 3 (counters as flow_push.lua keeps them)
     redis_client.rpush(keys.ready, "plain")
     turn_flow_on(redis_client, keys, **{"p3": 5, "p0": 2, "blocked": 4})
@@ -132,7 +143,7 @@ def test_stats_with_lanes_counts_each_waiting_priority_and_its_lanes(
     reply = script(keys=flow_keys, args=[1_000, 30_000, keys.ring_prefix])
     # Then the lanes blocked by their group's limit, the lanes in the rings, and each
     # priority with ids waiting in its lanes (the plain lane's are the ready count)
-    assert reply[12:] == [4, 5, 0, 2, 3, 5]
+    assert reply[13:] == [4, 5, 0, 2, 3, 5]
     assert snapshot(redis_client) == before
 
 
