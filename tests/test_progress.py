@@ -324,6 +324,7 @@ def test_should_stop_turns_true_when_the_worker_stops_and_the_next_worker_resume
 
 
 @pytest.mark.topology
+@pytest.mark.server_binary(min=(7, 0, 0))  # a cluster needs sharded pub/sub: older ones are refused at start
 def test_on_a_cluster_a_sharded_queues_message_keeps_its_state_in_its_shards_slot() -> None:
     # Given a Redis Cluster, and a queue spread over 3 shards
     with Cluster(masters=3, replicas=0) as cluster:
