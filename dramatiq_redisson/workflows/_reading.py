@@ -22,7 +22,7 @@ class Reader:
         self.running = running
         self.state_name = fields["state"].decode()
         self.steps: list[StepState] = []
-        self._pending: list[tuple[str, Message[Any], int, str, dict[str, Any]]] = []
+        self._pending: list[tuple[str, Message[Any], int | None, tuple[bool, int, int, str] | None]] = []
 
     def _done(self, number: int) -> tuple[bool, int, int, str] | None:
         value = self.fields.get(f"d:{number}")
@@ -52,7 +52,7 @@ class Reader:
         if kind == "m":
             message = Message.decode(self.fields[f"m:{number}"])
             nav = message.options.get(OPTION, {})
-            self._pending.append((nav.get("path", path or "0"), message, number, "", {"sent": sent, "done": done}))
+            self._pending.append((nav.get("path", path or "0"), message, sent, done))
             return NodeState("step", nav.get("path", path or "0"), "")
         definition = json.loads(self.fields[f"n:{number}"])
         children: list[NodeState] = []
@@ -90,9 +90,13 @@ class Reader:
         return "skipped" if sent is None else "sent"
 
     def _step(
-        self, path: str, message: Message[Any], number: int, _: str, when: dict[str, Any], running: dict[str, int]
+        self,
+        path: str,
+        message: Message[Any],
+        sent: int | None,
+        done: tuple[bool, int, int, str] | None,
+        running: dict[str, int],
     ) -> StepState:
-        sent, done = when["sent"], when["done"]
         delay = message.options.get("delay")
         started = None
         result = None
